@@ -1,0 +1,627 @@
+//! Cached answers: an upstream reply, validated once, stored pre-encoded and patched per client.
+//!
+//! ```text
+//! upstream reply ──validate (domain)──▶ canonical bytes: ID 0, lowercased question, no OPT
+//!                                        + TTL field offsets, lifetime (clamped, RFC 2308)
+//! cache hit ──memcpy──▶ patch ID, RD/CD, the client's qname case, TTLs − age ──▶ add OPT? ──▶ TC?
+//! ```
+
+use std::time::{Duration, Instant};
+
+use domain::base::{Message, ParsedName, Rtype};
+use domain::rdata::AllRecordData;
+
+use crate::CacheKey;
+use crate::wire::{self, HEADER_LEN, rcode, rtype};
+
+/// TTL policy applied when answers are cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TtlPolicy {
+    /// Positive TTLs are raised to at least this (`cache.minTTL`).
+    pub min_ttl: u32,
+    /// Positive TTLs are capped at this (`cache.maxTTL`).
+    pub max_ttl: u32,
+    /// Negative answers are cached at most this long (`cache.negativeMaxTTL`, RFC 2308 §5).
+    pub negative_max_ttl: u32,
+    /// Resolution failures are cached this long (`cache.servfailTTL`, RFC 9520 §3.2).
+    pub servfail_ttl: u32,
+}
+
+impl Default for TtlPolicy {
+    fn default() -> Self {
+        Self {
+            min_ttl: 0,
+            max_ttl: 86_400,
+            negative_max_ttl: 3_600,
+            servfail_ttl: 5,
+        }
+    }
+}
+
+/// What kind of answer is cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerKind {
+    /// Records for the question.
+    Positive,
+    /// NXDOMAIN or NODATA (RFC 2308).
+    Negative,
+    /// A resolution failure kudurru answers SERVFAIL to (RFC 9520).
+    Failure,
+}
+
+/// Why an upstream reply cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplyError {
+    /// Wrong ID or QR=0: not a reply to this query (possibly spoofed); keep waiting.
+    #[error("reply does not carry the query's id")]
+    NotOurs,
+    /// The reply's question is not the one asked (possibly spoofed); keep waiting.
+    #[error("reply question does not match the query")]
+    QuestionMismatch,
+    /// The reply does not parse as DNS.
+    #[error("malformed reply: {0}")]
+    Malformed(&'static str),
+    /// TC=1: ask again over TCP.
+    #[error("reply truncated")]
+    Truncated,
+    /// The upstream answered with an rcode that means "try elsewhere".
+    #[error("upstream answered rcode {0}")]
+    Rcode(u16),
+}
+
+impl ReplyError {
+    /// Whether this reply should be ignored while waiting on for the genuine one.
+    pub fn is_foreign(self) -> bool {
+        matches!(self, Self::NotOurs | Self::QuestionMismatch)
+    }
+}
+
+/// One TTL field of the cached message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TtlField {
+    at: u32,
+    ttl: u32,
+}
+
+/// A pre-encoded answer in canonical form, ready to be patched for any client asking its key.
+#[derive(Debug)]
+pub struct CachedAnswer {
+    message: Box<[u8]>,
+    ttls: Box<[TtlField]>,
+    question_end: u16,
+    key_flags: u8,
+    kind: AnswerKind,
+    stored: Instant,
+    lifetime: u32,
+}
+
+impl CachedAnswer {
+    /// Validates an upstream `reply` to the query kudurru sent with `id` for `key`.
+    pub fn from_reply(
+        reply: &[u8],
+        key: &CacheKey,
+        id: u16,
+        now: Instant,
+        policy: &TtlPolicy,
+    ) -> Result<Self, ReplyError> {
+        if !wire::is_reply_to(reply, id) {
+            return Err(ReplyError::NotOurs);
+        }
+        validate(reply, key)?;
+        if wire::is_truncated(reply) {
+            return Err(ReplyError::Truncated);
+        }
+        let rcode = extended_rcode(reply);
+        let negative = match rcode {
+            r if r == u16::from(rcode::NOERROR) => {
+                wire::read_u16(reply, wire::ANCOUNT_AT) == Some(0)
+            }
+            r if r == u16::from(rcode::NXDOMAIN) => true,
+            other => return Err(ReplyError::Rcode(other)),
+        };
+        let question_end = HEADER_LEN + key.question().len();
+        let mut message = reply.to_vec();
+        message[0] = 0;
+        message[1] = 0;
+        message[HEADER_LEN..question_end].copy_from_slice(key.question());
+        let layout = scan_records(&message, question_end)?;
+        message.truncate(layout.end);
+        message[wire::ARCOUNT_AT..wire::ARCOUNT_AT + 2]
+            .copy_from_slice(&layout.additional_kept.to_be_bytes());
+
+        let mut ttls = Vec::with_capacity(layout.records.len());
+        let mut lifetime = u32::MAX;
+        if negative {
+            let soa = layout
+                .records
+                .iter()
+                .find(|r| r.section == Section::Authority && r.rtype == rtype::SOA);
+            lifetime = match soa.and_then(|r| soa_negative_ttl(&message, r)) {
+                Some(ttl) => ttl.min(policy.negative_max_ttl),
+                // RFC 2308 §5: without an SOA a negative answer is not cached.
+                None => 0,
+            };
+        }
+        for record in &layout.records {
+            let original = wire::read_u32(&message, record.ttl_at).unwrap_or(0) & 0x7fff_ffff;
+            let ttl = if negative {
+                if record.section == Section::Authority && record.rtype == rtype::SOA {
+                    lifetime
+                } else {
+                    original.min(policy.max_ttl)
+                }
+            } else {
+                original.clamp(policy.min_ttl, policy.max_ttl.max(policy.min_ttl))
+            };
+            if !negative && record.section != Section::Additional {
+                lifetime = lifetime.min(ttl);
+            }
+            ttls.push(TtlField {
+                at: record.ttl_at as u32,
+                ttl,
+            });
+        }
+        if lifetime == u32::MAX {
+            // NOERROR with answers only in the additional section: nothing to time it by.
+            lifetime = 0;
+        }
+        Ok(Self {
+            message: message.into_boxed_slice(),
+            ttls: ttls.into_boxed_slice(),
+            question_end: question_end as u16,
+            key_flags: key_flags(key),
+            kind: if negative {
+                AnswerKind::Negative
+            } else {
+                AnswerKind::Positive
+            },
+            stored: now,
+            lifetime,
+        })
+    }
+
+    /// A synthesized SERVFAIL for `key`, cached for `policy.servfail_ttl` (RFC 9520).
+    pub fn failure(key: &CacheKey, now: Instant, policy: &TtlPolicy) -> Self {
+        let mut message = Vec::with_capacity(HEADER_LEN + key.question().len());
+        message.extend_from_slice(&[0, 0, 0x81, 0x80 | rcode::SERVFAIL, 0, 1, 0, 0, 0, 0, 0, 0]);
+        message.extend_from_slice(key.question());
+        Self {
+            question_end: message.len() as u16,
+            message: message.into_boxed_slice(),
+            ttls: Box::new([]),
+            key_flags: key_flags(key),
+            kind: AnswerKind::Failure,
+            stored: now,
+            lifetime: policy.servfail_ttl,
+        }
+    }
+
+    /// Whether this answer is for `key`.
+    pub fn matches(&self, key: &CacheKey) -> bool {
+        self.key_flags == key_flags(key)
+            && &self.message[HEADER_LEN..usize::from(self.question_end)] == key.question()
+    }
+
+    /// Whether this answer may still be served at `now`.
+    pub fn is_fresh(&self, now: Instant) -> bool {
+        now < self.expires()
+    }
+
+    /// The instant this answer stops being served.
+    pub fn expires(&self) -> Instant {
+        self.stored + Duration::from_secs(u64::from(self.lifetime))
+    }
+
+    /// Seconds of life left at `now` (the smallest remaining TTL).
+    pub fn remaining(&self, now: Instant) -> u32 {
+        self.lifetime.saturating_sub(age_secs(self.stored, now))
+    }
+
+    /// Whether the answer may be cached at all (a zero lifetime is served once, not kept).
+    pub fn is_cacheable(&self) -> bool {
+        self.lifetime > 0
+    }
+
+    /// The kind of answer.
+    pub fn kind(&self) -> AnswerKind {
+        self.kind
+    }
+
+    /// The response code the client will see.
+    pub fn rcode(&self) -> u8 {
+        self.message[3] & 0x0f
+    }
+
+    /// Approximate heap bytes this answer holds, for memory accounting.
+    pub fn heap_bytes(&self) -> usize {
+        size_of::<Self>() + self.message.len() + self.ttls.len() * size_of::<TtlField>()
+    }
+
+    /// Writes the response for `query` at `now` into `out`.
+    ///
+    /// `udp_limit` is the client's payload limit for UDP (`None` on streams); an answer that does
+    /// not fit is sent as header and question with TC=1 (RFC 1035 §4.2.1, RFC 6891 §7).
+    /// Returns whether the answer was truncated.
+    pub fn write_response(
+        &self,
+        query: &wire::Query<'_>,
+        now: Instant,
+        udp_limit: Option<usize>,
+        payload: u16,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        out.clear();
+        out.extend_from_slice(&self.message);
+        wire::patch_header(out, query);
+        let name = query.qname_wire();
+        out[HEADER_LEN..HEADER_LEN + name.len()].copy_from_slice(name);
+        let age = age_secs(self.stored, now);
+        for field in self.ttls.iter() {
+            let at = field.at as usize;
+            out[at..at + 4].copy_from_slice(&field.ttl.saturating_sub(age).to_be_bytes());
+        }
+        let mut truncated = false;
+        if let Some(limit) = udp_limit {
+            let opt_len = if query.edns().is_some() { 11 } else { 0 };
+            if out.len() + opt_len > limit {
+                wire::truncate_to_question(out, usize::from(self.question_end));
+                truncated = true;
+            }
+        }
+        if let Some(edns) = query.edns() {
+            wire::push_opt(out, payload, 0, edns.dnssec_ok);
+            let count = u16::from_be_bytes([out[10], out[11]]).wrapping_add(1);
+            out[10..12].copy_from_slice(&count.to_be_bytes());
+        }
+        truncated
+    }
+}
+
+fn key_flags(key: &CacheKey) -> u8 {
+    *key.as_bytes().last().unwrap_or(&0)
+}
+
+fn age_secs(stored: Instant, now: Instant) -> u32 {
+    u32::try_from(now.saturating_duration_since(stored).as_secs()).unwrap_or(u32::MAX)
+}
+
+/// The full response code: the header's four bits and the OPT record's upper eight (RFC 6891).
+fn extended_rcode(reply: &[u8]) -> u16 {
+    Message::from_slice(reply).map_or(0, |m| m.opt_rcode().to_int())
+}
+
+/// Full validation with `domain`: one question equal (ignoring case) to ours, every record and
+/// its rdata parseable.
+fn validate(reply: &[u8], key: &CacheKey) -> Result<(), ReplyError> {
+    let msg =
+        Message::from_slice(reply).map_err(|_| ReplyError::Malformed("shorter than a header"))?;
+    let question = msg
+        .sole_question()
+        .map_err(|_| ReplyError::QuestionMismatch)?;
+    if question.qtype() != Rtype::from_int(key.qtype())
+        || question.qclass().to_int() != key.qclass()
+    {
+        return Err(ReplyError::QuestionMismatch);
+    }
+    // The question name must be uncompressed and, ignoring case, the one asked.
+    let name_end =
+        wire::skip_name(reply, HEADER_LEN).ok_or(ReplyError::Malformed("bad question name"))?;
+    let asked = key.qname();
+    if name_end - HEADER_LEN != asked.len()
+        || !reply[HEADER_LEN..name_end].eq_ignore_ascii_case(asked)
+    {
+        return Err(ReplyError::QuestionMismatch);
+    }
+    let mut section = msg
+        .answer()
+        .map_err(|_| ReplyError::Malformed("bad question section"))?;
+    loop {
+        for record in section {
+            let record = record.map_err(|_| ReplyError::Malformed("bad record header"))?;
+            record
+                .to_any_record::<AllRecordData<_, ParsedName<_>>>()
+                .map_err(|_| ReplyError::Malformed("bad record data"))?;
+        }
+        match section.next_section() {
+            Ok(Some(next)) => section = next,
+            Ok(None) => break,
+            Err(_) => return Err(ReplyError::Malformed("bad record section")),
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Section {
+    Answer,
+    Authority,
+    Additional,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LocatedRecord {
+    section: Section,
+    rtype: u16,
+    ttl_at: usize,
+    rdata_at: usize,
+}
+
+struct Layout {
+    records: Vec<LocatedRecord>,
+    /// Where the kept part of the message ends (at the OPT record, if any).
+    end: usize,
+    additional_kept: u16,
+}
+
+/// Walks every record after the question; stops at the OPT record, which is not cached.
+fn scan_records(msg: &[u8], question_end: usize) -> Result<Layout, ReplyError> {
+    let count = |at| wire::read_u16(msg, at).ok_or(ReplyError::Malformed("short header"));
+    let sections = [
+        (Section::Answer, count(wire::ANCOUNT_AT)?),
+        (Section::Authority, count(wire::NSCOUNT_AT)?),
+        (Section::Additional, count(wire::ARCOUNT_AT)?),
+    ];
+    let mut records = Vec::new();
+    let mut pos = question_end;
+    let mut additional_kept = 0;
+    for (section, n) in sections {
+        for _ in 0..n {
+            let rr = wire::record_at(msg, pos).ok_or(ReplyError::Malformed("record past end"))?;
+            if rr.rtype == rtype::OPT {
+                if section != Section::Additional {
+                    return Err(ReplyError::Malformed("opt outside additional section"));
+                }
+                return Ok(Layout {
+                    records,
+                    end: pos,
+                    additional_kept,
+                });
+            }
+            records.push(LocatedRecord {
+                section,
+                rtype: rr.rtype,
+                ttl_at: rr.ttl_at,
+                rdata_at: rr.rdata_at,
+            });
+            if section == Section::Additional {
+                additional_kept += 1;
+            }
+            pos = rr.end;
+        }
+    }
+    Ok(Layout {
+        records,
+        end: pos,
+        additional_kept,
+    })
+}
+
+/// RFC 2308 §3: the negative TTL is the smaller of the SOA record's TTL and its MINIMUM field.
+fn soa_negative_ttl(msg: &[u8], soa: &LocatedRecord) -> Option<u32> {
+    let ttl = wire::read_u32(msg, soa.ttl_at)? & 0x7fff_ffff;
+    let after_mname = wire::skip_name(msg, soa.rdata_at)?;
+    let after_rname = wire::skip_name(msg, after_mname)?;
+    let minimum = wire::read_u32(msg, after_rname + 16)?;
+    Some(ttl.min(minimum))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::wire::Query;
+
+    /// Builds a reply to `query` (as kudurru would send it upstream) with records given as
+    /// (section, rtype, ttl, rdata); owners are pointers to the question.
+    pub(crate) fn reply(query: &[u8], rcode: u8, records: &[(u8, u16, u32, Vec<u8>)]) -> Vec<u8> {
+        let q = Query::parse(query).expect("test query parses");
+        let mut out = Vec::new();
+        wire::start_response(&q, rcode, false, &mut out);
+        let mut counts = [0u16; 3];
+        for (section, rt, ttl, rdata) in records {
+            wire::push_record(&mut out, HEADER_LEN, *rt, *ttl, rdata);
+            counts[usize::from(*section)] += 1;
+        }
+        out[6..8].copy_from_slice(&counts[0].to_be_bytes());
+        out[8..10].copy_from_slice(&counts[1].to_be_bytes());
+        out[10..12].copy_from_slice(&(counts[2] + 1).to_be_bytes());
+        wire::push_opt(&mut out, 1232, 0, false);
+        out
+    }
+
+    pub(crate) fn soa_rdata(minimum: u32) -> Vec<u8> {
+        let mut r = b"\x02ns\x00\x05admin\x00".to_vec();
+        for v in [1u32, 3600, 600, 86400, minimum] {
+            r.extend_from_slice(&v.to_be_bytes());
+        }
+        r
+    }
+
+    fn upstream_query(key: &CacheKey, id: u16) -> Vec<u8> {
+        let mut out = Vec::new();
+        wire::write_upstream_query(key, id, &mut out);
+        out
+    }
+
+    fn client_query(name: &[u8], with_opt: bool) -> Vec<u8> {
+        let mut m = vec![
+            0xab,
+            0xcd,
+            0x01,
+            0x00,
+            0,
+            1,
+            0,
+            0,
+            0,
+            0,
+            0,
+            u8::from(with_opt),
+        ];
+        m.extend_from_slice(name);
+        m.extend_from_slice(&[0, 1, 0, 1]);
+        if with_opt {
+            m.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+        }
+        m
+    }
+
+    const NAME: &[u8] = b"\x03WwW\x07exAMPLE\x00";
+
+    #[test]
+    fn rfc1035_cached_answer_is_patched_for_each_client() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 77);
+        let r = reply(
+            &up,
+            0,
+            &[
+                (0, 1, 300, vec![192, 0, 2, 1]),
+                (0, 1, 60, vec![192, 0, 2, 2]),
+            ],
+        );
+        let answer = CachedAnswer::from_reply(&r, &key, 77, t0, &TtlPolicy::default()).unwrap();
+        assert_eq!(answer.kind(), AnswerKind::Positive);
+        assert_eq!(answer.remaining(t0), 60);
+        assert!(answer.matches(&key));
+
+        let cq = client_query(NAME, false);
+        let q = Query::parse(&cq).unwrap();
+        let mut out = Vec::new();
+        let later = t0 + Duration::from_secs(10);
+        assert!(!answer.write_response(&q, later, Some(512), 1232, &mut out));
+        let msg = Message::from_slice(&out).unwrap();
+        assert_eq!(msg.header().id(), 0xabcd);
+        assert!(msg.header().qr() && msg.header().ra() && msg.header().rd());
+        assert!(msg.opt().is_none(), "a client without EDNS gets no OPT");
+        assert_eq!(&out[12..12 + NAME.len()], NAME, "0x20 case preserved");
+        let ttls: Vec<u32> = msg
+            .answer()
+            .unwrap()
+            .map(|r| r.unwrap().ttl().as_secs())
+            .collect();
+        assert_eq!(ttls, vec![290, 50]);
+        assert!(!answer.is_fresh(t0 + Duration::from_secs(60)));
+
+        let cq = client_query(NAME, true);
+        let q = Query::parse(&cq).unwrap();
+        answer.write_response(&q, later, Some(1232), 1232, &mut out);
+        assert!(Message::from_slice(&out).unwrap().opt().is_some());
+    }
+
+    #[test]
+    fn rfc2308_3_negative_ttl_is_min_of_soa_ttl_and_minimum() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 1);
+        let r = reply(&up, 3, &[(1, 6, 3600, soa_rdata(300))]);
+        let answer = CachedAnswer::from_reply(&r, &key, 1, t0, &TtlPolicy::default()).unwrap();
+        assert_eq!(answer.kind(), AnswerKind::Negative);
+        assert_eq!(answer.remaining(t0), 300);
+        assert_eq!(answer.rcode(), rcode::NXDOMAIN);
+        let cq = client_query(NAME, false);
+        let q = Query::parse(&cq).unwrap();
+        let mut out = Vec::new();
+        answer.write_response(&q, t0, None, 1232, &mut out);
+        let msg = Message::from_slice(&out).unwrap();
+        let soa_ttl = msg
+            .authority()
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .ttl()
+            .as_secs();
+        assert_eq!(soa_ttl, 300);
+
+        let no_soa = reply(&up, 3, &[]);
+        let answer = CachedAnswer::from_reply(&no_soa, &key, 1, t0, &TtlPolicy::default()).unwrap();
+        assert!(
+            !answer.is_cacheable(),
+            "RFC 2308 §5: no SOA, no negative caching"
+        );
+    }
+
+    #[test]
+    fn ttl_clamps_apply() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 1);
+        let policy = TtlPolicy {
+            min_ttl: 30,
+            max_ttl: 100,
+            ..TtlPolicy::default()
+        };
+        let low = reply(&up, 0, &[(0, 1, 5, vec![192, 0, 2, 1])]);
+        assert_eq!(
+            CachedAnswer::from_reply(&low, &key, 1, t0, &policy)
+                .unwrap()
+                .remaining(t0),
+            30
+        );
+        let high = reply(&up, 0, &[(0, 1, 5000, vec![192, 0, 2, 1])]);
+        assert_eq!(
+            CachedAnswer::from_reply(&high, &key, 1, t0, &policy)
+                .unwrap()
+                .remaining(t0),
+            100
+        );
+    }
+
+    #[test]
+    fn foreign_and_bad_replies_are_rejected() {
+        let t0 = Instant::now();
+        let p = TtlPolicy::default();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 9);
+        let r = reply(&up, 0, &[(0, 1, 300, vec![192, 0, 2, 1])]);
+        assert_eq!(
+            CachedAnswer::from_reply(&r, &key, 10, t0, &p).unwrap_err(),
+            ReplyError::NotOurs
+        );
+        let other = CacheKey::new(b"\x03xyz\x00", 1, 1, false, false).unwrap();
+        assert_eq!(
+            CachedAnswer::from_reply(&r, &other, 9, t0, &p).unwrap_err(),
+            ReplyError::QuestionMismatch
+        );
+        let bad_rdata = reply(&up, 0, &[(0, 1, 300, vec![192, 0, 2])]);
+        assert!(matches!(
+            CachedAnswer::from_reply(&bad_rdata, &key, 9, t0, &p),
+            Err(ReplyError::Malformed(_))
+        ));
+        let mut tc = r.clone();
+        tc[2] |= 0x02;
+        assert_eq!(
+            CachedAnswer::from_reply(&tc, &key, 9, t0, &p).unwrap_err(),
+            ReplyError::Truncated
+        );
+        let servfail = reply(&up, 2, &[]);
+        assert_eq!(
+            CachedAnswer::from_reply(&servfail, &key, 9, t0, &p).unwrap_err(),
+            ReplyError::Rcode(2)
+        );
+    }
+
+    #[test]
+    fn udp_limit_truncates_with_tc() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 16, 1, false, false).unwrap();
+        let up = upstream_query(&key, 1);
+        let records: Vec<_> = (0..10)
+            .map(|_| (0u8, 16u16, 300u32, [&[99u8][..], &[b'x'; 99]].concat()))
+            .collect();
+        let r = reply(&up, 0, &records);
+        let answer = CachedAnswer::from_reply(&r, &key, 1, t0, &TtlPolicy::default()).unwrap();
+        let mut cq = client_query(NAME, false);
+        let at = cq.len() - 3;
+        cq[at] = 16;
+        let q = Query::parse(&cq).unwrap();
+        let mut out = Vec::new();
+        assert!(answer.write_response(&q, t0, Some(512), 1232, &mut out));
+        assert!(wire::is_truncated(&out));
+        assert_eq!(out.len(), 12 + NAME.len() + 4);
+        assert!(!answer.write_response(&q, t0, None, 1232, &mut out));
+        assert!(out.len() > 1000);
+    }
+}

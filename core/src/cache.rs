@@ -1,0 +1,321 @@
+//! One core's cache shard: a hash index over a slot vector, evicted by CLOCK.
+//!
+//! CLOCK keeps the hot set: a hit sets the slot's reference bit; when the shard is full the hand
+//! sweeps the slots, clears set bits and evicts the first slot that is unreferenced or expired.
+//! One scan of cold names therefore cannot flush names that are being asked for (measured in
+//! `benches/`: see docs/benchmarks.md). A shard is owned by one core and never locked.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use hashbrown::HashTable;
+
+use crate::{CacheKey, CachedAnswer};
+
+/// Counters one shard keeps; the shell exports them as metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups answered from the shard.
+    pub hits: u64,
+    /// Lookups that found nothing fresh.
+    pub misses: u64,
+    /// Answers stored.
+    pub inserts: u64,
+    /// Fresh entries evicted to make room.
+    pub evictions: u64,
+    /// Expired entries dropped.
+    pub expired: u64,
+}
+
+struct Slot {
+    answer: Arc<CachedAnswer>,
+    hash: u64,
+    referenced: bool,
+}
+
+/// A bounded map from [`CacheKey`] to shared [`CachedAnswer`]s.
+pub struct Cache {
+    index: HashTable<u32>,
+    slots: Vec<Slot>,
+    hand: usize,
+    capacity: usize,
+    hasher: foldhash::fast::RandomState,
+    stats: CacheStats,
+}
+
+impl Cache {
+    /// An empty shard holding at most `capacity` answers (at least one).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            index: HashTable::new(),
+            slots: Vec::new(),
+            hand: 0,
+            capacity: capacity.max(1),
+            hasher: foldhash::fast::RandomState::default(),
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// The fresh answer for `key` at `now`, marking it recently used.
+    pub fn get(&mut self, key: &CacheKey, now: Instant) -> Option<&Arc<CachedAnswer>> {
+        let hash = key.hash_with(&self.hasher);
+        let slots = &self.slots;
+        let found = self
+            .index
+            .find(hash, |&i| slots[i as usize].answer.matches(key))
+            .copied();
+        let Some(i) = found else {
+            self.stats.misses += 1;
+            return None;
+        };
+        let slot = &mut self.slots[i as usize];
+        if !slot.answer.is_fresh(now) {
+            self.stats.misses += 1;
+            return None;
+        }
+        slot.referenced = true;
+        self.stats.hits += 1;
+        Some(&slot.answer)
+    }
+
+    /// Stores `answer` under `key`, replacing an older answer for it and evicting if full.
+    /// Answers with a zero lifetime are not stored.
+    pub fn insert(&mut self, key: &CacheKey, answer: Arc<CachedAnswer>, now: Instant) {
+        if !answer.is_cacheable() {
+            return;
+        }
+        debug_assert!(answer.matches(key), "answer stored under another question");
+        self.stats.inserts += 1;
+        let hash = key.hash_with(&self.hasher);
+        let slots = &self.slots;
+        if let Some(&i) = self
+            .index
+            .find(hash, |&i| slots[i as usize].answer.matches(key))
+        {
+            let slot = &mut self.slots[i as usize];
+            slot.answer = answer;
+            slot.referenced = false;
+            return;
+        }
+        let slot = Slot {
+            answer,
+            hash,
+            referenced: false,
+        };
+        if self.slots.len() < self.capacity {
+            let i = self.slots.len() as u32;
+            self.slots.push(slot);
+            let slots = &self.slots;
+            self.index
+                .insert_unique(hash, i, |&j| slots[j as usize].hash);
+            return;
+        }
+        let victim = self.sweep(now);
+        self.unindex(victim);
+        self.slots[victim] = slot;
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, victim as u32, |&j| slots[j as usize].hash);
+        self.hand = (victim + 1) % self.slots.len();
+    }
+
+    /// Advances the CLOCK hand to a slot to reuse, counting why it was freed.
+    fn sweep(&mut self, now: Instant) -> usize {
+        // Two turns at most: the first clears every reference bit.
+        loop {
+            let i = self.hand;
+            let slot = &mut self.slots[i];
+            if !slot.answer.is_fresh(now) {
+                self.stats.expired += 1;
+                return i;
+            }
+            if !slot.referenced {
+                self.stats.evictions += 1;
+                return i;
+            }
+            slot.referenced = false;
+            self.hand = (i + 1) % self.slots.len();
+        }
+    }
+
+    fn unindex(&mut self, i: usize) {
+        let hash = self.slots[i].hash;
+        if let Ok(entry) = self.index.find_entry(hash, |&j| j as usize == i) {
+            entry.remove();
+        }
+    }
+
+    /// Removes slot `i`, moving the last slot into its place.
+    fn remove_slot(&mut self, i: usize) {
+        self.unindex(i);
+        let last = self.slots.len() - 1;
+        if i != last {
+            let moved_hash = self.slots[last].hash;
+            if let Ok(entry) = self.index.find_entry(moved_hash, |&j| j as usize == last) {
+                *entry.into_mut() = i as u32;
+            }
+        }
+        self.slots.swap_remove(i);
+        if self.hand >= self.slots.len() {
+            self.hand = 0;
+        }
+    }
+
+    /// Changes the capacity; shrinking drops expired, then unreferenced answers first.
+    pub fn set_capacity(&mut self, capacity: usize, now: Instant) {
+        self.capacity = capacity.max(1);
+        while self.slots.len() > self.capacity {
+            let victim = self.sweep(now);
+            self.remove_slot(victim);
+        }
+    }
+
+    /// Drops the expired answers among the first `budget` slots; returns how many were dropped.
+    /// Lets the shell reclaim memory between queries in bounded steps.
+    pub fn purge_expired(&mut self, now: Instant, budget: usize) -> usize {
+        let mut dropped = 0;
+        let mut i = 0;
+        while i < self.slots.len() && i < budget {
+            if !self.slots[i].answer.is_fresh(now) {
+                self.remove_slot(i);
+                self.stats.expired += 1;
+                dropped += 1;
+            } else {
+                i += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Number of answers held (fresh or not yet reclaimed).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether the shard holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The configured capacity.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Counters since creation.
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// Heap bytes held by the answers (not counting the index).
+    pub fn heap_bytes(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|s| s.answer.heap_bytes())
+            .sum::<usize>()
+            + self.slots.capacity() * size_of::<Slot>()
+            + self.index.capacity() * (size_of::<u32>() + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::TtlPolicy;
+
+    fn key(n: u32) -> CacheKey {
+        let label = format!("n{n}");
+        let mut wire = vec![label.len() as u8];
+        wire.extend_from_slice(label.as_bytes());
+        wire.push(0);
+        CacheKey::new(&wire, 1, 1, false, false).unwrap()
+    }
+
+    fn answer(key: &CacheKey, now: Instant, ttl: u32) -> Arc<CachedAnswer> {
+        let policy = TtlPolicy {
+            servfail_ttl: ttl,
+            ..TtlPolicy::default()
+        };
+        Arc::new(CachedAnswer::failure(key, now, &policy))
+    }
+
+    #[test]
+    fn stores_and_expires() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(10);
+        let k = key(1);
+        assert!(cache.get(&k, t0).is_none());
+        cache.insert(&k, answer(&k, t0, 5), t0);
+        assert!(cache.get(&k, t0 + Duration::from_secs(4)).is_some());
+        assert!(cache.get(&k, t0 + Duration::from_secs(5)).is_none());
+        assert_eq!(cache.stats().hits, 1);
+        assert_eq!(cache.stats().misses, 2);
+        assert!(cache.get(&key(2), t0).is_none());
+    }
+
+    #[test]
+    fn clock_keeps_referenced_entries_through_a_scan() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(100);
+        for n in 0..100 {
+            let k = key(n);
+            cache.insert(&k, answer(&k, t0, 300), t0);
+        }
+        // The hot set: 10 names asked for again.
+        for n in 0..10 {
+            assert!(cache.get(&key(n), t0).is_some());
+        }
+        // A scan of 90 cold names, each asked once.
+        for n in 1000..1090 {
+            let k = key(n);
+            cache.insert(&k, answer(&k, t0, 300), t0);
+        }
+        assert_eq!(cache.len(), 100);
+        for n in 0..10 {
+            assert!(cache.get(&key(n), t0).is_some(), "hot name {n} evicted");
+        }
+        assert_eq!(cache.stats().evictions, 90);
+    }
+
+    #[test]
+    fn expired_entries_are_reused_first_and_shrinking_works() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(4);
+        for n in 0..4 {
+            let k = key(n);
+            cache.insert(&k, answer(&k, t0, if n == 2 { 1 } else { 300 }), t0);
+            cache.get(&k, t0);
+        }
+        let later = t0 + Duration::from_secs(2);
+        let k = key(9);
+        cache.insert(&k, answer(&k, later, 300), later);
+        assert_eq!(cache.stats().expired, 1);
+        for n in [0, 1, 3, 9] {
+            assert!(cache.get(&key(n), later).is_some());
+        }
+        cache.set_capacity(2, later);
+        assert_eq!(cache.len(), 2);
+        let alive = [0, 1, 3, 9]
+            .iter()
+            .filter(|&&n| cache.get(&key(n), later).is_some())
+            .count();
+        assert_eq!(alive, 2);
+    }
+
+    #[test]
+    fn purge_drops_only_expired() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(10);
+        for n in 0..6 {
+            let k = key(n);
+            cache.insert(&k, answer(&k, t0, if n % 2 == 0 { 1 } else { 300 }), t0);
+        }
+        assert_eq!(cache.purge_expired(t0 + Duration::from_secs(2), 100), 3);
+        assert_eq!(cache.len(), 3);
+        for n in [1, 3, 5] {
+            assert!(cache.get(&key(n), t0).is_some());
+        }
+    }
+}

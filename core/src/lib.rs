@@ -1,0 +1,30 @@
+//! kudurru-core: the sans-IO heart of kudurru.
+//!
+//! Bytes, `now` and settings go in; decisions and bytes come out. Nothing in this crate opens a
+//! socket, reads a clock, spawns a thread or keeps a global: the per-core shell in
+//! `kudurru-transports` owns all of that and calls in here. Every function that sees peer input
+//! is total: malformed input yields an error value, never a panic.
+//!
+//! ```text
+//! wire::Query::parse ─▶ pipeline::ingress ─▶ Decision::{Respond, Drop, Resolve}
+//!                                                              │
+//!             Cache::get ◀──────── CacheKey ◀──────────────────┘
+//!                 │ miss: wire::write_upstream_query ─▶ (shell) ─▶ CachedAnswer::from_reply
+//!                 └ hit:  CachedAnswer::write_response (ID, case, TTLs patched in place)
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod answer;
+pub mod cache;
+pub mod key;
+pub mod local;
+pub mod pipeline;
+pub mod upstream;
+pub mod wire;
+
+pub use answer::{AnswerKind, CachedAnswer, ReplyError, TtlPolicy};
+pub use cache::{Cache, CacheStats};
+pub use key::CacheKey;
+pub use local::{LocalNames, ServerIdentity};
+pub use pipeline::{Decision, ingress};
+pub use upstream::{Selector, UpstreamProtocol, UpstreamSpec};

@@ -1,0 +1,679 @@
+//! DNS wire format on raw bytes: the hot-path query scanner, error and local answers, the upstream
+//! query, and the record walker the cache uses to find TTLs.
+//!
+//! Everything here is bounds-checked on every step and never panics on peer input. The query
+//! scanner parses only what a decision needs (RFC 1035 §4.1 header and question, RFC 6891 OPT);
+//! full validation of upstream replies goes through `domain` in [`crate::answer`].
+
+use crate::CacheKey;
+
+/// Length of the fixed DNS header (RFC 1035 §4.1.1).
+pub const HEADER_LEN: usize = 12;
+/// Longest domain name in wire form (RFC 1035 §2.3.4).
+pub const MAX_NAME_LEN: usize = 255;
+/// The classic UDP payload limit without EDNS (RFC 1035 §4.2.1).
+pub const CLASSIC_UDP_PAYLOAD: u16 = 512;
+/// The EDNS UDP payload size kudurru advertises and uses by default (DNS Flag Day 2020).
+pub const DEFAULT_EDNS_PAYLOAD: u16 = 1232;
+
+/// Response codes (RFC 1035 §4.1.1, RFC 6891 §9).
+pub mod rcode {
+    /// No error.
+    pub const NOERROR: u8 = 0;
+    /// Format error: the server could not interpret the query.
+    pub const FORMERR: u8 = 1;
+    /// Server failure.
+    pub const SERVFAIL: u8 = 2;
+    /// The name does not exist.
+    pub const NXDOMAIN: u8 = 3;
+    /// Not implemented.
+    pub const NOTIMP: u8 = 4;
+    /// Refused by policy.
+    pub const REFUSED: u8 = 5;
+    /// Bad EDNS version (extended rcode 16, RFC 6891 §6.1.3).
+    pub const BADVERS: u16 = 16;
+}
+
+/// Record types kudurru looks at (IANA DNS parameters).
+pub mod rtype {
+    /// IPv4 address.
+    pub const A: u16 = 1;
+    /// Authoritative name server.
+    pub const NS: u16 = 2;
+    /// Canonical name.
+    pub const CNAME: u16 = 5;
+    /// Start of authority.
+    pub const SOA: u16 = 6;
+    /// Domain name pointer.
+    pub const PTR: u16 = 12;
+    /// Text strings.
+    pub const TXT: u16 = 16;
+    /// IPv6 address.
+    pub const AAAA: u16 = 28;
+    /// EDNS pseudo-record (RFC 6891).
+    pub const OPT: u16 = 41;
+    /// Incremental zone transfer.
+    pub const IXFR: u16 = 251;
+    /// Full zone transfer.
+    pub const AXFR: u16 = 252;
+}
+
+/// Classes kudurru looks at.
+pub mod class {
+    /// Internet.
+    pub const IN: u16 = 1;
+    /// Chaos, used for server identification (RFC 4892).
+    pub const CH: u16 = 3;
+}
+
+/// The EDNS option code for padding (RFC 7830).
+pub const OPTION_PADDING: u16 = 12;
+
+const FLAG_QR: u16 = 0x8000;
+const FLAG_AA: u16 = 0x0400;
+const FLAG_TC: u16 = 0x0200;
+const FLAG_RD: u16 = 0x0100;
+const FLAG_RA: u16 = 0x0080;
+const FLAG_AD: u16 = 0x0020;
+const FLAG_CD: u16 = 0x0010;
+const OPCODE_MASK: u16 = 0x7800;
+const OPT_DO: u32 = 0x8000;
+
+/// Reads a big-endian u16 at `at`, or `None` past the end.
+#[inline]
+pub fn read_u16(buf: &[u8], at: usize) -> Option<u16> {
+    let bytes = buf.get(at..at.checked_add(2)?)?;
+    Some(u16::from_be_bytes([bytes[0], bytes[1]]))
+}
+
+/// Reads a big-endian u32 at `at`, or `None` past the end.
+#[inline]
+pub fn read_u32(buf: &[u8], at: usize) -> Option<u32> {
+    let bytes = buf.get(at..at.checked_add(4)?)?;
+    Some(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
+/// Writes a big-endian u16 at `at`; the caller guarantees `at + 2 <= buf.len()`.
+#[inline]
+fn put_u16(buf: &mut [u8], at: usize, value: u16) {
+    buf[at..at + 2].copy_from_slice(&value.to_be_bytes());
+}
+
+/// The message ID of `buf`, if it has a header.
+pub fn message_id(buf: &[u8]) -> Option<u16> {
+    read_u16(buf, 0)
+}
+
+/// The header flags word of `buf`, if it has a header.
+pub fn header_flags(buf: &[u8]) -> Option<u16> {
+    read_u16(buf, 2)
+}
+
+/// The 4-bit header rcode of a message.
+pub fn header_rcode(buf: &[u8]) -> Option<u8> {
+    header_flags(buf).map(|f| (f & 0x000f) as u8)
+}
+
+/// Whether the TC bit is set.
+pub fn is_truncated(buf: &[u8]) -> bool {
+    header_flags(buf).is_some_and(|f| f & FLAG_TC != 0)
+}
+
+/// What the client said in its OPT record (RFC 6891 §6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edns {
+    /// The requestor's UDP payload size, raised to 512 when smaller (RFC 6891 §6.2.3).
+    pub udp_payload: u16,
+    /// EDNS version; only 0 is defined.
+    pub version: u8,
+    /// The DNSSEC OK bit (RFC 3225).
+    pub dnssec_ok: bool,
+    /// Whether the client sent the padding option (RFC 7830).
+    pub padding: bool,
+}
+
+/// Why a query cannot be answered normally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueryError {
+    /// Not a DNS query at all (shorter than a header, or QR=1): send nothing.
+    Ignore,
+    /// A parseable header but a malformed message (RFC 1035 FORMERR).
+    FormErr,
+    /// An opcode other than QUERY (RFC 1035 NOTIMP).
+    NotImp,
+    /// An EDNS version kudurru does not speak (RFC 6891 BADVERS).
+    BadVers,
+}
+
+/// A query scanned on the hot path: borrowed from the receive buffer, no allocation.
+#[derive(Debug, Clone)]
+pub struct Query<'a> {
+    msg: &'a [u8],
+    question_end: usize,
+    qtype: u16,
+    qclass: u16,
+    edns: Option<Edns>,
+    key: CacheKey,
+}
+
+impl<'a> Query<'a> {
+    /// Scans `msg` as a query: header, exactly one question, and the additional section for OPT.
+    ///
+    /// Rules (as Unbound's request checks): QR=1 or less than a header is ignored; an opcode other
+    /// than QUERY is NOTIMP; QDCOUNT must be 1 and ANCOUNT and NSCOUNT 0; the qname must be
+    /// uncompressed, at most 255 bytes, with ordinary labels; at most one OPT, owned by the root;
+    /// records must fit the message exactly.
+    pub fn parse(msg: &'a [u8]) -> Result<Self, QueryError> {
+        let flags = header_flags(msg).ok_or(QueryError::Ignore)?;
+        if msg.len() < HEADER_LEN || flags & FLAG_QR != 0 {
+            return Err(QueryError::Ignore);
+        }
+        if flags & OPCODE_MASK != 0 {
+            return Err(QueryError::NotImp);
+        }
+        let counts = [
+            read_u16(msg, 4).ok_or(QueryError::Ignore)?,
+            read_u16(msg, 6).ok_or(QueryError::Ignore)?,
+            read_u16(msg, 8).ok_or(QueryError::Ignore)?,
+            read_u16(msg, 10).ok_or(QueryError::Ignore)?,
+        ];
+        if counts[0] != 1 || counts[1] != 0 || counts[2] != 0 {
+            return Err(QueryError::FormErr);
+        }
+        let mut key = CacheKey::empty();
+        let name_end = scan_question_name(msg, &mut key).ok_or(QueryError::FormErr)?;
+        let qtype = read_u16(msg, name_end).ok_or(QueryError::FormErr)?;
+        let qclass = read_u16(msg, name_end + 2).ok_or(QueryError::FormErr)?;
+        let question_end = name_end + 4;
+        if qtype == rtype::OPT {
+            return Err(QueryError::FormErr);
+        }
+        let edns = scan_additional(msg, question_end, counts[3])?;
+        if edns.is_some_and(|e| e.version > 0) {
+            return Err(QueryError::BadVers);
+        }
+        let cd = flags & FLAG_CD != 0;
+        let dnssec_ok = edns.is_some_and(|e| e.dnssec_ok);
+        key.finish(qtype, qclass, dnssec_ok, cd);
+        Ok(Self {
+            msg,
+            question_end,
+            qtype,
+            qclass,
+            edns,
+            key,
+        })
+    }
+
+    /// The raw query.
+    pub fn message(&self) -> &'a [u8] {
+        self.msg
+    }
+
+    /// The message ID.
+    pub fn id(&self) -> u16 {
+        u16::from_be_bytes([self.msg[0], self.msg[1]])
+    }
+
+    /// Whether recursion was desired (RD).
+    pub fn recursion_desired(&self) -> bool {
+        self.flags() & FLAG_RD != 0
+    }
+
+    /// Whether checking is disabled (CD, RFC 4035 §3.2.2).
+    pub fn checking_disabled(&self) -> bool {
+        self.flags() & FLAG_CD != 0
+    }
+
+    fn flags(&self) -> u16 {
+        u16::from_be_bytes([self.msg[2], self.msg[3]])
+    }
+
+    /// The query type.
+    pub fn qtype(&self) -> u16 {
+        self.qtype
+    }
+
+    /// The query class.
+    pub fn qclass(&self) -> u16 {
+        self.qclass
+    }
+
+    /// The qname in wire form, with the client's letter case.
+    pub fn qname_wire(&self) -> &'a [u8] {
+        &self.msg[HEADER_LEN..self.question_end - 4]
+    }
+
+    /// The whole question section as the client sent it.
+    pub fn question_wire(&self) -> &'a [u8] {
+        &self.msg[HEADER_LEN..self.question_end]
+    }
+
+    /// The client's EDNS, if it sent an OPT record.
+    pub fn edns(&self) -> Option<Edns> {
+        self.edns
+    }
+
+    /// The cache key: lowercased qname, qtype, qclass, DO and CD.
+    pub fn key(&self) -> &CacheKey {
+        &self.key
+    }
+
+    /// The largest UDP response this client accepts (RFC 6891 §6.2.5), capped at `our_max`.
+    pub fn udp_limit(&self, our_max: u16) -> usize {
+        match self.edns {
+            None => usize::from(CLASSIC_UDP_PAYLOAD),
+            Some(e) => usize::from(e.udp_payload.min(our_max).max(CLASSIC_UDP_PAYLOAD)),
+        }
+    }
+}
+
+/// Scans the uncompressed question name at offset 12 into `key` (lowercased), returning the
+/// offset just past it.
+fn scan_question_name(msg: &[u8], key: &mut CacheKey) -> Option<usize> {
+    let mut pos = HEADER_LEN;
+    loop {
+        let len = usize::from(*msg.get(pos)?);
+        if len & 0xc0 != 0 {
+            // Compression pointers or extended label types have no place in a query's qname.
+            return None;
+        }
+        let label = msg.get(pos..pos + 1 + len)?;
+        if pos + 1 + len - HEADER_LEN > MAX_NAME_LEN {
+            return None;
+        }
+        key.push_lowercase(label);
+        pos += 1 + len;
+        if len == 0 {
+            return Some(pos);
+        }
+    }
+}
+
+/// Skips a possibly compressed name starting at `pos`, returning the offset after it.
+///
+/// Only the bytes at `pos` are walked: a pointer ends the name, so no loop is possible here. The
+/// pointer's target is checked to lie before `pos` (RFC 1035 §4.1.4 prior occurrence).
+pub fn skip_name(msg: &[u8], mut pos: usize) -> Option<usize> {
+    let start = pos;
+    let mut walked = 0usize;
+    loop {
+        let len = *msg.get(pos)?;
+        match len & 0xc0 {
+            0x00 => {
+                let len = usize::from(len);
+                walked += len + 1;
+                if walked > MAX_NAME_LEN {
+                    return None;
+                }
+                msg.get(pos..pos + 1 + len)?;
+                pos += 1 + len;
+                if len == 0 {
+                    return Some(pos);
+                }
+            }
+            0xc0 => {
+                let target = usize::from(read_u16(msg, pos)? & 0x3fff);
+                if target >= start {
+                    return None;
+                }
+                return Some(pos + 2);
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// One resource record located in a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordAt {
+    /// Offset of the owner name.
+    pub start: usize,
+    /// Offset of the TTL field.
+    pub ttl_at: usize,
+    /// The record type.
+    pub rtype: u16,
+    /// Offset of the rdata.
+    pub rdata_at: usize,
+    /// Offset just past the record.
+    pub end: usize,
+}
+
+/// Locates the record starting at `pos`.
+pub fn record_at(msg: &[u8], pos: usize) -> Option<RecordAt> {
+    let name_end = skip_name(msg, pos)?;
+    let rtype = read_u16(msg, name_end)?;
+    let rdlen = usize::from(read_u16(msg, name_end + 8)?);
+    let rdata_at = name_end + 10;
+    let end = rdata_at + rdlen;
+    if end > msg.len() {
+        return None;
+    }
+    Some(RecordAt {
+        start: pos,
+        ttl_at: name_end + 4,
+        rtype,
+        rdata_at,
+        end,
+    })
+}
+
+/// Scans the additional section of a query for its OPT record.
+fn scan_additional(msg: &[u8], mut pos: usize, count: u16) -> Result<Option<Edns>, QueryError> {
+    let mut edns = None;
+    for _ in 0..count {
+        let rr = record_at(msg, pos).ok_or(QueryError::FormErr)?;
+        if rr.rtype == rtype::OPT {
+            // RFC 6891 §6.1.1: one OPT, owned by the root.
+            if edns.is_some() || rr.start + 1 != rr.ttl_at - 4 || msg[rr.start] != 0 {
+                return Err(QueryError::FormErr);
+            }
+            let payload = read_u16(msg, rr.ttl_at - 2).ok_or(QueryError::FormErr)?;
+            let ttl = read_u32(msg, rr.ttl_at).ok_or(QueryError::FormErr)?;
+            let padding = scan_options(&msg[rr.rdata_at..rr.end]).ok_or(QueryError::FormErr)?;
+            edns = Some(Edns {
+                udp_payload: payload.max(CLASSIC_UDP_PAYLOAD),
+                version: (ttl >> 16) as u8,
+                dnssec_ok: ttl & OPT_DO != 0,
+                padding,
+            });
+        }
+        pos = rr.end;
+    }
+    if pos != msg.len() {
+        return Err(QueryError::FormErr);
+    }
+    Ok(edns)
+}
+
+/// Walks EDNS options, checking their lengths; returns whether padding was present.
+fn scan_options(mut rdata: &[u8]) -> Option<bool> {
+    let mut padding = false;
+    while !rdata.is_empty() {
+        let code = read_u16(rdata, 0)?;
+        let len = usize::from(read_u16(rdata, 2)?);
+        rdata = rdata.get(4 + len..)?;
+        padding |= code == OPTION_PADDING;
+    }
+    Some(padding)
+}
+
+/// Response header bits that kudurru sets from a query.
+fn response_flags(query_flags: u16, rcode: u8, authoritative: bool) -> u16 {
+    let mut flags = FLAG_QR | FLAG_RA | (query_flags & (OPCODE_MASK | FLAG_RD | FLAG_CD));
+    if authoritative {
+        flags |= FLAG_AA;
+    }
+    flags | u16::from(rcode & 0x0f)
+}
+
+/// Appends an OPT record (RFC 6891 §6.1.2) advertising `payload`, with an extended rcode.
+pub fn push_opt(out: &mut Vec<u8>, payload: u16, extended_rcode: u16, dnssec_ok: bool) {
+    let ttl = (u32::from(extended_rcode >> 4) << 24) | if dnssec_ok { OPT_DO } else { 0 };
+    out.push(0);
+    out.extend_from_slice(&rtype::OPT.to_be_bytes());
+    out.extend_from_slice(&payload.to_be_bytes());
+    out.extend_from_slice(&ttl.to_be_bytes());
+    out.extend_from_slice(&0u16.to_be_bytes());
+}
+
+/// Increments the 16-bit count at `at` (one of the header section counts).
+fn bump_count(out: &mut [u8], at: usize) {
+    let value = u16::from_be_bytes([out[at], out[at + 1]]).wrapping_add(1);
+    put_u16(out, at, value);
+}
+
+/// Offset of ARCOUNT in the header.
+pub const ARCOUNT_AT: usize = 10;
+/// Offset of ANCOUNT in the header.
+pub const ANCOUNT_AT: usize = 6;
+/// Offset of NSCOUNT in the header.
+pub const NSCOUNT_AT: usize = 8;
+
+/// Writes an error response for a query that did not scan: header only, unless `question` is
+/// known. Used for FORMERR and NOTIMP where the question may be unusable.
+pub fn write_header_error(msg: &[u8], rcode: u8, out: &mut Vec<u8>) -> bool {
+    let (Some(id), Some(flags)) = (message_id(msg), header_flags(msg)) else {
+        return false;
+    };
+    out.clear();
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&response_flags(flags, rcode, false).to_be_bytes());
+    out.extend_from_slice(&[0; 8]);
+    true
+}
+
+/// Writes the start of a response to `query`: header (counts zero but QDCOUNT 1) and question
+/// as the client sent it.
+pub fn start_response(query: &Query<'_>, rcode: u8, authoritative: bool, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&query.id().to_be_bytes());
+    out.extend_from_slice(&response_flags(query.flags(), rcode, authoritative).to_be_bytes());
+    out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+    out.extend_from_slice(query.question_wire());
+}
+
+/// Ends a response built with [`start_response`]: adds an OPT when the client sent one.
+pub fn finish_response(query: &Query<'_>, out: &mut Vec<u8>, payload: u16) {
+    if let Some(edns) = query.edns() {
+        push_opt(out, payload, 0, edns.dnssec_ok);
+        bump_count(out, ARCOUNT_AT);
+    }
+}
+
+/// Writes a complete error response (header, question, OPT if the client sent one).
+pub fn write_error(query: &Query<'_>, rcode: u8, payload: u16, out: &mut Vec<u8>) {
+    start_response(query, rcode, false, out);
+    finish_response(query, out, payload);
+}
+
+/// Writes the BADVERS answer (RFC 6891 §6.1.3): header, question, OPT version 0 with the
+/// extended rcode. `msg` scanned far enough to know it carried an OPT.
+pub fn write_badvers(msg: &[u8], payload: u16, out: &mut Vec<u8>) -> bool {
+    let mut key = CacheKey::empty();
+    let Some(name_end) = scan_question_name(msg, &mut key) else {
+        return false;
+    };
+    let (Some(id), Some(flags)) = (message_id(msg), header_flags(msg)) else {
+        return false;
+    };
+    let Some(question) = msg.get(HEADER_LEN..name_end + 4) else {
+        return false;
+    };
+    out.clear();
+    out.extend_from_slice(&id.to_be_bytes());
+    let badvers_low = (rcode::BADVERS & 0x0f) as u8;
+    out.extend_from_slice(&response_flags(flags, badvers_low, false).to_be_bytes());
+    out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 1]);
+    out.extend_from_slice(question);
+    push_opt(out, payload, rcode::BADVERS, false);
+    true
+}
+
+/// Appends a resource record whose owner is a compression pointer to `owner_at`.
+pub fn push_record(out: &mut Vec<u8>, owner_at: usize, rtype: u16, ttl: u32, rdata: &[u8]) {
+    out.extend_from_slice(&(0xc000 | owner_at as u16).to_be_bytes());
+    out.extend_from_slice(&rtype.to_be_bytes());
+    out.extend_from_slice(&class::IN.to_be_bytes());
+    out.extend_from_slice(&ttl.to_be_bytes());
+    out.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+    out.extend_from_slice(rdata);
+}
+
+/// Adds one to the answer count of a response under construction.
+pub fn count_answer(out: &mut [u8]) {
+    bump_count(out, ANCOUNT_AT);
+}
+
+/// Adds one to the authority count of a response under construction.
+pub fn count_authority(out: &mut [u8]) {
+    bump_count(out, NSCOUNT_AT);
+}
+
+/// Writes the query kudurru sends upstream for `key`: RD=1, CD as the key says, the lowercased
+/// qname, and an OPT advertising [`DEFAULT_EDNS_PAYLOAD`] with DO as the key says.
+pub fn write_upstream_query(key: &CacheKey, id: u16, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&id.to_be_bytes());
+    let flags = FLAG_RD | if key.checking_disabled() { FLAG_CD } else { 0 };
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 1]);
+    out.extend_from_slice(key.question());
+    push_opt(out, DEFAULT_EDNS_PAYLOAD, 0, key.dnssec_ok());
+}
+
+/// Sets TC and keeps only header, question and OPT (if `keep_opt`): the answer did not fit.
+pub fn truncate_to_question(out: &mut Vec<u8>, question_end: usize) {
+    out.truncate(question_end);
+    out[2] |= (FLAG_TC >> 8) as u8;
+    out[6..12].fill(0);
+}
+
+/// Sets the response flags of a cached message for this query: ID, RD and CD from the query, QR
+/// and RA set, AA, AD and the rcode kept from the cached answer.
+pub fn patch_header(out: &mut [u8], query: &Query<'_>) {
+    put_u16(out, 0, query.id());
+    let cached = u16::from_be_bytes([out[2], out[3]]);
+    let keep = cached & (FLAG_AA | FLAG_AD | 0x000f);
+    let flags = FLAG_QR | FLAG_RA | keep | (query.flags() & (FLAG_RD | FLAG_CD));
+    put_u16(out, 2, flags);
+}
+
+/// Whether a reply's header flags say QR=1 and the reply carries `id`.
+pub fn is_reply_to(reply: &[u8], id: u16) -> bool {
+    message_id(reply) == Some(id) && header_flags(reply).is_some_and(|f| f & FLAG_QR != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A query for `name` (dotted, no trailing dot) with optional OPT.
+    pub(crate) fn query(name: &str, qtype: u16, opt: Option<(u16, u8, bool)>) -> Vec<u8> {
+        let mut m = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.').filter(|l| !l.is_empty()) {
+            m.push(label.len() as u8);
+            m.extend_from_slice(label.as_bytes());
+        }
+        m.push(0);
+        m.extend_from_slice(&qtype.to_be_bytes());
+        m.extend_from_slice(&class::IN.to_be_bytes());
+        if let Some((payload, version, dnssec_ok)) = opt {
+            m[11] = 1;
+            m.push(0);
+            m.extend_from_slice(&rtype::OPT.to_be_bytes());
+            m.extend_from_slice(&payload.to_be_bytes());
+            m.extend_from_slice(&[0, version, if dnssec_ok { 0x80 } else { 0 }, 0, 0, 0]);
+        }
+        m
+    }
+
+    #[test]
+    fn scans_query_with_lowercased_key() {
+        let m = query("WwW.Example.COM", rtype::A, Some((4096, 0, true)));
+        let q = Query::parse(&m).expect("valid query");
+        assert_eq!(q.id(), 0x1234);
+        assert!(q.recursion_desired());
+        assert_eq!(q.qtype(), rtype::A);
+        assert_eq!(
+            q.edns().map(|e| (e.udp_payload, e.dnssec_ok)),
+            Some((4096, true))
+        );
+        assert_eq!(&q.key().question()[..4], b"\x03www");
+        assert_eq!(&q.qname_wire()[..4], b"\x03WwW");
+        assert!(q.key().dnssec_ok());
+        assert_eq!(q.udp_limit(1232), 1232);
+    }
+
+    #[test]
+    fn rfc1035_garbage_and_replies_are_ignored() {
+        assert_eq!(Query::parse(&[1, 2, 3]).unwrap_err(), QueryError::Ignore);
+        let mut reply = query("a.test", rtype::A, None);
+        reply[2] |= 0x80;
+        assert_eq!(Query::parse(&reply).unwrap_err(), QueryError::Ignore);
+    }
+
+    #[test]
+    fn rfc1035_malformed_queries_are_formerr() {
+        let good = query("a.test", rtype::A, None);
+        let mut two_questions = good.clone();
+        two_questions[5] = 2;
+        let mut with_answer = good.clone();
+        with_answer[7] = 1;
+        let truncated = good[..good.len() - 1].to_vec();
+        let mut trailing = good.clone();
+        trailing.push(0);
+        let mut pointer = good.clone();
+        pointer[12] = 0xc0;
+        let mut long = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for _ in 0..5 {
+            long.push(63);
+            long.extend_from_slice(&[b'a'; 63]);
+        }
+        long.extend_from_slice(&[0, 0, 1, 0, 1]);
+        for bad in [
+            two_questions,
+            with_answer,
+            truncated,
+            trailing,
+            pointer,
+            long,
+        ] {
+            assert_eq!(
+                Query::parse(&bad).unwrap_err(),
+                QueryError::FormErr,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rfc6891_two_opts_are_formerr_and_version_1_is_badvers() {
+        let mut two = query("a.test", rtype::A, Some((1232, 0, false)));
+        let opt = two[two.len() - 11..].to_vec();
+        two.extend_from_slice(&opt);
+        two[11] = 2;
+        assert_eq!(Query::parse(&two).unwrap_err(), QueryError::FormErr);
+        let v1 = query("a.test", rtype::A, Some((1232, 1, false)));
+        assert_eq!(Query::parse(&v1).unwrap_err(), QueryError::BadVers);
+        let mut out = Vec::new();
+        assert!(write_badvers(&v1, 1232, &mut out));
+        assert_eq!(out.len(), v1.len());
+        assert_eq!(read_u32(&out, out.len() - 6), Some(1 << 24));
+    }
+
+    #[test]
+    fn rfc6891_small_payload_is_raised_to_512() {
+        let m = query("a.test", rtype::A, Some((100, 0, false)));
+        assert_eq!(Query::parse(&m).unwrap().udp_limit(1232), 512);
+    }
+
+    #[test]
+    fn opcode_other_than_query_is_notimp() {
+        let mut m = query("a.test", rtype::A, None);
+        m[2] |= 5 << 3;
+        assert_eq!(Query::parse(&m).unwrap_err(), QueryError::NotImp);
+    }
+
+    #[test]
+    fn error_response_echoes_question_and_opt() {
+        let m = query("A.test", rtype::A, Some((1232, 0, true)));
+        let q = Query::parse(&m).unwrap();
+        let mut out = Vec::new();
+        write_error(&q, rcode::SERVFAIL, 1232, &mut out);
+        assert_eq!(header_rcode(&out), Some(rcode::SERVFAIL));
+        assert_eq!(&out[12..12 + q.question_wire().len()], q.question_wire());
+        assert_eq!(out.len(), m.len());
+        let flags = header_flags(&out).unwrap();
+        assert_ne!(flags & FLAG_RA, 0);
+        assert_ne!(flags & FLAG_RD, 0);
+    }
+
+    #[test]
+    fn skip_name_rejects_forward_pointers() {
+        let msg = [0u8, 0, 0xc0, 2];
+        assert_eq!(skip_name(&msg, 2), None);
+        let msg = [0u8, 0, 0xc0, 0];
+        assert_eq!(skip_name(&msg, 2), Some(4));
+    }
+}
