@@ -1,0 +1,62 @@
+//! Command-line flags (step one of two: raw flags; [`crate::config`] validates).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// kudurru: a thread-per-core caching DNS forwarder.
+#[derive(Debug, Parser)]
+#[command(name = "kudurru", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server until SIGINT or SIGTERM.
+    Serve(ServeArgs),
+    /// Configuration helpers.
+    Config {
+        /// What to print.
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+/// `kudurru config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the key reference table (Markdown) that docs/configuration.md embeds.
+    Keys,
+    /// Print the effective configuration (defaults, file, environment, flags) as TOML.
+    Show(ServeArgs),
+}
+
+/// Flags of `kudurru serve`; each overrides the key named in its help.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// TOML node file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Executors to run, one per CPU (server.cores; default: every available CPU).
+    #[arg(long, value_name = "N")]
+    pub cores: Option<usize>,
+    /// CPUs to pin to, comma-separated (server.cpus).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub cpus: Option<Vec<usize>>,
+    /// Client listener, repeatable: udp://H:P, tcp://H:P or H:P for both (server.listen).
+    #[arg(long = "listen", value_name = "URL")]
+    pub listen: Vec<String>,
+    /// Upstream, repeatable: udp://IP:P or tcp://IP:P (upstreams).
+    #[arg(long = "upstream", value_name = "URL")]
+    pub upstream: Vec<String>,
+    /// Ops listener address (ops.address).
+    #[arg(long, value_name = "ADDR")]
+    pub ops_address: Option<String>,
+    /// Log level or filter (log.level).
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+}

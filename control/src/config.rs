@@ -1,0 +1,1026 @@
+//! Configuration: built-in defaults, the TOML node file, `KUDURRU_…` environment variables and
+//! command-line flags, lowest first. Every key is listed once in [`KEYS`] with its scope and
+//! whether a change needs a restart; docs/configuration.md is rendered from that table.
+//!
+//! Parse, don't validate: [`Config`] is the raw layered document; [`Config::validate`] turns it
+//! into the typed values the data plane runs on, or an error naming the key.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kudurru_core::upstream::parse_host_port;
+use kudurru_core::{LocalNames, ServerIdentity, TtlPolicy, UpstreamSpec};
+use kudurru_transports::{ListenerSpec, Settings};
+use serde::{Deserialize, Serialize};
+
+/// Default client listeners: DNS over UDP and TCP on port 5353 of both loopbacks.
+pub const DEFAULT_LISTEN: &[&str] = &["127.0.0.1:5353", "[::1]:5353"];
+/// Default upstreams: well-known public resolvers (Cloudflare, Quad9), over UDP.
+pub const DEFAULT_UPSTREAMS: &[&str] = &["udp://1.1.1.1:53", "udp://9.9.9.9:53"];
+/// Default ops listener (health, metrics); no authentication, so loopback only.
+pub const DEFAULT_OPS_ADDRESS: &str = "127.0.0.1:8081";
+/// Default total cache size in answers.
+pub const DEFAULT_CACHE_MAX_ENTRIES: usize = 1_000_000;
+
+/// The layered configuration document (TOML keys are camelCase dotted paths).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// `server.*`: listeners, cores, identity.
+    pub server: ServerSection,
+    /// `upstreams`: upstream URLs.
+    pub upstreams: Vec<String>,
+    /// `upstream.*`: timeouts.
+    pub upstream: UpstreamSection,
+    /// `cache.*`.
+    pub cache: CacheSection,
+    /// `edns.*`.
+    pub edns: EdnsSection,
+    /// `tcp.*`.
+    pub tcp: TcpSection,
+    /// `ops.*`.
+    pub ops: OpsSection,
+    /// `log.*`.
+    pub log: LogSection,
+}
+
+/// `server.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServerSection {
+    /// Listener URLs.
+    pub listen: Vec<String>,
+    /// Number of cores; 0 means every available CPU.
+    pub cores: usize,
+    /// CPUs to pin to (overrides `cores` when non-empty).
+    pub cpus: Vec<usize>,
+    /// `id.server` answer; empty refuses it.
+    pub identity: String,
+    /// `version.server` answer; empty refuses it.
+    pub version: String,
+    /// How long shutdown waits for in-flight queries.
+    pub shutdown_grace: String,
+}
+
+/// `upstream.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct UpstreamSection {
+    /// One attempt's timeout.
+    pub timeout: String,
+    /// The whole resolution's bound.
+    pub resolve_timeout: String,
+}
+
+/// `cache.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheSection {
+    /// Total answers across shards.
+    #[serde(rename = "maxEntries")]
+    pub max_entries: usize,
+    /// Lower TTL clamp.
+    #[serde(rename = "minTTL")]
+    pub min_ttl: u32,
+    /// Upper TTL clamp.
+    #[serde(rename = "maxTTL")]
+    pub max_ttl: u32,
+    /// Upper bound of negative caching.
+    #[serde(rename = "negativeMaxTTL")]
+    pub negative_max_ttl: u32,
+    /// Failure caching.
+    #[serde(rename = "servfailTTL")]
+    pub servfail_ttl: u32,
+}
+
+/// `edns.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct EdnsSection {
+    /// Advertised and maximum UDP payload.
+    pub udp_payload: u16,
+}
+
+/// `tcp.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct TcpSection {
+    /// Idle timeout.
+    pub idle_timeout: String,
+    /// Connections per core.
+    pub max_connections_per_core: usize,
+    /// Queries in flight per connection.
+    pub max_pipelined: usize,
+}
+
+/// `ops.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct OpsSection {
+    /// Ops listener address.
+    pub address: String,
+}
+
+/// `log.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct LogSection {
+    /// Level filter (`error`…`trace`, or a tracing filter directive).
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerSection::default(),
+            upstreams: DEFAULT_UPSTREAMS.iter().map(|s| (*s).to_owned()).collect(),
+            upstream: UpstreamSection::default(),
+            cache: CacheSection::default(),
+            edns: EdnsSection::default(),
+            tcp: TcpSection::default(),
+            ops: OpsSection::default(),
+            log: LogSection::default(),
+        }
+    }
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.iter().map(|s| (*s).to_owned()).collect(),
+            cores: 0,
+            cpus: Vec::new(),
+            identity: String::new(),
+            version: format!("kudurru {}", env!("CARGO_PKG_VERSION")),
+            shutdown_grace: "5s".into(),
+        }
+    }
+}
+
+impl Default for UpstreamSection {
+    fn default() -> Self {
+        Self {
+            timeout: "1500ms".into(),
+            resolve_timeout: "4s".into(),
+        }
+    }
+}
+
+impl Default for CacheSection {
+    fn default() -> Self {
+        let ttl = TtlPolicy::default();
+        Self {
+            max_entries: DEFAULT_CACHE_MAX_ENTRIES,
+            min_ttl: ttl.min_ttl,
+            max_ttl: ttl.max_ttl,
+            negative_max_ttl: ttl.negative_max_ttl,
+            servfail_ttl: ttl.servfail_ttl,
+        }
+    }
+}
+
+impl Default for EdnsSection {
+    fn default() -> Self {
+        Self {
+            udp_payload: kudurru_core::wire::DEFAULT_EDNS_PAYLOAD,
+        }
+    }
+}
+
+impl Default for TcpSection {
+    fn default() -> Self {
+        Self {
+            idle_timeout: "10s".into(),
+            max_connections_per_core: 1024,
+            max_pipelined: 64,
+        }
+    }
+}
+
+impl Default for OpsSection {
+    fn default() -> Self {
+        Self {
+            address: DEFAULT_OPS_ADDRESS.into(),
+        }
+    }
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+            format: "text".into(),
+        }
+    }
+}
+
+/// Where a key may be set: on one node, or the same for the whole cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Per node (addresses, cores).
+    Node,
+    /// Shared by every node of a cluster.
+    Cluster,
+}
+
+/// One configuration key's metadata and accessors.
+pub struct KeyInfo {
+    /// Dotted camelCase path.
+    pub key: &'static str,
+    /// Value type, for docs.
+    pub kind: &'static str,
+    /// Node or cluster.
+    pub scope: Scope,
+    /// Only meaningful on the host itself (never shared through cluster settings).
+    pub host_only: bool,
+    /// Takes effect only after a restart.
+    pub restart_required: bool,
+    /// One line for docs.
+    pub description: &'static str,
+    set: fn(&mut Config, &str) -> Result<(), String>,
+    get: fn(&Config) -> String,
+}
+
+impl fmt::Debug for KeyInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyInfo")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyInfo {
+    /// The key's value in `config`, as text.
+    pub fn get(&self, config: &Config) -> String {
+        (self.get)(config)
+    }
+
+    /// Sets the key from text (environment, flags).
+    pub fn set(&self, config: &mut Config, value: &str) -> Result<(), ConfigError> {
+        (self.set)(config, value).map_err(|reason| ConfigError::Value {
+            key: self.key,
+            value: value.to_owned(),
+            reason,
+        })
+    }
+
+    /// The environment variable that sets this key.
+    pub fn env_var(&self) -> String {
+        format!(
+            "KUDURRU_{}",
+            self.key.replace('.', "__").to_ascii_uppercase()
+        )
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(value: &str) -> Result<T, String>
+where
+    T::Err: fmt::Display,
+{
+    value.trim().parse::<T>().map_err(|e| e.to_string())
+}
+
+fn parse_list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn join<T: ToString>(values: &[T]) -> String {
+    values
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+macro_rules! key {
+    ($key:literal, $kind:literal, $scope:ident, $host_only:literal, $restart:literal, $desc:literal,
+     |$c:ident| $field:expr, $parse:expr, $show:expr) => {
+        KeyInfo {
+            key: $key,
+            kind: $kind,
+            scope: Scope::$scope,
+            host_only: $host_only,
+            restart_required: $restart,
+            description: $desc,
+            set: |$c, v| {
+                $field = $parse(v)?;
+                Ok(())
+            },
+            get: |$c| $show(&$field),
+        }
+    };
+}
+
+#[allow(clippy::ptr_arg)] // the key! macro passes `&field`
+fn show_string(s: &String) -> String {
+    s.to_owned()
+}
+
+fn show_num<T: ToString>(v: &T) -> String {
+    v.to_string()
+}
+
+fn parse_string(v: &str) -> Result<String, String> {
+    Ok(v.to_owned())
+}
+
+fn parse_strings(v: &str) -> Result<Vec<String>, String> {
+    Ok(parse_list(v))
+}
+
+fn parse_cpus(v: &str) -> Result<Vec<usize>, String> {
+    parse_list(v).iter().map(|s| parse_num(s)).collect()
+}
+
+/// Every configuration key, in documentation order.
+pub static KEYS: &[KeyInfo] = &[
+    key!(
+        "server.listen",
+        "list of URLs",
+        Node,
+        true,
+        true,
+        "client listeners: udp://H:P, tcp://H:P, or H:P for both (IPv4 or [IPv6])",
+        |c| c.server.listen,
+        parse_strings,
+        |v: &Vec<String>| join(v)
+    ),
+    key!(
+        "server.cores",
+        "integer",
+        Node,
+        true,
+        true,
+        "executors to run, one pinned per CPU; 0 = every CPU this process may use",
+        |c| c.server.cores,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "server.cpus",
+        "list of integers",
+        Node,
+        true,
+        true,
+        "CPUs to pin the executors to (overrides server.cores when set)",
+        |c| c.server.cpus,
+        parse_cpus,
+        |v: &Vec<usize>| join(v)
+    ),
+    key!(
+        "server.identity",
+        "string",
+        Cluster,
+        false,
+        true,
+        "TXT answer to CH id.server and hostname.bind (RFC 4892); empty = REFUSED",
+        |c| c.server.identity,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "server.version",
+        "string",
+        Cluster,
+        false,
+        true,
+        "TXT answer to CH version.server and version.bind; empty = REFUSED",
+        |c| c.server.version,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "server.shutdownGrace",
+        "duration",
+        Node,
+        false,
+        true,
+        "how long SIGTERM/SIGINT waits for in-flight queries before exiting",
+        |c| c.server.shutdown_grace,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "upstreams",
+        "list of URLs",
+        Cluster,
+        false,
+        true,
+        "upstream resolvers: udp://IP:P (TCP on truncation) or tcp://IP:P",
+        |c| c.upstreams,
+        parse_strings,
+        |v: &Vec<String>| join(v)
+    ),
+    key!(
+        "upstream.timeout",
+        "duration",
+        Cluster,
+        false,
+        true,
+        "one attempt at one upstream; then the next upstream is tried",
+        |c| c.upstream.timeout,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "upstream.resolveTimeout",
+        "duration",
+        Cluster,
+        false,
+        true,
+        "bound on all attempts for one query; then SERVFAIL (cached for cache.servfailTTL)",
+        |c| c.upstream.resolve_timeout,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "cache.maxEntries",
+        "integer",
+        Cluster,
+        false,
+        true,
+        "answers cached across all cores (each core owns maxEntries/cores; each L1 adds 1/8 of that)",
+        |c| c.cache.max_entries,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "cache.minTTL",
+        "seconds",
+        Cluster,
+        false,
+        true,
+        "positive TTLs are raised to at least this",
+        |c| c.cache.min_ttl,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "cache.maxTTL",
+        "seconds",
+        Cluster,
+        false,
+        true,
+        "positive TTLs are capped at this",
+        |c| c.cache.max_ttl,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "cache.negativeMaxTTL",
+        "seconds",
+        Cluster,
+        false,
+        true,
+        "negative answers (RFC 2308: min of SOA TTL and MINIMUM) are cached at most this long",
+        |c| c.cache.negative_max_ttl,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "cache.servfailTTL",
+        "seconds",
+        Cluster,
+        false,
+        true,
+        "resolution failures are cached this long (RFC 9520: at least 1, at most 300)",
+        |c| c.cache.servfail_ttl,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "edns.udpPayload",
+        "integer",
+        Cluster,
+        false,
+        true,
+        "EDNS UDP payload advertised and the largest UDP answer sent (512-4096)",
+        |c| c.edns.udp_payload,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "tcp.idleTimeout",
+        "duration",
+        Cluster,
+        false,
+        true,
+        "a client TCP connection idle this long is closed (RFC 7766 §6.2.3)",
+        |c| c.tcp.idle_timeout,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "tcp.maxConnectionsPerCore",
+        "integer",
+        Node,
+        false,
+        true,
+        "client TCP connections each core accepts; more are closed at once",
+        |c| c.tcp.max_connections_per_core,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "tcp.maxPipelined",
+        "integer",
+        Cluster,
+        false,
+        true,
+        "queries in flight on one TCP connection; past this kudurru stops reading it",
+        |c| c.tcp.max_pipelined,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "ops.address",
+        "address",
+        Node,
+        true,
+        true,
+        "ops listener (/healthz/live, /healthz/ready, /metrics); unauthenticated, keep it on loopback",
+        |c| c.ops.address,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "log.level",
+        "string",
+        Node,
+        false,
+        true,
+        "error, warn, info, debug, trace, or a tracing filter directive",
+        |c| c.log.level,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "log.format",
+        "string",
+        Node,
+        false,
+        true,
+        "text or json",
+        |c| c.log.format,
+        parse_string,
+        show_string
+    ),
+];
+
+/// Looks a key up by its dotted path (case-insensitive).
+pub fn find_key(key: &str) -> Option<&'static KeyInfo> {
+    KEYS.iter().find(|k| k.key.eq_ignore_ascii_case(key))
+}
+
+/// Why a configuration was rejected.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The node file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The node file is not valid TOML or has unknown keys or wrong types (the message carries
+    /// the line, column and key).
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// toml's message, with line and column.
+        message: String,
+    },
+    /// An environment variable names no key.
+    #[error("unknown configuration variable {var}: no key {key:?} (see docs/configuration.md)")]
+    UnknownEnv {
+        /// The variable.
+        var: String,
+        /// The key it would set.
+        key: String,
+    },
+    /// A value is invalid for its key.
+    #[error("invalid value {value:?} for {key}: {reason}")]
+    Value {
+        /// The key.
+        key: &'static str,
+        /// The value as given.
+        value: String,
+        /// Why.
+        reason: String,
+    },
+    /// A value from an environment variable was invalid.
+    #[error("environment variable {var}: {source}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// The key's error.
+        source: Box<Self>,
+    },
+}
+
+impl ConfigError {
+    fn value(key: &'static str, value: impl ToString, reason: impl ToString) -> Self {
+        Self::Value {
+            key,
+            value: value.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Variables with the `KUDURRU_` prefix that are not configuration keys.
+const RESERVED_ENV: &[&str] = &["KUDURRU_SETTINGS_FILE", "KUDURRU_BIN"];
+
+impl Config {
+    /// Reads the TOML node file at `path` over the defaults.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses TOML text over the defaults; the error names line, column and key.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())
+    }
+
+    /// Applies `KUDURRU_<SECTION>__<KEY>` variables from `vars` (case-insensitive keys).
+    pub fn apply_env(
+        &mut self,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(), ConfigError> {
+        for (var, value) in vars {
+            let Some(path) = var.strip_prefix("KUDURRU_") else {
+                continue;
+            };
+            if RESERVED_ENV.contains(&var.as_str()) {
+                continue;
+            }
+            let key = path.replace("__", ".");
+            let info = find_key(&key).ok_or_else(|| ConfigError::UnknownEnv {
+                var: var.clone(),
+                key: key.clone(),
+            })?;
+            info.set(self, &value).map_err(|e| ConfigError::Env {
+                var: var.clone(),
+                source: Box::new(e),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Checks every value and builds what the data plane runs on.
+    pub fn validate(&self) -> Result<Validated, ConfigError> {
+        let listeners = self
+            .server
+            .listen
+            .iter()
+            .map(|url| {
+                parse_listener(url).ok_or_else(|| {
+                    ConfigError::value(
+                        "server.listen",
+                        url,
+                        "expected udp://H:P, tcp://H:P or H:P with an IP address",
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if listeners.is_empty() {
+            return Err(ConfigError::value(
+                "server.listen",
+                "",
+                "at least one listener is needed",
+            ));
+        }
+        let upstreams = self
+            .upstreams
+            .iter()
+            .map(|url| {
+                url.parse::<UpstreamSpec>()
+                    .map_err(|e| ConfigError::value("upstreams", url, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if upstreams.is_empty() {
+            return Err(ConfigError::value(
+                "upstreams",
+                "",
+                "at least one upstream is needed",
+            ));
+        }
+        let available = kudurru_transports::sys::available_cpus();
+        let cpus = if !self.server.cpus.is_empty() {
+            if let Some(bad) = self.server.cpus.iter().find(|c| !available.contains(c)) {
+                return Err(ConfigError::value(
+                    "server.cpus",
+                    bad,
+                    format!("not among the CPUs this process may use: {available:?}"),
+                ));
+            }
+            self.server.cpus.clone()
+        } else if self.server.cores == 0 {
+            available.clone()
+        } else if self.server.cores > available.len() {
+            return Err(ConfigError::value(
+                "server.cores",
+                self.server.cores,
+                format!(
+                    "only {} CPUs are available to this process",
+                    available.len()
+                ),
+            ));
+        } else {
+            available[..self.server.cores].to_vec()
+        };
+        let duration = |key: &'static str, text: &str| -> Result<Duration, ConfigError> {
+            let d =
+                humantime::parse_duration(text).map_err(|e| ConfigError::value(key, text, e))?;
+            if d.is_zero() {
+                return Err(ConfigError::value(key, text, "must be more than zero"));
+            }
+            Ok(d)
+        };
+        let upstream_timeout = duration("upstream.timeout", &self.upstream.timeout)?;
+        let resolve_timeout = duration("upstream.resolveTimeout", &self.upstream.resolve_timeout)?;
+        let tcp_idle_timeout = duration("tcp.idleTimeout", &self.tcp.idle_timeout)?;
+        let shutdown_grace = duration("server.shutdownGrace", &self.server.shutdown_grace)?;
+        let c = &self.cache;
+        if c.max_entries == 0 {
+            return Err(ConfigError::value(
+                "cache.maxEntries",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if c.min_ttl > c.max_ttl {
+            return Err(ConfigError::value(
+                "cache.minTTL",
+                c.min_ttl,
+                format!("larger than cache.maxTTL ({})", c.max_ttl),
+            ));
+        }
+        if !(1..=300).contains(&c.servfail_ttl) {
+            return Err(ConfigError::value(
+                "cache.servfailTTL",
+                c.servfail_ttl,
+                "RFC 9520 asks for 1 to 300 seconds",
+            ));
+        }
+        if !(512..=4096).contains(&self.edns.udp_payload) {
+            return Err(ConfigError::value(
+                "edns.udpPayload",
+                self.edns.udp_payload,
+                "must be 512 to 4096",
+            ));
+        }
+        for (key, value) in [
+            (
+                "tcp.maxConnectionsPerCore",
+                self.tcp.max_connections_per_core,
+            ),
+            ("tcp.maxPipelined", self.tcp.max_pipelined),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::value(key, value, "must be at least 1"));
+            }
+        }
+        let ops_address = parse_host_port(&self.ops.address, 8081).ok_or_else(|| {
+            ConfigError::value("ops.address", &self.ops.address, "expected IP:PORT")
+        })?;
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return Err(ConfigError::value(
+                "log.format",
+                &self.log.format,
+                "expected text or json",
+            ));
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log.level)
+            .map_err(|e| ConfigError::value("log.level", &self.log.level, e))?;
+        let identity = if self.server.identity.is_empty() {
+            hostname()
+        } else {
+            self.server.identity.clone()
+        };
+        let settings = Settings {
+            upstreams,
+            ttl: TtlPolicy {
+                min_ttl: c.min_ttl,
+                max_ttl: c.max_ttl,
+                negative_max_ttl: c.negative_max_ttl,
+                servfail_ttl: c.servfail_ttl,
+            },
+            cache_max_entries: c.max_entries,
+            local: LocalNames::new(ServerIdentity {
+                identity,
+                version: self.server.version.clone(),
+            }),
+            edns_payload: self.edns.udp_payload,
+            upstream_timeout,
+            resolve_timeout,
+            tcp_idle_timeout,
+            tcp_max_connections: self.tcp.max_connections_per_core,
+            tcp_max_pipelined: self.tcp.max_pipelined,
+            shutdown_grace,
+        };
+        Ok(Validated {
+            settings,
+            listeners,
+            cpus,
+            ops_address,
+        })
+    }
+}
+
+/// A configuration that passed validation.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    /// The data plane's settings snapshot.
+    pub settings: Settings,
+    /// Client listeners.
+    pub listeners: Vec<ListenerSpec>,
+    /// CPUs to pin executors to.
+    pub cpus: Vec<usize>,
+    /// Ops listener address.
+    pub ops_address: SocketAddr,
+}
+
+/// Parses `udp://H:P`, `tcp://H:P` or `H:P` (both).
+pub fn parse_listener(url: &str) -> Option<ListenerSpec> {
+    let (udp, tcp, rest) = if let Some(rest) = url.strip_prefix("udp://") {
+        (true, false, rest)
+    } else if let Some(rest) = url.strip_prefix("tcp://") {
+        (false, true, rest)
+    } else if let Some(rest) = url.strip_prefix("dns://") {
+        (true, true, rest)
+    } else {
+        (true, true, url)
+    };
+    parse_host_port(rest, 53).map(|addr| ListenerSpec { addr, udp, tcp })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "kudurru".into())
+}
+
+/// Renders the key table as the Markdown of docs/configuration.md's reference section.
+pub fn render_key_table() -> String {
+    let defaults = Config::default();
+    let mut out = String::from(
+        "| key | type | default | scope | host only | applies | environment | description |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for k in KEYS {
+        let default = k.get(&defaults);
+        let default = if default.is_empty() {
+            "(empty)".to_owned()
+        } else {
+            format!("`{default}`")
+        };
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} | `{}` | {} |\n",
+            k.key,
+            k.kind,
+            default,
+            match k.scope {
+                Scope::Node => "node",
+                Scope::Cluster => "cluster",
+            },
+            if k.host_only { "yes" } else { "no" },
+            if k.restart_required { "restart" } else { "hot" },
+            k.env_var(),
+            k.description,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate() {
+        let v = Config::default().validate().expect("defaults are valid");
+        assert_eq!(v.listeners.len(), 2);
+        assert!(
+            v.listeners
+                .iter()
+                .all(|l| l.udp && l.tcp && l.addr.port() == 5353)
+        );
+        assert_eq!(v.settings.upstreams.len(), 2);
+    }
+
+    #[test]
+    fn file_errors_name_line_and_key() {
+        let err = Config::from_toml("[cache]\nmaxEntries = 10\nmaxEntrie = 5\n").unwrap_err();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("maxEntrie"), "{err}");
+        let err = Config::from_toml("[cache]\nmaxEntries = \"lots\"\n").unwrap_err();
+        assert!(
+            err.contains("line 2") && err.contains("maxEntries"),
+            "{err}"
+        );
+        let c = Config::from_toml("upstreams = [\"tcp://127.0.0.1:53\"]\n[cache]\nminTTL = 60\n")
+            .unwrap();
+        assert_eq!(c.cache.min_ttl, 60);
+        assert_eq!(c.upstreams, vec!["tcp://127.0.0.1:53"]);
+    }
+
+    #[test]
+    fn env_overrides_file_and_unknown_env_is_an_error() {
+        let mut c = Config::from_toml("[cache]\nmaxEntries = 10\n").unwrap();
+        c.apply_env([
+            ("KUDURRU_CACHE__MAXENTRIES".into(), "99".into()),
+            ("PATH".into(), "/bin".into()),
+        ])
+        .unwrap();
+        assert_eq!(c.cache.max_entries, 99);
+        let err = c
+            .apply_env([("KUDURRU_CACHE__MAXENTRYS".into(), "1".into())])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("KUDURRU_CACHE__MAXENTRYS"),
+            "{err}"
+        );
+        let err = c
+            .apply_env([("KUDURRU_CACHE__MAXENTRIES".into(), "x".into())])
+            .unwrap_err();
+        assert!(err.to_string().contains("cache.maxEntries"), "{err}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut c = Config::default();
+        c.cache.min_ttl = 10;
+        c.cache.max_ttl = 5;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("cache.minTTL")
+        );
+        let c = Config {
+            upstreams: vec!["tls://1.1.1.1".into()],
+            ..Config::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("upstreams"));
+        let mut c = Config::default();
+        c.upstream.timeout = "soon".into();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("upstream.timeout")
+        );
+    }
+
+    #[test]
+    fn every_key_round_trips_through_its_accessors() {
+        let defaults = Config::default();
+        for k in KEYS {
+            let mut c = Config::default();
+            k.set(&mut c, &k.get(&defaults))
+                .unwrap_or_else(|e| panic!("{}: {e}", k.key));
+            assert_eq!(c, defaults, "{} does not round-trip", k.key);
+            // The TOML path exists in the serialized document.
+            let doc = toml::Table::try_from(&defaults).unwrap();
+            let mut node = toml::Value::Table(doc);
+            for part in k.key.split('.') {
+                node = node
+                    .get(part)
+                    .unwrap_or_else(|| panic!("{} not a TOML path", k.key))
+                    .clone();
+            }
+        }
+    }
+
+    #[test]
+    fn docs_configuration_md_matches_the_key_table() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/configuration.md"
+        ))
+        .unwrap();
+        assert!(
+            doc.contains(&render_key_table()),
+            "docs/configuration.md is stale: regenerate its table with `kudurru config keys`"
+        );
+    }
+}

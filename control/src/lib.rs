@@ -1,0 +1,10 @@
+//! kudurru-control: the control plane and the `kudurru` binary.
+//!
+//! The control thread parses and layers configuration, publishes the settings snapshot the cores
+//! read (`arc-swap`), starts and supervises the per-core executors, and serves the ops listener.
+//! `main.rs` stays thin; everything testable lives here.
+
+pub mod cli;
+pub mod config;
+pub mod ops;
+pub mod serve;

@@ -1,0 +1,182 @@
+//! Per-core counters, written by one core with relaxed atomics and read by the control thread.
+//!
+//! Each core owns one [`CoreMetrics`] (cache-line aligned, so cores never share a line); the ops
+//! listener sums them when it renders `/metrics`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Client-facing transports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// DNS over UDP.
+    Udp,
+    /// DNS over TCP.
+    Tcp,
+}
+
+impl Transport {
+    /// All transports, in metric order.
+    pub const ALL: [Self; 2] = [Self::Udp, Self::Tcp];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+        }
+    }
+}
+
+/// Labels of `kudurru_dns_responses_total{rcode=...}`; `none` counts drops (nothing sent).
+pub const RCODE_LABELS: [&str; 8] = [
+    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "other", "none",
+];
+const RCODE_NONE: usize = 7;
+const RCODE_OTHER: usize = 6;
+
+/// Most upstreams tracked per core; further ones share the last slot.
+pub const MAX_UPSTREAMS: usize = 16;
+
+/// Upper bounds (seconds) of the upstream latency histogram buckets.
+pub const LATENCY_BOUNDS: [f64; 12] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
+];
+
+/// Why an upstream attempt failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamError {
+    /// No reply in time.
+    Timeout,
+    /// Socket or connection error.
+    Network,
+    /// A reply that was malformed or carried a failing rcode.
+    BadReply,
+}
+
+impl UpstreamError {
+    /// All kinds, in metric order.
+    pub const ALL: [Self; 3] = [Self::Timeout, Self::Network, Self::BadReply];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Network => "network",
+            Self::BadReply => "bad_reply",
+        }
+    }
+}
+
+/// Counters for one upstream on one core.
+#[derive(Debug, Default)]
+pub struct UpstreamCounters {
+    /// Queries sent.
+    pub queries: AtomicU64,
+    /// Failures by [`UpstreamError`].
+    pub errors: [AtomicU64; 3],
+    /// Replies ignored because their ID, source or question did not match (spoofing resistance).
+    pub mismatched: AtomicU64,
+    /// Truncated UDP replies retried over TCP.
+    pub tcp_retries: AtomicU64,
+    /// Latency histogram of answered queries, cumulative per [`LATENCY_BOUNDS`] plus +Inf.
+    pub latency_buckets: [AtomicU64; 13],
+    /// Sum of answered latencies, microseconds.
+    pub latency_sum_us: AtomicU64,
+}
+
+/// Cache counters mirrored from the core's shard and L1 (the core copies them once a second).
+#[derive(Debug, Default)]
+pub struct CacheCounters {
+    /// Answers served from the cache (either tier).
+    pub hits: AtomicU64,
+    /// Lookups that had to go to the owner core or upstream.
+    pub misses: AtomicU64,
+    /// Entries held in the core's shard.
+    pub entries: AtomicU64,
+    /// Entries held in the core's L1 of other cores' answers.
+    pub l1_entries: AtomicU64,
+    /// Fresh entries evicted for room.
+    pub evictions: AtomicU64,
+    /// Expired entries reclaimed.
+    pub expired: AtomicU64,
+}
+
+/// All counters of one core.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct CoreMetrics {
+    /// Queries received, by [`Transport`].
+    pub queries: [AtomicU64; 2],
+    /// Responses by rcode label ([`RCODE_LABELS`]).
+    pub responses: [AtomicU64; 8],
+    /// Cache counters.
+    pub cache: CacheCounters,
+    /// Misses sent to the owning core.
+    pub cross_core_lookups: AtomicU64,
+    /// Misses that joined an identical in-flight upstream query.
+    pub coalesced: AtomicU64,
+    /// Queries answered SERVFAIL because every upstream failed.
+    pub upstream_exhausted: AtomicU64,
+    /// TCP connections refused because the per-core limit was reached.
+    pub tcp_refused: AtomicU64,
+    /// TCP connections closed for idleness or slowness.
+    pub tcp_timeouts: AtomicU64,
+    /// Per upstream (by index in the current upstream set).
+    pub upstreams: [UpstreamCounters; MAX_UPSTREAMS],
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl CoreMetrics {
+    /// Counts a received query.
+    pub fn query(&self, transport: Transport) {
+        bump(&self.queries[transport as usize]);
+    }
+
+    /// Counts a response by its header rcode.
+    pub fn response(&self, rcode: u8) {
+        let slot = if usize::from(rcode) < RCODE_OTHER {
+            usize::from(rcode)
+        } else {
+            RCODE_OTHER
+        };
+        bump(&self.responses[slot]);
+    }
+
+    /// Counts a drop: nothing was sent.
+    pub fn dropped(&self) {
+        bump(&self.responses[RCODE_NONE]);
+    }
+
+    /// The counters of upstream `index`.
+    pub fn upstream(&self, index: usize) -> &UpstreamCounters {
+        &self.upstreams[index.min(MAX_UPSTREAMS - 1)]
+    }
+
+    /// Increments a counter.
+    pub fn bump(counter: &AtomicU64) {
+        bump(counter);
+    }
+}
+
+impl UpstreamCounters {
+    /// Records an answered query's latency.
+    pub fn observe(&self, latency: Duration) {
+        let secs = latency.as_secs_f64();
+        let bucket = LATENCY_BOUNDS
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(LATENCY_BOUNDS.len());
+        bump(&self.latency_buckets[bucket]);
+        self.latency_sum_us
+            .fetch_add(latency.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Records a failed attempt.
+    pub fn error(&self, kind: UpstreamError) {
+        bump(&self.errors[kind as usize]);
+    }
+}

@@ -1,0 +1,401 @@
+//! Starting and stopping the per-core executors.
+//!
+//! ```text
+//! start(): bind every listener N times (SO_REUSEPORT) ─▶ N threads, each a glommio executor
+//!          pinned to one CPU ─▶ join the channel mesh ─▶ serve ─▶ report ready
+//! stop():  flag ─▶ each core stops its listeners, drains in-flight queries (bounded by
+//!          server.shutdownGrace), waits for its peers to drain, exits
+//! ```
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::metrics::CoreMetrics;
+use crate::settings::SharedSettings;
+use crate::sys::{self, SocketKind};
+use crate::worker::{Ownership, ShardMessage, Worker};
+use crate::{tcp, udp};
+
+/// Memory glommio registers for I/O per core. Small on purpose: with SO_REUSEPORT sockets the
+/// data path mostly bypasses these buffers, and registration counts against RLIMIT_MEMLOCK.
+pub const IO_MEMORY_PER_CORE: usize = 1 << 20;
+/// Submission queue entries per io_uring ring (glommio makes three rings per core).
+pub const RING_DEPTH: usize = 256;
+/// Messages buffered between each pair of cores.
+const MESH_CAPACITY: usize = 1024;
+/// How often a core checks the shutdown flag.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// A client-facing listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerSpec {
+    /// Address to bind.
+    pub addr: SocketAddr,
+    /// DNS over UDP on it.
+    pub udp: bool,
+    /// DNS over TCP on it.
+    pub tcp: bool,
+}
+
+/// What the data plane is started with.
+pub struct ServerSpec {
+    /// CPUs to pin one executor each to.
+    pub cpus: Vec<usize>,
+    /// Listeners, each served by every core.
+    pub listeners: Vec<ListenerSpec>,
+    /// The settings snapshot pointer.
+    pub settings: SharedSettings,
+}
+
+/// Why the data plane did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A listener could not be bound.
+    #[error("cannot bind {kind} {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// `udp` or `tcp`.
+        kind: &'static str,
+        /// The OS error (`AddrInUse` when the port is taken).
+        source: io::Error,
+    },
+    /// The kernel refused io_uring for lack of locked memory.
+    #[error(
+        "cannot start the executor on cpu {cpu}: {source}; io_uring needs locked memory: RLIMIT_MEMLOCK is {limit}, \
+         raise it (ulimit -l, or LimitMEMLOCK= in the systemd unit) to at least {needed} bytes"
+    )]
+    Memlock {
+        /// The CPU.
+        cpu: usize,
+        /// The current soft limit, as text.
+        limit: String,
+        /// A sufficient limit for the configured cores.
+        needed: usize,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// io_uring is not available (old kernel, seccomp, or `kernel.io_uring_disabled`).
+    #[error(
+        "cannot start the executor on cpu {cpu}: io_uring is unavailable ({source}); kudurru needs Linux 5.8 or later with io_uring enabled"
+    )]
+    IoUring {
+        /// The CPU.
+        cpu: usize,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// Any other executor start failure.
+    #[error("cannot start the executor on cpu {cpu}: {message}")]
+    Executor {
+        /// The CPU.
+        cpu: usize,
+        /// What glommio said.
+        message: String,
+    },
+}
+
+/// The running data plane.
+pub struct Server {
+    threads: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    ready: Arc<AtomicUsize>,
+    metrics: Vec<Arc<CoreMetrics>>,
+    bound: Vec<(&'static str, SocketAddr)>,
+}
+
+impl Server {
+    /// Whether every core has its listeners up.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) == self.threads.len()
+    }
+
+    /// Each core's counters.
+    pub fn metrics(&self) -> &[Arc<CoreMetrics>] {
+        &self.metrics
+    }
+
+    /// The bound listener addresses, as (`udp`|`tcp`, address).
+    pub fn bound(&self) -> &[(&'static str, SocketAddr)] {
+        &self.bound
+    }
+
+    /// Asks every core to stop (non-blocking).
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// Stops and waits for every core to exit.
+    pub fn stop(self) {
+        self.request_stop();
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+struct CoreStart {
+    cpu: usize,
+    udp: Vec<OwnedFd>,
+    tcp: Vec<OwnedFd>,
+}
+
+/// Binds the listeners and starts one pinned executor per CPU.
+pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
+    let cores = spec.cpus.len().max(1);
+    let mut per_core: Vec<CoreStart> = spec
+        .cpus
+        .iter()
+        .map(|&cpu| CoreStart {
+            cpu,
+            udp: Vec::new(),
+            tcp: Vec::new(),
+        })
+        .collect();
+    let mut bound = Vec::new();
+    for listener in &spec.listeners {
+        let mut addr = listener.addr;
+        for (enabled, kind, label) in [
+            (listener.udp, SocketKind::Udp, "udp"),
+            (listener.tcp, SocketKind::Tcp, "tcp"),
+        ] {
+            if !enabled {
+                continue;
+            }
+            let (at, fds) =
+                sys::bind_reuseport(addr, kind, cores).map_err(|source| StartError::Bind {
+                    addr,
+                    kind: label,
+                    source,
+                })?;
+            // UDP and TCP of one listener share the port, even when it was 0.
+            addr = at;
+            bound.push((label, at));
+            for (core, fd) in per_core.iter_mut().zip(fds) {
+                match kind {
+                    SocketKind::Udp => core.udp.push(fd),
+                    SocketKind::Tcp => core.tcp.push(fd),
+                }
+            }
+        }
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(AtomicUsize::new(0));
+    let drained = Arc::new(AtomicUsize::new(0));
+    let ownership = Ownership::new(rand::random(), cores);
+    let mesh = (cores > 1).then(|| MeshBuilder::<ShardMessage, _>::full(cores, MESH_CAPACITY));
+    let metrics: Vec<Arc<CoreMetrics>> = (0..cores)
+        .map(|_| Arc::new(CoreMetrics::default()))
+        .collect();
+    let (started_tx, started_rx) = mpsc::channel::<Result<(), StartError>>();
+    let mut threads = Vec::with_capacity(cores);
+    for (index, core) in per_core.into_iter().enumerate() {
+        let context = CoreContext {
+            settings: spec.settings.clone(),
+            metrics: metrics[index].clone(),
+            ownership: ownership.clone(),
+            mesh: mesh.clone(),
+            stop: stop.clone(),
+            ready: ready.clone(),
+            drained: drained.clone(),
+            cores,
+        };
+        let started = started_tx.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("kudurru-core-{index}"))
+            .spawn(move || {
+                let executor = LocalExecutorBuilder::new(Placement::Fixed(core.cpu))
+                    .name(&format!("core-{index}"))
+                    .io_memory(IO_MEMORY_PER_CORE)
+                    .ring_depth(RING_DEPTH)
+                    .make();
+                let executor = match executor {
+                    Ok(executor) => {
+                        let _ = started.send(Ok(()));
+                        executor
+                    }
+                    Err(e) => {
+                        let _ = started.send(Err(classify_start_error(core.cpu, cores, e)));
+                        return;
+                    }
+                };
+                executor.run(run_core(context, core.udp, core.tcp));
+            })
+            .map_err(|e| StartError::Executor {
+                cpu: core.cpu,
+                message: e.to_string(),
+            })?;
+        threads.push(thread);
+    }
+    drop(started_tx);
+    let mut failure = None;
+    for _ in 0..cores {
+        match started_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(_) => {
+                failure = failure.or(Some(StartError::Executor {
+                    cpu: 0,
+                    message: "executor thread died".into(),
+                }))
+            }
+        }
+    }
+    let server = Server {
+        threads,
+        stop,
+        ready,
+        metrics,
+        bound,
+    };
+    if let Some(e) = failure {
+        server.stop();
+        return Err(e);
+    }
+    Ok(server)
+}
+
+fn classify_start_error(cpu: usize, cores: usize, error: glommio::GlommioError<()>) -> StartError {
+    let io = match error {
+        glommio::GlommioError::IoError(io) => io,
+        other => {
+            return StartError::Executor {
+                cpu,
+                message: other.to_string(),
+            };
+        }
+    };
+    match io.raw_os_error() {
+        Some(libc::ENOMEM) => StartError::Memlock {
+            cpu,
+            limit: sys::memlock_limit().map_or("unlimited".into(), |l| format!("{l} bytes")),
+            needed: cores * (IO_MEMORY_PER_CORE + 4 * RING_DEPTH * 64 * 3) + (8 << 20),
+            source: io,
+        },
+        Some(libc::ENOSYS | libc::EPERM) => StartError::IoUring { cpu, source: io },
+        _ => StartError::Executor {
+            cpu,
+            message: io.to_string(),
+        },
+    }
+}
+
+struct CoreContext {
+    settings: SharedSettings,
+    metrics: Arc<CoreMetrics>,
+    ownership: Ownership,
+    mesh: Option<MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>>,
+    stop: Arc<AtomicBool>,
+    ready: Arc<AtomicUsize>,
+    drained: Arc<AtomicUsize>,
+    cores: usize,
+}
+
+async fn wait_for(flag: &AtomicBool) {
+    while !flag.load(Ordering::Acquire) {
+        glommio::timer::sleep(STOP_POLL).await;
+    }
+}
+
+async fn run_core(context: CoreContext, udp: Vec<OwnedFd>, tcp: Vec<OwnedFd>) {
+    let CoreContext {
+        settings,
+        metrics,
+        ownership,
+        mesh,
+        stop,
+        ready,
+        drained,
+        cores,
+    } = context;
+    let (shard, senders, receivers) = match mesh {
+        None => (0, None, None),
+        Some(mesh) => {
+            let joined = futures_lite::future::or(async { Some(mesh.join().await) }, async {
+                wait_for(&stop).await;
+                None
+            })
+            .await;
+            match joined {
+                Some(Ok((senders, receivers))) => {
+                    (senders.peer_id(), Some(senders), Some(receivers))
+                }
+                _ => return,
+            }
+        }
+    };
+    let worker = Rc::new(Worker::new(shard, ownership, settings, metrics, senders));
+    let mut tasks = Vec::new();
+    if let Some(mut receivers) = receivers {
+        for (_, receiver) in receivers.streams() {
+            let worker = worker.clone();
+            tasks.push(glommio::spawn_local(async move {
+                while let Some(message) = receiver.recv().await {
+                    worker.on_message(message);
+                }
+            }));
+        }
+    }
+    let mut listeners = Vec::new();
+    for fd in udp {
+        listeners.push(glommio::spawn_local(udp::serve(
+            worker.clone(),
+            Rc::new(sys::glommio_udp(fd)),
+        )));
+    }
+    for fd in tcp {
+        listeners.push(glommio::spawn_local(tcp::serve(
+            worker.clone(),
+            sys::glommio_tcp_listener(fd),
+        )));
+    }
+    let maintenance = {
+        let worker = worker.clone();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(Duration::from_secs(1)).await;
+                worker.maintain(Instant::now());
+            }
+        })
+    };
+    ready.fetch_add(1, Ordering::AcqRel);
+    wait_for(&stop).await;
+
+    // Stop accepting: cancelling the listener tasks closes their sockets.
+    for task in listeners {
+        task.cancel().await;
+    }
+    let grace = worker.settings().shutdown_grace;
+    let deadline = Instant::now() + grace;
+    while worker.active.get() > 0 && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    if worker.active.get() > 0 {
+        tracing::warn!(
+            core = shard,
+            abandoned = worker.active.get(),
+            "shutdown grace passed with queries in flight"
+        );
+    }
+    // Keep answering peers until every core has drained its own queries.
+    drained.fetch_add(1, Ordering::AcqRel);
+    let peers_deadline = Instant::now() + grace + Duration::from_secs(1);
+    while drained.load(Ordering::Acquire) < cores && Instant::now() < peers_deadline {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    worker.maintain(Instant::now());
+    drop(maintenance);
+    drop(tasks);
+}

@@ -1,0 +1,167 @@
+//! The TCP listener of one core (RFC 7766): pipelined queries answered as they complete.
+//!
+//! ```text
+//! accept ─▶ connection task ─ read frame (idle deadline) ─▶ ingress ─┬ hit / local ─▶ writer
+//!                                                                    └ miss ─▶ task ─▶ writer
+//! writer task: frames from a bounded channel ─▶ socket (write deadline)
+//! ```
+//! A connection holds at most `tcp.maxPipelined` queries in flight; past that it stops reading,
+//! so a client that does not read its answers stalls only itself. A client silent for
+//! `tcp.idleTimeout`, or that takes longer than that to send a frame it started, is closed.
+//! A `Drop` decision closes the connection (nothing is sent).
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use futures_lite::io::{ReadHalf, WriteHalf};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel::{self, LocalSender};
+use glommio::net::{TcpListener, TcpStream};
+use glommio::sync::Semaphore;
+use kudurru_core::wire::{self, Query};
+use kudurru_core::{Decision, ingress};
+
+use crate::metrics::{CoreMetrics, Transport};
+use crate::upstream::until;
+use crate::worker::{Active, Worker};
+
+/// Accepts connections until the task is dropped.
+pub(crate) async fn serve(worker: Rc<Worker>, listener: TcpListener) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok(stream) => stream,
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                tracing::warn!(error = %e, "tcp accept failed");
+                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if worker.tcp_connections.get() >= worker.settings().tcp_max_connections {
+            CoreMetrics::bump(&worker.metrics.tcp_refused);
+            continue; // dropping the stream closes it
+        }
+        worker.tcp_connections.set(worker.tcp_connections.get() + 1);
+        let worker = worker.clone();
+        glommio::spawn_local(async move {
+            connection(&worker, stream).await;
+            worker.tcp_connections.set(worker.tcp_connections.get() - 1);
+        })
+        .detach();
+    }
+}
+
+async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = futures_lite::io::split(stream);
+    let settings = worker.settings();
+    let pipelined = settings.tcp_max_pipelined.max(1);
+    let (tx, rx) = local_channel::new_bounded::<Vec<u8>>(pipelined);
+    let tx = Rc::new(tx);
+    let writer_task = glommio::spawn_local(write_frames(writer, rx, worker.clone()));
+    let permits = Rc::new(Semaphore::new(pipelined as u64));
+    let mut out = Vec::with_capacity(1024);
+    loop {
+        let Some(message) = read_frame(worker, &mut reader).await else {
+            break;
+        };
+        worker.metrics.query(Transport::Tcp);
+        let Ok(permit) = permits.acquire_static_permit(1).await else {
+            break;
+        };
+        let settings = worker.settings();
+        match ingress(&message, &settings.local, settings.edns_payload, &mut out) {
+            Decision::Respond => {
+                if !send_frame(worker, &tx, &out).await {
+                    break;
+                }
+            }
+            Decision::Drop => {
+                worker.metrics.dropped();
+                break;
+            }
+            Decision::Resolve(query) => {
+                let now = Instant::now();
+                if let Some(answer) = worker.lookup_local(query.key(), now) {
+                    answer.write_response(&query, now, None, settings.edns_payload, &mut out);
+                    if !send_frame(worker, &tx, &out).await {
+                        break;
+                    }
+                    continue;
+                }
+                let (worker, tx) = (worker.clone(), tx.clone());
+                glommio::spawn_local(async move {
+                    let _active = Active::enter(&worker);
+                    let _permit = permit;
+                    let Ok(query) = Query::parse(&message) else {
+                        return;
+                    };
+                    let answer = worker.resolve(query.key()).await;
+                    let mut out = Vec::with_capacity(1024);
+                    let payload = worker.settings().edns_payload;
+                    answer.write_response(&query, Instant::now(), None, payload, &mut out);
+                    send_frame(&worker, &tx, &out).await;
+                })
+                .detach();
+            }
+        }
+    }
+    drop(tx);
+    permits.close();
+    // The writer ends when every pending answer was written (all senders dropped) or it failed.
+    writer_task.await;
+}
+
+/// Reads one length-prefixed message; `None` closes the connection (EOF, error, idle, slow).
+async fn read_frame(worker: &Worker, reader: &mut ReadHalf<TcpStream>) -> Option<Vec<u8>> {
+    let idle = worker.settings().tcp_idle_timeout;
+    let mut len = [0u8; 2];
+    match until(Instant::now() + idle, reader.read_exact(&mut len)).await {
+        Some(Ok(())) => {}
+        Some(Err(_)) => return None,
+        None => {
+            CoreMetrics::bump(&worker.metrics.tcp_timeouts);
+            return None;
+        }
+    }
+    let mut message = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    match until(Instant::now() + idle, reader.read_exact(&mut message)).await {
+        Some(Ok(())) => Some(message),
+        Some(Err(_)) => None,
+        None => {
+            CoreMetrics::bump(&worker.metrics.tcp_timeouts);
+            None
+        }
+    }
+}
+
+/// Queues one answer for the writer, prefixed with its length; `false` when the writer is gone.
+async fn send_frame(worker: &Worker, tx: &LocalSender<Vec<u8>>, message: &[u8]) -> bool {
+    worker
+        .metrics
+        .response(wire::header_rcode(message).unwrap_or(0));
+    let mut frame = Vec::with_capacity(message.len() + 2);
+    frame.extend_from_slice(&(message.len() as u16).to_be_bytes());
+    frame.extend_from_slice(message);
+    tx.send(frame).await.is_ok()
+}
+
+async fn write_frames(
+    mut writer: WriteHalf<TcpStream>,
+    rx: local_channel::LocalReceiver<Vec<u8>>,
+    worker: Rc<Worker>,
+) {
+    while let Some(frame) = rx.recv().await {
+        // One write per answer: length and message in one segment (no Nagle/delayed-ACK stall).
+        let deadline = Instant::now() + worker.settings().tcp_idle_timeout;
+        match until(deadline, writer.write_all(&frame)).await {
+            Some(Ok(())) => {}
+            Some(Err(_)) => break,
+            None => {
+                CoreMetrics::bump(&worker.metrics.tcp_timeouts);
+                break;
+            }
+        }
+    }
+    let _ = writer.close().await;
+}

@@ -1,0 +1,339 @@
+//! One core's resolver state and the resolve path: L1, owner shard, coalescing, upstream.
+//!
+//! ```text
+//! query on core A ─▶ A owns key? ─ yes ─▶ shard hit? ─ yes ─▶ answer
+//!                        │                    └ no ─▶ in flight? ─ yes ─▶ wait for it
+//!                        │                               └ no ─▶ upstream (one query for all)
+//!                        └ no ─▶ L1 hit? ─ yes ─▶ answer (no cross-core hop)
+//!                                   └ no ─▶ Lookup to owner B over the mesh ─▶ B as above
+//!                                              ─▶ Answer back to A ─▶ A stores in L1 ─▶ answer
+//! ```
+//! All state here is `!Sync` and touched only by the core that owns it.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use glommio::channels::channel_mesh::Senders;
+use glommio::channels::local_channel::{self, LocalSender};
+use kudurru_core::{Cache, CacheKey, CachedAnswer, Selector, UpstreamSpec};
+
+use crate::metrics::CoreMetrics;
+use crate::settings::{Settings, SharedSettings};
+use crate::upstream;
+
+/// Messages between cores.
+pub(crate) enum ShardMessage {
+    /// "Resolve `key` for me": sent to the owning core.
+    Lookup {
+        from: usize,
+        token: u64,
+        key: Box<CacheKey>,
+    },
+    /// The owner's answer to a `Lookup`.
+    Answer {
+        token: u64,
+        answer: Arc<CachedAnswer>,
+    },
+}
+
+/// Which core owns a key: the same function on every core (a seed shared by the process).
+#[derive(Clone)]
+pub(crate) struct Ownership {
+    hasher: foldhash::fast::FixedState,
+    cores: usize,
+}
+
+impl Ownership {
+    pub(crate) fn new(seed: u64, cores: usize) -> Self {
+        Self {
+            hasher: foldhash::fast::FixedState::with_seed(seed),
+            cores: cores.max(1),
+        }
+    }
+
+    pub(crate) fn owner(&self, key: &CacheKey) -> usize {
+        (self.hasher.hash_one(key) % self.cores as u64) as usize
+    }
+}
+
+struct Peers {
+    senders: Senders<ShardMessage>,
+    pending: RefCell<HashMap<u64, LocalSender<Arc<CachedAnswer>>>>,
+    next_token: Cell<u64>,
+}
+
+type Waiters = Vec<LocalSender<Arc<CachedAnswer>>>;
+
+/// One core's context, passed explicitly to every task on that core.
+pub(crate) struct Worker {
+    /// This core's shard index (its id in the channel mesh).
+    pub(crate) shard: usize,
+    pub(crate) settings: SharedSettings,
+    pub(crate) metrics: Arc<CoreMetrics>,
+    ownership: Ownership,
+    cache: RefCell<Cache>,
+    l1: RefCell<Cache>,
+    inflight: RefCell<HashMap<CacheKey, Waiters>>,
+    selector: RefCell<(Vec<UpstreamSpec>, Selector)>,
+    peers: Option<Peers>,
+    /// Client queries being resolved right now (shutdown waits for these).
+    pub(crate) active: Cell<usize>,
+    /// Open client TCP connections.
+    pub(crate) tcp_connections: Cell<usize>,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        shard: usize,
+        ownership: Ownership,
+        settings: SharedSettings,
+        metrics: Arc<CoreMetrics>,
+        senders: Option<Senders<ShardMessage>>,
+    ) -> Self {
+        let snapshot = settings.load();
+        let cores = ownership.cores;
+        let upstreams = snapshot.upstreams.clone();
+        let selector = Selector::new(upstreams.len(), rand::random());
+        Self {
+            shard,
+            ownership,
+            cache: RefCell::new(Cache::new(snapshot.shard_capacity(cores))),
+            l1: RefCell::new(Cache::new(if cores > 1 {
+                snapshot.l1_capacity(cores)
+            } else {
+                1
+            })),
+            inflight: RefCell::new(HashMap::new()),
+            selector: RefCell::new((upstreams, selector)),
+            peers: senders.map(|senders| Peers {
+                senders,
+                pending: RefCell::new(HashMap::new()),
+                next_token: Cell::new(0),
+            }),
+            settings: settings.clone(),
+            metrics,
+            active: Cell::new(0),
+            tcp_connections: Cell::new(0),
+        }
+    }
+
+    /// The current settings snapshot.
+    pub(crate) fn settings(&self) -> arc_swap::Guard<Arc<Settings>> {
+        self.settings.load()
+    }
+
+    /// A cache hit on this core without any hop: the shard for owned keys, the L1 otherwise.
+    pub(crate) fn lookup_local(&self, key: &CacheKey, now: Instant) -> Option<Arc<CachedAnswer>> {
+        let tier = if self.owns(key) {
+            &self.cache
+        } else {
+            &self.l1
+        };
+        tier.borrow_mut().get(key, now).cloned()
+    }
+
+    fn owns(&self, key: &CacheKey) -> bool {
+        self.peers.is_none() || self.ownership.owner(key) == self.shard
+    }
+
+    /// Resolves a key that missed [`Self::lookup_local`]: asks the owner core, or resolves here.
+    pub(crate) async fn resolve(self: &Rc<Self>, key: &CacheKey) -> Arc<CachedAnswer> {
+        let owner = self.ownership.owner(key);
+        match &self.peers {
+            Some(peers) if owner != self.shard => {
+                CoreMetrics::bump(&self.metrics.cross_core_lookups);
+                let token = peers.next_token.get();
+                peers.next_token.set(token.wrapping_add(1));
+                let (tx, rx) = local_channel::new_bounded(1);
+                peers.pending.borrow_mut().insert(token, tx);
+                let message = ShardMessage::Lookup {
+                    from: self.shard,
+                    token,
+                    key: Box::new(*key),
+                };
+                let answer = if peers.senders.send_to(owner, message).await.is_ok() {
+                    rx.recv().await
+                } else {
+                    None
+                };
+                peers.pending.borrow_mut().remove(&token);
+                let answer = answer.unwrap_or_else(|| self.failure(key));
+                self.l1
+                    .borrow_mut()
+                    .insert(key, answer.clone(), Instant::now());
+                answer
+            }
+            // `lookup_local` already missed the shard.
+            _ => self.resolve_owned(key, false).await,
+        }
+    }
+
+    /// Handles a message from another core.
+    pub(crate) fn on_message(self: &Rc<Self>, message: ShardMessage) {
+        match message {
+            ShardMessage::Lookup { from, token, key } => {
+                let worker = self.clone();
+                glommio::spawn_local(async move {
+                    let answer = worker.resolve_owned(&key, true).await;
+                    if let Some(peers) = &worker.peers {
+                        // A closed peer is shutting down; nothing is waiting any more.
+                        let _ = peers
+                            .senders
+                            .send_to(from, ShardMessage::Answer { token, answer })
+                            .await;
+                    }
+                })
+                .detach();
+            }
+            ShardMessage::Answer { token, answer } => {
+                if let Some(tx) = self
+                    .peers
+                    .as_ref()
+                    .and_then(|p| p.pending.borrow_mut().remove(&token))
+                {
+                    let _ = tx.try_send(answer);
+                }
+            }
+        }
+    }
+
+    /// Resolves a key this core owns: shard, then in-flight coalescing, then upstream.
+    async fn resolve_owned(
+        self: &Rc<Self>,
+        key: &CacheKey,
+        check_shard: bool,
+    ) -> Arc<CachedAnswer> {
+        if check_shard && let Some(hit) = self.cache.borrow_mut().get(key, Instant::now()) {
+            return hit.clone();
+        }
+        let waiting = {
+            let mut inflight = self.inflight.borrow_mut();
+            match inflight.get_mut(key) {
+                Some(waiters) => {
+                    let (tx, rx) = local_channel::new_bounded(1);
+                    waiters.push(tx);
+                    Some(rx)
+                }
+                None => {
+                    inflight.insert(*key, Vec::new());
+                    None
+                }
+            }
+        };
+        if let Some(rx) = waiting {
+            CoreMetrics::bump(&self.metrics.coalesced);
+            return rx.recv().await.unwrap_or_else(|| self.failure(key));
+        }
+        // If this task is dropped mid-flight the guard releases the waiters (they answer SERVFAIL).
+        let mut guard = InflightGuard {
+            worker: self,
+            key,
+            answer: None,
+        };
+        let answer = Arc::new(upstream::forward(self, key).await);
+        self.cache
+            .borrow_mut()
+            .insert(key, answer.clone(), Instant::now());
+        guard.answer = Some(answer.clone());
+        drop(guard);
+        answer
+    }
+
+    fn failure(&self, key: &CacheKey) -> Arc<CachedAnswer> {
+        Arc::new(CachedAnswer::failure(
+            key,
+            Instant::now(),
+            &self.settings().ttl,
+        ))
+    }
+
+    /// The upstream set and selector, rebuilt when the snapshot's upstream set changed.
+    pub(crate) fn with_selector<T>(
+        &self,
+        f: impl FnOnce(&[UpstreamSpec], &mut Selector) -> T,
+    ) -> T {
+        let settings = self.settings();
+        let mut state = self.selector.borrow_mut();
+        if state.0 != settings.upstreams {
+            *state = (
+                settings.upstreams.clone(),
+                Selector::new(settings.upstreams.len(), rand::random()),
+            );
+        }
+        let (upstreams, selector) = &mut *state;
+        f(upstreams, selector)
+    }
+
+    /// Applies capacity changes and copies cache counters into the metrics; run once a second.
+    pub(crate) fn maintain(&self, now: Instant) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let settings = self.settings();
+        let cores = self.ownership.cores;
+        let mut cache = self.cache.borrow_mut();
+        let mut l1 = self.l1.borrow_mut();
+        if cache.capacity() != settings.shard_capacity(cores) {
+            cache.set_capacity(settings.shard_capacity(cores), now);
+        }
+        if cores > 1 && l1.capacity() != settings.l1_capacity(cores) {
+            l1.set_capacity(settings.l1_capacity(cores), now);
+        }
+        l1.purge_expired(now, 4096);
+        cache.purge_expired(now, 4096);
+        let (a, b) = (cache.stats(), l1.stats());
+        let m = &self.metrics.cache;
+        // Every miss of the L1 becomes a lookup at the owner; count it once, there.
+        m.hits.store(a.hits + b.hits, Relaxed);
+        m.misses.store(a.misses, Relaxed);
+        m.entries.store(cache.len() as u64, Relaxed);
+        m.l1_entries.store(l1.len() as u64, Relaxed);
+        m.evictions.store(a.evictions + b.evictions, Relaxed);
+        m.expired.store(a.expired + b.expired, Relaxed);
+    }
+}
+
+struct InflightGuard<'a> {
+    worker: &'a Worker,
+    key: &'a CacheKey,
+    answer: Option<Arc<CachedAnswer>>,
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        let waiters = self
+            .worker
+            .inflight
+            .borrow_mut()
+            .remove(self.key)
+            .unwrap_or_default();
+        if waiters.is_empty() {
+            return;
+        }
+        let answer = self
+            .answer
+            .take()
+            .unwrap_or_else(|| self.worker.failure(self.key));
+        for tx in waiters {
+            let _ = tx.try_send(answer.clone());
+        }
+    }
+}
+
+/// Counts a client query as in flight while it lives; shutdown drains these.
+pub(crate) struct Active<'a>(&'a Worker);
+
+impl<'a> Active<'a> {
+    pub(crate) fn enter(worker: &'a Worker) -> Self {
+        worker.active.set(worker.active.get() + 1);
+        Self(worker)
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.active.set(self.0.active.get() - 1);
+    }
+}
