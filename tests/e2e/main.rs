@@ -1,1 +1,9 @@
-fn main() {}
+//! End-to-end tests: the real `kudurru` binary on loopback, a scripted test upstream, and real
+//! clients (dig, raw sockets for what no client sends on purpose). All traffic stays on
+//! 127.0.0.1; the default public upstreams are never used.
+
+mod lifecycle;
+mod resolve;
+mod sharding;
+mod tcp;
+mod wire;

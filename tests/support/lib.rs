@@ -1,1 +1,501 @@
+//! Helpers for kudurru's end-to-end tests: the real binary on loopback ports, a scripted test
+//! upstream, and thin wrappers around real clients (dig, kdig).
+//!
+//! The test upstream answers by the first label of the qname:
+//!
+//! | first label | behaviour |
+//! |---|---|
+//! | `nx-…` | NXDOMAIN with SOA (TTL 3600, MINIMUM 60) |
+//! | `nodata-…` | NOERROR, no answer, SOA |
+//! | `big-…` | over UDP TC=1 and no records; over TCP 9 TXT records (~1.1 KB) |
+//! | `slow-…` | the normal answer after 400 ms |
+//! | `servfail-…` | SERVFAIL |
+//! | `silent-…` | never answers |
+//! | `spoof-…` | first a reply with a wrong ID, then the genuine one |
+//! | `ttl<N>-…` | the normal answer with TTL N |
+//! | anything else | `A 192.0.2.1`, TTL 300 |
+#![allow(unreachable_pub)]
 
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kudurru_core::wire::{self, Query, rcode, rtype};
+
+/// The kudurru binary, built once per test process with the same profile as the tests.
+pub fn kudurru_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(path) = std::env::var("KUDURRU_BIN") {
+            return PathBuf::from(path);
+        }
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "--quiet", "-p", "kudurru-control", "--bin", "kudurru"])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the kudurru binary failed");
+        let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
+        target.join("debug").join("kudurru")
+    })
+    .clone()
+}
+
+/// A loopback port free for both UDP and TCP right now, never handed out twice by this process
+/// (tests run in parallel threads).
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    loop {
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+        let port = udp.local_addr().unwrap().port();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
+/// What the test upstream saw: queries per (lowercased qname text, transport).
+#[derive(Default)]
+struct Seen {
+    counts: HashMap<(String, &'static str), usize>,
+}
+
+/// A scripted upstream on loopback, UDP and TCP on one port.
+pub struct TestUpstream {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl TestUpstream {
+    /// Starts the upstream on a free loopback port.
+    pub fn start() -> Self {
+        let port = free_port();
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let udp = UdpSocket::bind(addr).expect("bind upstream udp");
+        udp.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let tcp = TcpListener::bind(addr).expect("bind upstream tcp");
+        tcp.set_nonblocking(true).unwrap();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let (seen, stop) = (seen.clone(), stop.clone());
+            thread::spawn(move || {
+                let udp = Arc::new(udp);
+                let mut buf = [0u8; 4096];
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((n, peer)) = udp.recv_from(&mut buf) else { continue };
+                    let message = buf[..n].to_vec();
+                    let (udp, seen) = (udp.clone(), seen.clone());
+                    thread::spawn(move || {
+                        for reply in respond(&message, "udp", &seen) {
+                            let _ = udp.send_to(&reply, peer);
+                        }
+                    });
+                }
+            });
+        }
+        {
+            let (seen, stop) = (seen.clone(), stop.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((mut stream, _)) = tcp.accept() else {
+                        thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    let seen = seen.clone();
+                    thread::spawn(move || {
+                        let _ = stream.set_nonblocking(false);
+                        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                        loop {
+                            let mut len = [0u8; 2];
+                            if stream.read_exact(&mut len).is_err() {
+                                return;
+                            }
+                            let mut message = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                            if stream.read_exact(&mut message).is_err() {
+                                return;
+                            }
+                            for reply in respond(&message, "tcp", &seen) {
+                                let mut frame = (reply.len() as u16).to_be_bytes().to_vec();
+                                frame.extend_from_slice(&reply);
+                                if stream.write_all(&frame).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        Self { addr, seen, stop }
+    }
+
+    /// `udp://addr` for `--upstream`.
+    pub fn udp_url(&self) -> String {
+        format!("udp://{}", self.addr)
+    }
+
+    /// How many queries for `name` (presentation form, trailing dot) arrived over `transport`.
+    pub fn count(&self, name: &str, transport: &str) -> usize {
+        let seen = self.seen.lock().unwrap();
+        seen.counts.get(&(name.to_ascii_lowercase(), transport)).copied().unwrap_or(0)
+    }
+
+    /// Queries for `name` over both transports.
+    pub fn total(&self, name: &str) -> usize {
+        self.count(name, "udp") + self.count(name, "tcp")
+    }
+}
+
+impl Drop for TestUpstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn soa_rdata(minimum: u32) -> Vec<u8> {
+    let mut r = b"\x02ns\x04test\x00\x05admin\x04test\x00".to_vec();
+    for v in [1u32, 3600, 600, 86400, minimum] {
+        r.extend_from_slice(&v.to_be_bytes());
+    }
+    r
+}
+
+/// The test upstream's replies to one message (usually one; `spoof-` sends two).
+fn respond(message: &[u8], transport: &'static str, seen: &Mutex<Seen>) -> Vec<Vec<u8>> {
+    let Ok(query) = Query::parse(message) else { return Vec::new() };
+    let name = query.key().qname_text();
+    *seen.lock().unwrap().counts.entry((name.clone(), transport)).or_default() += 1;
+    let first = name.split('.').next().unwrap_or("").to_owned();
+    let mut out = Vec::new();
+    let answer_a = |out: &mut Vec<u8>, ttl: u32| {
+        wire::start_response(&query, rcode::NOERROR, false, out);
+        if query.qtype() == rtype::A {
+            wire::push_record(out, wire::HEADER_LEN, rtype::A, ttl, &[192, 0, 2, 1]);
+            wire::count_answer(out);
+        }
+        wire::finish_response(&query, out, 1232);
+    };
+    if first.starts_with("nx-") || first.starts_with("nodata-") {
+        let code = if first.starts_with("nx-") { rcode::NXDOMAIN } else { rcode::NOERROR };
+        wire::start_response(&query, code, true, &mut out);
+        wire::push_record(&mut out, wire::HEADER_LEN, rtype::SOA, 3600, &soa_rdata(60));
+        wire::count_authority(&mut out);
+        wire::finish_response(&query, &mut out, 1232);
+    } else if first.starts_with("big-") {
+        wire::start_response(&query, rcode::NOERROR, false, &mut out);
+        if transport == "udp" {
+            out[2] |= 0x02;
+        } else {
+            for i in 0..9u8 {
+                let mut txt = vec![99u8];
+                txt.extend(std::iter::repeat_n(b'a' + i, 99));
+                wire::push_record(&mut out, wire::HEADER_LEN, rtype::TXT, 300, &txt);
+                wire::count_answer(&mut out);
+            }
+        }
+        wire::finish_response(&query, &mut out, 1232);
+    } else if first.starts_with("servfail-") {
+        wire::write_error(&query, rcode::SERVFAIL, 1232, &mut out);
+    } else if first.starts_with("silent-") {
+        return Vec::new();
+    } else if first.starts_with("slow-") {
+        thread::sleep(Duration::from_millis(400));
+        answer_a(&mut out, 300);
+    } else if first.starts_with("spoof-") {
+        answer_a(&mut out, 300);
+        let mut forged = out.clone();
+        forged[0] ^= 0x5a;
+        return vec![forged, out];
+    } else if let Some(ttl) = first.strip_prefix("ttl").and_then(|r| r.split('-').next()).and_then(|n| n.parse().ok()) {
+        answer_a(&mut out, ttl);
+    } else {
+        answer_a(&mut out, 300);
+    }
+    vec![out]
+}
+
+/// A running kudurru process, stopped (SIGTERM) when dropped.
+pub struct Kudurru {
+    child: Option<Child>,
+    /// Client listener (UDP and TCP).
+    pub addr: SocketAddr,
+    /// Ops listener.
+    pub ops: SocketAddr,
+}
+
+/// How to start kudurru for a test.
+pub struct KudurruBuilder {
+    cores: usize,
+    upstreams: Vec<String>,
+    env: Vec<(String, String)>,
+    extra: Vec<String>,
+}
+
+impl Kudurru {
+    /// A builder with one core and the given upstreams.
+    pub fn builder(upstreams: &[String]) -> KudurruBuilder {
+        KudurruBuilder { cores: 1, upstreams: upstreams.to_vec(), env: Vec::new(), extra: Vec::new() }
+    }
+
+    /// GET `path` on the ops listener: (status, body).
+    pub fn ops_get(&self, path: &str) -> (u16, String) {
+        http_get(self.ops, path)
+    }
+
+    /// The value of one metric line (exact name and labels) from `/metrics`.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = self.ops_get("/metrics");
+        body.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+    }
+
+    /// The sum of all series of a metric name.
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        let (_, body) = self.ops_get("/metrics");
+        body.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        signal(&child, libc::SIGTERM);
+        wait_timeout(&mut child, Duration::from_secs(15)).expect("kudurru exits after SIGTERM")
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid; no memory is touched.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+/// Waits for a child with a bound.
+pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    None
+}
+
+impl Drop for Kudurru {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(&child, libc::SIGTERM);
+            if wait_timeout(&mut child, Duration::from_secs(10)).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl KudurruBuilder {
+    /// Executors to run.
+    pub fn cores(mut self, n: usize) -> Self {
+        self.cores = n;
+        self
+    }
+
+    /// Sets a configuration key through its environment variable.
+    pub fn env(mut self, var: &str, value: &str) -> Self {
+        self.env.push((var.into(), value.into()));
+        self
+    }
+
+    /// Extra command-line arguments.
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.extra.push(arg.into());
+        self
+    }
+
+    /// The command that would run, for tests that expect a start failure.
+    pub fn command(&self, port: u16, ops_port: u16) -> Command {
+        let mut cmd = Command::new(kudurru_bin());
+        cmd.arg("serve")
+            .arg("--cores")
+            .arg(self.cores.to_string())
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--ops-address")
+            .arg(format!("127.0.0.1:{ops_port}"))
+            .arg("--log-level")
+            .arg("warn");
+        for u in &self.upstreams {
+            cmd.arg("--upstream").arg(u);
+        }
+        cmd.args(&self.extra);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    /// Starts kudurru and waits until `/healthz/ready` answers 200.
+    pub fn start(self) -> Kudurru {
+        let port = free_port();
+        let ops_port = free_port();
+        let child = self.command(port, ops_port).stdout(Stdio::null()).spawn().expect("kudurru starts");
+        let mut k = Kudurru { child: Some(child), addr: ([127, 0, 0, 1], port).into(), ops: ([127, 0, 0, 1], ops_port).into() };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = k.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("kudurru exited before it was ready: {status}");
+            }
+            if http_try_get(k.ops, "/healthz/ready").is_some_and(|(s, _)| s == 200) {
+                return k;
+            }
+            assert!(Instant::now() < deadline, "kudurru did not become ready");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn http_try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((status, body))
+}
+
+/// GET over HTTP/1.1, panicking when the server does not answer.
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    http_try_get(addr, path).unwrap_or_else(|| panic!("no HTTP answer from {addr}{path}"))
+}
+
+/// The parsed parts of dig's output that tests look at.
+#[derive(Debug, Clone)]
+pub struct DigAnswer {
+    /// `NOERROR`, `NXDOMAIN`, …
+    pub status: String,
+    /// Header flags (`qr`, `aa`, `tc`, …).
+    pub flags: Vec<String>,
+    /// Answer section lines as (owner, ttl, type, rdata).
+    pub answers: Vec<(String, u32, String, String)>,
+    /// Authority section lines, same shape.
+    pub authority: Vec<(String, u32, String, String)>,
+    /// Whether an OPT pseudo-section was printed.
+    pub edns: bool,
+    /// The raw output.
+    pub raw: String,
+}
+
+/// Runs dig against `server` with extra arguments; panics when dig gets no answer at all.
+pub fn dig(server: SocketAddr, args: &[&str]) -> DigAnswer {
+    try_dig(server, args).unwrap_or_else(|raw| panic!("dig got no answer: {raw}"))
+}
+
+/// Runs dig; `Err(output)` when no response arrived.
+pub fn try_dig(server: SocketAddr, args: &[&str]) -> Result<DigAnswer, String> {
+    let output = Command::new("dig")
+        .arg(format!("@{}", server.ip()))
+        .arg("-p")
+        .arg(server.port().to_string())
+        .args(["+time=5", "+tries=1", "+nocookie"])
+        .args(args)
+        .output()
+        .expect("dig is installed (apt-get install dnsutils)");
+    let raw = String::from_utf8_lossy(&output.stdout).into_owned();
+    let Some(status) = raw.split("status: ").nth(1).and_then(|s| s.split(',').next()) else {
+        return Err(raw);
+    };
+    let flags = raw
+        .split(";; flags: ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .map(|s| s.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let section = |title: &str| -> Vec<(String, u32, String, String)> {
+        let Some(start) = raw.find(title) else { return Vec::new() };
+        raw[start..]
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty())
+            .filter_map(|l| {
+                let mut parts = l.split_whitespace();
+                let owner = parts.next()?.to_owned();
+                let ttl = parts.next()?.parse().ok()?;
+                let _class = parts.next()?;
+                let rtype = parts.next()?.to_owned();
+                let rdata = parts.collect::<Vec<_>>().join(" ");
+                Some((owner, ttl, rtype, rdata))
+            })
+            .collect()
+    };
+    Ok(DigAnswer {
+        status: status.to_owned(),
+        flags,
+        answers: section(";; ANSWER SECTION:"),
+        authority: section(";; AUTHORITY SECTION:"),
+        edns: raw.contains("OPT PSEUDOSECTION"),
+        raw,
+    })
+}
+
+/// Sends one raw datagram from a fresh socket and returns the reply, if any arrives in `wait`.
+pub fn udp_exchange(server: SocketAddr, message: &[u8], wait: Duration) -> Option<Vec<u8>> {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(wait)).unwrap();
+    socket.send_to(message, server).unwrap();
+    let mut buf = [0u8; 65535];
+    socket.recv(&mut buf).ok().map(|n| buf[..n].to_vec())
+}
+
+/// A query in wire form: `name` dotted, with RD set and an optional OPT (payload, version, DO).
+pub fn query_bytes(id: u16, name: &str, qtype: u16, qclass: u16, opt: Option<(u16, u8, bool)>) -> Vec<u8> {
+    let mut m = id.to_be_bytes().to_vec();
+    m.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.').filter(|l| !l.is_empty()) {
+        m.push(label.len() as u8);
+        m.extend_from_slice(label.as_bytes());
+    }
+    m.push(0);
+    m.extend_from_slice(&qtype.to_be_bytes());
+    m.extend_from_slice(&qclass.to_be_bytes());
+    if let Some((payload, version, dnssec_ok)) = opt {
+        m[11] = 1;
+        m.push(0);
+        m.extend_from_slice(&rtype::OPT.to_be_bytes());
+        m.extend_from_slice(&payload.to_be_bytes());
+        m.extend_from_slice(&[0, version, if dnssec_ok { 0x80 } else { 0 }, 0, 0, 0]);
+    }
+    m
+}
+
+/// A unique name under `example.` for one test (so tests never share cache entries).
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{}-{n}.kudurru-e2e.example.", std::process::id())
+}

@@ -1,0 +1,117 @@
+//! Start-up, readiness, metrics, configuration errors and clean shutdown of the real binary.
+
+use std::net::UdpSocket;
+use std::process::Stdio;
+use std::thread;
+use std::time::Duration;
+
+use kudurru_e2e::{Kudurru, TestUpstream, dig, free_port, unique_name, wait_timeout};
+
+#[test]
+fn ops_listener_reports_health_readiness_and_metrics() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    assert_eq!(k.ops_get("/healthz/live").0, 200);
+    assert_eq!(k.ops_get("/healthz/ready").0, 200);
+    assert_eq!(k.ops_get("/nope").0, 404);
+    dig(k.addr, &[&unique_name("m"), "A"]);
+    dig(k.addr, &["localhost", "A", "+tcp"]);
+    assert_eq!(k.metric("kudurru_dns_queries_total{transport=\"udp\",core=\"0\"}"), Some(1.0));
+    assert_eq!(k.metric("kudurru_dns_queries_total{transport=\"tcp\",core=\"0\"}"), Some(1.0));
+    assert_eq!(k.metric("kudurru_dns_responses_total{rcode=\"NOERROR\"}"), Some(2.0));
+    let series = format!("kudurru_upstream_queries_total{{upstream=\"{}\"}}", upstream.udp_url());
+    assert_eq!(k.metric(&series), Some(1.0));
+    let (_, body) = k.ops_get("/metrics");
+    assert!(body.contains("kudurru_upstream_latency_seconds_bucket"));
+    assert!(body.contains("# TYPE kudurru_cache_entries gauge"));
+}
+
+#[test]
+fn sigterm_finishes_in_flight_queries_and_exits_zero() {
+    let upstream = TestUpstream::start();
+    let mut k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let addr = k.addr;
+    let name = unique_name("slow-");
+    let client = thread::spawn(move || dig(addr, &[&name, "A"]));
+    thread::sleep(Duration::from_millis(150));
+    let status = k.terminate();
+    let answer = client.join().unwrap();
+    assert_eq!(answer.status, "NOERROR", "the in-flight query was answered");
+    assert_eq!(status.code(), Some(0));
+    assert!(UdpSocket::bind(addr).is_ok(), "the port is released");
+}
+
+#[test]
+fn a_taken_port_is_a_clear_error_with_exit_code_3() {
+    let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let output = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .command(port, free_port())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains(&format!("cannot bind udp 127.0.0.1:{port}")), "{stderr}");
+    assert!(stderr.contains("in use"), "{stderr}");
+}
+
+#[test]
+fn invalid_configuration_names_the_key_and_exits_1() {
+    let output = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .env("KUDURRU_CACHE__MAXENTRIES", "many")
+        .command(free_port(), free_port())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("KUDURRU_CACHE__MAXENTRIES") && stderr.contains("cache.maxEntries"), "{stderr}");
+
+    let dir = std::env::temp_dir().join(format!("kudurru-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.toml");
+    std::fs::write(&file, "[cache]\nmaxEntries = 10\nminTtl = 5\n").unwrap();
+    let output = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .arg("--config")
+        .arg(file.to_str().unwrap())
+        .command(free_port(), free_port())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("bad.toml") && stderr.contains("line 3") && stderr.contains("minTtl"), "{stderr}");
+}
+
+#[test]
+fn no_config_at_all_starts_on_defaults_and_answers_local_names_offline() {
+    // The defaults: 127.0.0.1:5353 and [::1]:5353, public upstreams (never contacted here:
+    // only locally served names are asked).
+    if UdpSocket::bind("127.0.0.1:5353").is_err() {
+        eprintln!("port 5353 is in use on this machine; the default-listener check cannot run");
+        return;
+    }
+    let ops = free_port();
+    let mut child = std::process::Command::new(kudurru_e2e::kudurru_bin())
+        .args(["serve", "--ops-address", &format!("127.0.0.1:{ops}"), "--cores", "1"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = "127.0.0.1:5353".parse().unwrap();
+    let mut answered = None;
+    for _ in 0..100 {
+        if let Ok(a) = kudurru_e2e::try_dig(addr, &["localhost", "A", "+time=1"]) {
+            answered = Some(a);
+            break;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let v6 = kudurru_e2e::try_dig("[::1]:5353".parse().unwrap(), &["-x", "10.0.0.1"]);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exits on SIGINT");
+    assert_eq!(answered.expect("answers on the default listener").answers[0].3, "127.0.0.1");
+    assert_eq!(v6.expect("answers on [::1]:5353").status, "NXDOMAIN");
+    assert_eq!(status.code(), Some(0));
+}

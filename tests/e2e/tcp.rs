@@ -1,0 +1,121 @@
+//! DNS over TCP (RFC 7766): pipelining, framing, limits.
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kudurru_core::wire::{self, rtype};
+use kudurru_e2e::{Kudurru, TestUpstream, dig, query_bytes, unique_name};
+
+fn frame(message: &[u8]) -> Vec<u8> {
+    let mut f = (message.len() as u16).to_be_bytes().to_vec();
+    f.extend_from_slice(message);
+    f
+}
+
+fn read_reply(stream: &mut TcpStream) -> Vec<u8> {
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len).expect("length");
+    let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    stream.read_exact(&mut reply).expect("message");
+    reply
+}
+
+#[test]
+fn rfc7766_6_2_1_pipelined_queries_are_answered_as_they_complete() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let mut stream = TcpStream::connect(k.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let slow = query_bytes(1, &unique_name("slow-"), rtype::A, 1, None);
+    let mut batch = frame(&slow);
+    for id in 2..=10u16 {
+        batch.extend(frame(&query_bytes(id, &unique_name("pipe"), rtype::A, 1, None)));
+    }
+    stream.write_all(&batch).unwrap();
+    let mut order = Vec::new();
+    for _ in 0..10 {
+        let reply = read_reply(&mut stream);
+        assert_eq!(wire::header_rcode(&reply), Some(0));
+        order.push(wire::message_id(&reply).unwrap());
+    }
+    assert_eq!(order.iter().copied().collect::<HashSet<_>>(), (1..=10).collect::<HashSet<_>>());
+    assert_ne!(order[0], 1, "the slow query did not hold up the others: {order:?}");
+}
+
+#[test]
+fn rfc7766_8_framing_survives_any_split_of_length_and_body() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let mut stream = TcpStream::connect(k.addr).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let message = frame(&query_bytes(77, "localhost", rtype::A, 1, None));
+    for byte in &message {
+        stream.write_all(&[*byte]).unwrap();
+        thread::sleep(Duration::from_millis(5));
+    }
+    let reply = read_reply(&mut stream);
+    assert_eq!(wire::message_id(&reply), Some(77));
+    // Two messages in one segment, and one split across two segments.
+    let a = frame(&query_bytes(78, "localhost", rtype::A, 1, None));
+    let b = frame(&query_bytes(79, "localhost", rtype::AAAA, 1, None));
+    let mut joined = a.clone();
+    joined.extend_from_slice(&b[..3]);
+    stream.write_all(&joined).unwrap();
+    thread::sleep(Duration::from_millis(20));
+    stream.write_all(&b[3..]).unwrap();
+    let ids: HashSet<u16> = (0..2).map(|_| wire::message_id(&read_reply(&mut stream)).unwrap()).collect();
+    assert_eq!(ids, HashSet::from([78, 79]));
+}
+
+#[test]
+fn rfc7766_6_2_3_idle_and_half_open_connections_are_closed() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).env("KUDURRU_TCP__IDLETIMEOUT", "500ms").start();
+    let mut idle = TcpStream::connect(k.addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut half = TcpStream::connect(k.addr).unwrap();
+    half.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    half.write_all(&[0, 40, 1, 2, 3]).unwrap(); // a frame that never completes
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    assert_eq!(idle.read(&mut buf).unwrap_or(0), 0, "idle connection closed");
+    assert_eq!(half.read(&mut buf).unwrap_or(0), 0, "half-sent frame closed");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(k.metric_sum("kudurru_tcp_timeouts_total") >= 2.0);
+    assert_eq!(dig(k.addr, &["localhost", "A", "+tcp"]).status, "NOERROR");
+}
+
+#[test]
+fn tcp_connection_limit_per_core_closes_extra_connections_only() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).env("KUDURRU_TCP__MAXCONNECTIONSPERCORE", "2").start();
+    let held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(k.addr).unwrap()).collect();
+    thread::sleep(Duration::from_millis(200));
+    let mut extra = TcpStream::connect(k.addr).unwrap();
+    extra.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let _ = extra.write_all(&frame(&query_bytes(1, "localhost", rtype::A, 1, None)));
+    let mut buf = [0u8; 4];
+    assert_eq!(extra.read(&mut buf).unwrap_or(0), 0, "connection over the limit is closed");
+    let mut first = &held[0];
+    first.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    first.write_all(&frame(&query_bytes(2, "localhost", rtype::A, 1, None))).unwrap();
+    let mut len = [0u8; 2];
+    (&held[0]).read_exact(&mut len).expect("held connections keep working");
+    assert!(k.metric_sum("kudurru_tcp_refused_total") >= 1.0);
+}
+
+#[test]
+fn tcp_garbage_closes_only_that_connection() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let mut bad = TcpStream::connect(k.addr).unwrap();
+    bad.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    bad.write_all(&frame(b"xx")).unwrap();
+    let mut buf = [0u8; 4];
+    assert_eq!(bad.read(&mut buf).unwrap_or(0), 0, "a drop closes the connection");
+    assert_eq!(dig(k.addr, &[&unique_name("ok"), "A", "+tcp"]).status, "NOERROR");
+}
