@@ -16,10 +16,22 @@ fn ops_listener_reports_health_readiness_and_metrics() {
     assert_eq!(k.ops_get("/nope").0, 404);
     dig(k.addr, &[&unique_name("m"), "A"]);
     dig(k.addr, &["localhost", "A", "+tcp"]);
-    assert_eq!(k.metric("kudurru_dns_queries_total{transport=\"udp\",core=\"0\"}"), Some(1.0));
-    assert_eq!(k.metric("kudurru_dns_queries_total{transport=\"tcp\",core=\"0\"}"), Some(1.0));
-    assert_eq!(k.metric("kudurru_dns_responses_total{rcode=\"NOERROR\"}"), Some(2.0));
-    let series = format!("kudurru_upstream_queries_total{{upstream=\"{}\"}}", upstream.udp_url());
+    assert_eq!(
+        k.metric("kudurru_dns_queries_total{transport=\"udp\",core=\"0\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        k.metric("kudurru_dns_queries_total{transport=\"tcp\",core=\"0\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        k.metric("kudurru_dns_responses_total{rcode=\"NOERROR\"}"),
+        Some(2.0)
+    );
+    let series = format!(
+        "kudurru_upstream_queries_total{{upstream=\"{}\"}}",
+        upstream.udp_url()
+    );
     assert_eq!(k.metric(&series), Some(1.0));
     let (_, body) = k.ops_get("/metrics");
     assert!(body.contains("kudurru_upstream_latency_seconds_bucket"));
@@ -52,7 +64,10 @@ fn a_taken_port_is_a_clear_error_with_exit_code_3() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(3), "{stderr}");
-    assert!(stderr.contains(&format!("cannot bind udp 127.0.0.1:{port}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot bind udp 127.0.0.1:{port}")),
+        "{stderr}"
+    );
     assert!(stderr.contains("in use"), "{stderr}");
 }
 
@@ -66,7 +81,10 @@ fn invalid_configuration_names_the_key_and_exits_1() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("KUDURRU_CACHE__MAXENTRIES") && stderr.contains("cache.maxEntries"), "{stderr}");
+    assert!(
+        stderr.contains("KUDURRU_CACHE__MAXENTRIES") && stderr.contains("cache.maxEntries"),
+        "{stderr}"
+    );
 
     let dir = std::env::temp_dir().join(format!("kudurru-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -81,7 +99,10 @@ fn invalid_configuration_names_the_key_and_exits_1() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("bad.toml") && stderr.contains("line 3") && stderr.contains("minTtl"), "{stderr}");
+    assert!(
+        stderr.contains("bad.toml") && stderr.contains("line 3") && stderr.contains("minTtl"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -94,7 +115,13 @@ fn no_config_at_all_starts_on_defaults_and_answers_local_names_offline() {
     }
     let ops = free_port();
     let mut child = std::process::Command::new(kudurru_e2e::kudurru_bin())
-        .args(["serve", "--ops-address", &format!("127.0.0.1:{ops}"), "--cores", "1"])
+        .args([
+            "serve",
+            "--ops-address",
+            &format!("127.0.0.1:{ops}"),
+            "--cores",
+            "1",
+        ])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -111,7 +138,10 @@ fn no_config_at_all_starts_on_defaults_and_answers_local_names_offline() {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exits on SIGINT");
-    assert_eq!(answered.expect("answers on the default listener").answers[0].3, "127.0.0.1");
+    assert_eq!(
+        answered.expect("answers on the default listener").answers[0].3,
+        "127.0.0.1"
+    );
     assert_eq!(v6.expect("answers on [::1]:5353").status, "NXDOMAIN");
     assert_eq!(status.code(), Some(0));
 }

@@ -12,14 +12,22 @@ fn rfc1035_answer_is_forwarded_then_served_from_cache_with_decremented_ttl() {
     let name = unique_name("www");
     let first = dig(k.addr, &[&name, "A"]);
     assert_eq!(first.status, "NOERROR");
-    assert!(first.flags.contains(&"ra".to_owned()) && first.flags.contains(&"rd".to_owned()), "{:?}", first.flags);
+    assert!(
+        first.flags.contains(&"ra".to_owned()) && first.flags.contains(&"rd".to_owned()),
+        "{:?}",
+        first.flags
+    );
     assert_eq!(first.answers.len(), 1);
     assert_eq!(first.answers[0].3, "192.0.2.1");
     assert_eq!(first.answers[0].1, 300);
     thread::sleep(Duration::from_millis(1100));
     let second = dig(k.addr, &[&name, "A"]);
     assert_eq!(second.answers[0].3, "192.0.2.1");
-    assert!(second.answers[0].1 < 300, "TTL decremented: {}", second.answers[0].1);
+    assert!(
+        second.answers[0].1 < 300,
+        "TTL decremented: {}",
+        second.answers[0].1
+    );
     assert_eq!(upstream.total(&name), 1, "second query must be a cache hit");
     assert!(k.metric_sum("kudurru_cache_hits_total") >= 0.0);
 }
@@ -30,9 +38,23 @@ fn dns_0x20_case_of_the_query_is_preserved_on_cache_hits() {
     let k = Kudurru::builder(&[upstream.udp_url()]).start();
     let name = unique_name("case");
     dig(k.addr, &[&name, "A"]);
-    let mixed: String = name.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();
+    let mixed: String = name
+        .chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if i % 2 == 0 {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        })
+        .collect();
     let hit = dig(k.addr, &[&mixed, "A"]);
-    assert!(hit.raw.contains(&format!(";{mixed}")), "question keeps the client's case:\n{}", hit.raw);
+    assert!(
+        hit.raw.contains(&format!(";{mixed}")),
+        "question keeps the client's case:\n{}",
+        hit.raw
+    );
     assert_eq!(upstream.total(&name), 1);
 }
 
@@ -75,15 +97,32 @@ fn rfc1035_4_2_1_truncated_upstream_reply_is_retried_over_tcp_and_client_gets_tc
     let name = unique_name("big-");
     // dig without +ignore retries over TCP itself when it sees TC, as a stub should.
     let udp_only = dig(k.addr, &[&name, "TXT", "+bufsize=512", "+ignore"]);
-    assert!(udp_only.flags.contains(&"tc".to_owned()), "{}", udp_only.raw);
+    assert!(
+        udp_only.flags.contains(&"tc".to_owned()),
+        "{}",
+        udp_only.raw
+    );
     assert!(udp_only.answers.is_empty());
     assert_eq!(upstream.count(&name, "udp"), 1);
-    assert_eq!(upstream.count(&name, "tcp"), 1, "kudurru retried over TCP after TC");
+    assert_eq!(
+        upstream.count(&name, "tcp"),
+        1,
+        "kudurru retried over TCP after TC"
+    );
     let full = dig(k.addr, &[&name, "TXT", "+tcp"]);
     assert_eq!(full.answers.len(), 9);
     let large_udp = dig(k.addr, &[&name, "TXT", "+bufsize=4096", "+ignore"]);
-    assert_eq!(large_udp.answers.len(), 9, "fits a 1232-byte payload: {}", large_udp.raw);
-    assert_eq!(upstream.total(&name), 2, "all later answers came from the cache");
+    assert_eq!(
+        large_udp.answers.len(),
+        9,
+        "fits a 1232-byte payload: {}",
+        large_udp.raw
+    );
+    assert_eq!(
+        upstream.total(&name),
+        2,
+        "all later answers came from the cache"
+    );
     assert!(k.metric_sum("kudurru_upstream_tcp_retries_total") >= 1.0);
 }
 
@@ -100,7 +139,10 @@ fn upstream_servfail_and_unreachable_upstream_answer_servfail() {
     let closed = format!("udp://127.0.0.1:{}", kudurru_e2e::free_port());
     let k = Kudurru::builder(&[closed]).start();
     let started = Instant::now();
-    assert_eq!(dig(k.addr, &[&unique_name("unreach"), "A"]).status, "SERVFAIL");
+    assert_eq!(
+        dig(k.addr, &[&unique_name("unreach"), "A"]).status,
+        "SERVFAIL"
+    );
     assert!(started.elapsed() < Duration::from_secs(4));
     assert!(k.metric_sum("kudurru_upstream_exhausted_total") >= 1.0);
 }
@@ -128,9 +170,14 @@ fn silent_upstream_times_out_and_the_next_upstream_answers() {
         .env("KUDURRU_UPSTREAM__RESOLVETIMEOUT", "1s")
         .start();
     let started = Instant::now();
-    let answer = try_dig(k.addr, &[&unique_name("silent-"), "A"]).expect("an answer, not a client timeout");
+    let answer =
+        try_dig(k.addr, &[&unique_name("silent-"), "A"]).expect("an answer, not a client timeout");
     assert_eq!(answer.status, "SERVFAIL");
-    assert!(started.elapsed() < Duration::from_millis(2500), "bounded by resolveTimeout: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "bounded by resolveTimeout: {:?}",
+        started.elapsed()
+    );
     assert!(k.metric_sum("kudurru_upstream_errors_total") >= 1.0);
 }
 
@@ -142,7 +189,10 @@ fn spoofed_reply_with_wrong_id_is_ignored_and_the_genuine_one_accepted() {
     let answer = dig(k.addr, &[&name, "A"]);
     assert_eq!(answer.status, "NOERROR");
     assert_eq!(answer.answers[0].3, "192.0.2.1");
-    assert_eq!(k.metric_sum("kudurru_upstream_mismatched_replies_total"), 1.0);
+    assert_eq!(
+        k.metric_sum("kudurru_upstream_mismatched_replies_total"),
+        1.0
+    );
 }
 
 #[test]
@@ -170,8 +220,20 @@ fn do_bit_is_part_of_the_cache_key_and_non_edns_clients_get_no_opt() {
     let name = unique_name("dnssec");
     dig(k.addr, &[&name, "A", "+dnssec"]);
     dig(k.addr, &[&name, "A"]);
-    assert_eq!(upstream.total(&name), 2, "DO=1 and DO=0 are different questions");
+    assert_eq!(
+        upstream.total(&name),
+        2,
+        "DO=1 and DO=0 are different questions"
+    );
     let plain = dig(k.addr, &[&name, "A", "+noedns"]);
-    assert!(!plain.edns, "a client that sent no OPT gets none:\n{}", plain.raw);
-    assert_eq!(upstream.total(&name), 2, "EDNS presence is not part of the key");
+    assert!(
+        !plain.edns,
+        "a client that sent no OPT gets none:\n{}",
+        plain.raw
+    );
+    assert_eq!(
+        upstream.total(&name),
+        2,
+        "EDNS presence is not part of the key"
+    );
 }

@@ -15,11 +15,30 @@ fn same_name_from_many_source_ports_on_two_cores_reaches_the_upstream_once() {
         }
     }
     for name in &names {
-        assert_eq!(upstream.total(name), 1, "{name} asked upstream more than once");
+        assert_eq!(
+            upstream.total(name),
+            1,
+            "{name} asked upstream more than once"
+        );
     }
-    let udp_queries: f64 = (0..2).filter_map(|c| k.metric(&format!("kudurru_dns_queries_total{{transport=\"udp\",core=\"{c}\"}}"))).sum();
+    let udp_queries: f64 = (0..2)
+        .filter_map(|c| {
+            k.metric(&format!(
+                "kudurru_dns_queries_total{{transport=\"udp\",core=\"{c}\"}}"
+            ))
+        })
+        .sum();
     assert_eq!(udp_queries, 100.0);
-    let per_core: Vec<f64> = (0..2).filter_map(|c| k.metric(&format!("kudurru_dns_queries_total{{transport=\"udp\",core=\"{c}\"}}"))).collect();
-    assert!(per_core.iter().all(|&q| q > 0.0), "both cores received queries: {per_core:?}");
+    let per_core: Vec<f64> = (0..2)
+        .filter_map(|c| {
+            k.metric(&format!(
+                "kudurru_dns_queries_total{{transport=\"udp\",core=\"{c}\"}}"
+            ))
+        })
+        .collect();
+    assert!(
+        per_core.iter().all(|&q| q > 0.0),
+        "both cores received queries: {per_core:?}"
+    );
     assert!(k.metric_sum("kudurru_cross_core_lookups_total") >= 1.0);
 }

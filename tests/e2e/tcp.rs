@@ -28,11 +28,19 @@ fn rfc7766_6_2_1_pipelined_queries_are_answered_as_they_complete() {
     let upstream = TestUpstream::start();
     let k = Kudurru::builder(&[upstream.udp_url()]).start();
     let mut stream = TcpStream::connect(k.addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let slow = query_bytes(1, &unique_name("slow-"), rtype::A, 1, None);
     let mut batch = frame(&slow);
     for id in 2..=10u16 {
-        batch.extend(frame(&query_bytes(id, &unique_name("pipe"), rtype::A, 1, None)));
+        batch.extend(frame(&query_bytes(
+            id,
+            &unique_name("pipe"),
+            rtype::A,
+            1,
+            None,
+        )));
     }
     stream.write_all(&batch).unwrap();
     let mut order = Vec::new();
@@ -41,8 +49,14 @@ fn rfc7766_6_2_1_pipelined_queries_are_answered_as_they_complete() {
         assert_eq!(wire::header_rcode(&reply), Some(0));
         order.push(wire::message_id(&reply).unwrap());
     }
-    assert_eq!(order.iter().copied().collect::<HashSet<_>>(), (1..=10).collect::<HashSet<_>>());
-    assert_ne!(order[0], 1, "the slow query did not hold up the others: {order:?}");
+    assert_eq!(
+        order.iter().copied().collect::<HashSet<_>>(),
+        (1..=10).collect::<HashSet<_>>()
+    );
+    assert_ne!(
+        order[0], 1,
+        "the slow query did not hold up the others: {order:?}"
+    );
 }
 
 #[test]
@@ -51,7 +65,9 @@ fn rfc7766_8_framing_survives_any_split_of_length_and_body() {
     let k = Kudurru::builder(&[upstream.udp_url()]).start();
     let mut stream = TcpStream::connect(k.addr).unwrap();
     stream.set_nodelay(true).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let message = frame(&query_bytes(77, "localhost", rtype::A, 1, None));
     for byte in &message {
         stream.write_all(&[*byte]).unwrap();
@@ -67,14 +83,18 @@ fn rfc7766_8_framing_survives_any_split_of_length_and_body() {
     stream.write_all(&joined).unwrap();
     thread::sleep(Duration::from_millis(20));
     stream.write_all(&b[3..]).unwrap();
-    let ids: HashSet<u16> = (0..2).map(|_| wire::message_id(&read_reply(&mut stream)).unwrap()).collect();
+    let ids: HashSet<u16> = (0..2)
+        .map(|_| wire::message_id(&read_reply(&mut stream)).unwrap())
+        .collect();
     assert_eq!(ids, HashSet::from([78, 79]));
 }
 
 #[test]
 fn rfc7766_6_2_3_idle_and_half_open_connections_are_closed() {
     let upstream = TestUpstream::start();
-    let k = Kudurru::builder(&[upstream.udp_url()]).env("KUDURRU_TCP__IDLETIMEOUT", "500ms").start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_TCP__IDLETIMEOUT", "500ms")
+        .start();
     let mut idle = TcpStream::connect(k.addr).unwrap();
     idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut half = TcpStream::connect(k.addr).unwrap();
@@ -82,8 +102,16 @@ fn rfc7766_6_2_3_idle_and_half_open_connections_are_closed() {
     half.write_all(&[0, 40, 1, 2, 3]).unwrap(); // a frame that never completes
     let started = Instant::now();
     let mut buf = [0u8; 16];
-    assert_eq!(idle.read(&mut buf).unwrap_or(0), 0, "idle connection closed");
-    assert_eq!(half.read(&mut buf).unwrap_or(0), 0, "half-sent frame closed");
+    assert_eq!(
+        idle.read(&mut buf).unwrap_or(0),
+        0,
+        "idle connection closed"
+    );
+    assert_eq!(
+        half.read(&mut buf).unwrap_or(0),
+        0,
+        "half-sent frame closed"
+    );
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(k.metric_sum("kudurru_tcp_timeouts_total") >= 2.0);
     assert_eq!(dig(k.addr, &["localhost", "A", "+tcp"]).status, "NOERROR");
@@ -92,19 +120,35 @@ fn rfc7766_6_2_3_idle_and_half_open_connections_are_closed() {
 #[test]
 fn tcp_connection_limit_per_core_closes_extra_connections_only() {
     let upstream = TestUpstream::start();
-    let k = Kudurru::builder(&[upstream.udp_url()]).env("KUDURRU_TCP__MAXCONNECTIONSPERCORE", "2").start();
-    let held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(k.addr).unwrap()).collect();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_TCP__MAXCONNECTIONSPERCORE", "2")
+        .start();
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(k.addr).unwrap())
+        .collect();
     thread::sleep(Duration::from_millis(200));
     let mut extra = TcpStream::connect(k.addr).unwrap();
-    extra.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
     let _ = extra.write_all(&frame(&query_bytes(1, "localhost", rtype::A, 1, None)));
     let mut buf = [0u8; 4];
-    assert_eq!(extra.read(&mut buf).unwrap_or(0), 0, "connection over the limit is closed");
+    assert_eq!(
+        extra.read(&mut buf).unwrap_or(0),
+        0,
+        "connection over the limit is closed"
+    );
     let mut first = &held[0];
-    first.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    first.write_all(&frame(&query_bytes(2, "localhost", rtype::A, 1, None))).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    first
+        .write_all(&frame(&query_bytes(2, "localhost", rtype::A, 1, None)))
+        .unwrap();
     let mut len = [0u8; 2];
-    (&held[0]).read_exact(&mut len).expect("held connections keep working");
+    (&held[0])
+        .read_exact(&mut len)
+        .expect("held connections keep working");
     assert!(k.metric_sum("kudurru_tcp_refused_total") >= 1.0);
 }
 
@@ -116,6 +160,13 @@ fn tcp_garbage_closes_only_that_connection() {
     bad.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     bad.write_all(&frame(b"xx")).unwrap();
     let mut buf = [0u8; 4];
-    assert_eq!(bad.read(&mut buf).unwrap_or(0), 0, "a drop closes the connection");
-    assert_eq!(dig(k.addr, &[&unique_name("ok"), "A", "+tcp"]).status, "NOERROR");
+    assert_eq!(
+        bad.read(&mut buf).unwrap_or(0),
+        0,
+        "a drop closes the connection"
+    );
+    assert_eq!(
+        dig(k.addr, &[&unique_name("ok"), "A", "+tcp"]).status,
+        "NOERROR"
+    );
 }

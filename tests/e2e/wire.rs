@@ -10,7 +10,10 @@ const WAIT: Duration = Duration::from_millis(700);
 
 fn assert_still_serving(k: &Kudurru) {
     let answer = dig(k.addr, &[&unique_name("after"), "A"]);
-    assert_eq!(answer.status, "NOERROR", "server still answers after bad input");
+    assert_eq!(
+        answer.status, "NOERROR",
+        "server still answers after bad input"
+    );
 }
 
 #[test]
@@ -22,9 +25,17 @@ fn garbage_and_replies_get_no_answer_at_all() {
     }
     let mut reply = query_bytes(7, "example.com", rtype::A, 1, None);
     reply[2] |= 0x80;
-    assert_eq!(udp_exchange(k.addr, &reply, WAIT), None, "QR=1 is never answered");
+    assert_eq!(
+        udp_exchange(k.addr, &reply, WAIT),
+        None,
+        "QR=1 is never answered"
+    );
     assert_still_serving(&k);
-    assert!(k.metric("kudurru_dns_responses_total{rcode=\"none\"}").unwrap() >= 5.0);
+    assert!(
+        k.metric("kudurru_dns_responses_total{rcode=\"none\"}")
+            .unwrap()
+            >= 5.0
+    );
 }
 
 #[test]
@@ -56,7 +67,11 @@ fn rfc1035_unknown_opcode_is_notimp() {
     status[2] |= 2 << 3; // STATUS
     let reply = udp_exchange(k.addr, &status, WAIT).expect("NOTIMP answer");
     assert_eq!(wire::header_rcode(&reply), Some(rcode::NOTIMP));
-    assert_eq!((wire::header_flags(&reply).unwrap() >> 11) & 0xf, 2, "opcode echoed");
+    assert_eq!(
+        (wire::header_flags(&reply).unwrap() >> 11) & 0xf,
+        2,
+        "opcode echoed"
+    );
     assert_still_serving(&k);
 }
 
@@ -64,11 +79,18 @@ fn rfc1035_unknown_opcode_is_notimp() {
 fn rfc6891_6_1_3_edns_version_1_gets_badvers_and_opt_is_echoed() {
     let upstream = TestUpstream::start();
     let k = Kudurru::builder(&[upstream.udp_url()]).start();
-    let answer = dig(k.addr, &[&unique_name("edns"), "A", "+edns=1", "+noednsneg"]);
+    let answer = dig(
+        k.addr,
+        &[&unique_name("edns"), "A", "+edns=1", "+noednsneg"],
+    );
     assert_eq!(answer.status, "BADVERS", "{}", answer.raw);
     let answer = dig(k.addr, &[&unique_name("edns"), "A", "+bufsize=1400"]);
     assert!(answer.edns);
-    assert!(answer.raw.contains("udp: 1232"), "kudurru advertises its own payload size:\n{}", answer.raw);
+    assert!(
+        answer.raw.contains("udp: 1232"),
+        "kudurru advertises its own payload size:\n{}",
+        answer.raw
+    );
     let mut two_opts = query_bytes(5, "example.com", rtype::A, 1, Some((1232, 0, false)));
     let opt = two_opts[two_opts.len() - 11..].to_vec();
     two_opts.extend_from_slice(&opt);
@@ -81,14 +103,26 @@ fn rfc6891_6_1_3_edns_version_1_gets_badvers_and_opt_is_echoed() {
 #[test]
 fn non_in_classes_are_refused_except_chaos_identity() {
     let upstream = TestUpstream::start();
-    let k = Kudurru::builder(&[upstream.udp_url()]).env("KUDURRU_SERVER__IDENTITY", "edge-7").start();
-    assert_eq!(dig(k.addr, &["example.com", "A", "-c", "HS"]).status, "REFUSED");
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_SERVER__IDENTITY", "edge-7")
+        .start();
+    assert_eq!(
+        dig(k.addr, &["example.com", "A", "-c", "HS"]).status,
+        "REFUSED"
+    );
     let id = dig(k.addr, &["id.server", "TXT", "-c", "CH"]);
     assert_eq!(id.status, "NOERROR");
     assert_eq!(id.answers[0].3, "\"edge-7\"");
     let version = dig(k.addr, &["version.bind", "TXT", "-c", "CH"]);
-    assert!(version.answers[0].3.starts_with("\"kudurru "), "{}", version.raw);
-    assert_eq!(dig(k.addr, &["other.server", "TXT", "-c", "CH"]).status, "REFUSED");
+    assert!(
+        version.answers[0].3.starts_with("\"kudurru "),
+        "{}",
+        version.raw
+    );
+    assert_eq!(
+        dig(k.addr, &["other.server", "TXT", "-c", "CH"]).status,
+        "REFUSED"
+    );
     assert_eq!(upstream.total("example.com."), 0);
 }
 
@@ -107,7 +141,12 @@ fn rfc6761_and_rfc6303_local_names_never_reach_the_upstream() {
     assert_eq!(dig(k.addr, &["-x", "127.0.0.1"]).answers[0].3, "localhost.");
     assert_eq!(dig(k.addr, &["-x", "fe80::1"]).status, "NXDOMAIN");
     assert_eq!(dig(k.addr, &["thing.invalid", "A"]).status, "NXDOMAIN");
-    for name in ["localhost.", "1.1.168.192.in-addr.arpa.", "3.2.1.10.in-addr.arpa.", "thing.invalid."] {
+    for name in [
+        "localhost.",
+        "1.1.168.192.in-addr.arpa.",
+        "3.2.1.10.in-addr.arpa.",
+        "thing.invalid.",
+    ] {
         assert_eq!(upstream.total(name), 0, "{name} leaked upstream");
     }
     // A public reverse name is forwarded.

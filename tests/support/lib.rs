@@ -39,11 +39,20 @@ pub fn kudurru_bin() -> PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(&root)
-            .args(["build", "--quiet", "-p", "kudurru-control", "--bin", "kudurru"])
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "kudurru-control",
+                "--bin",
+                "kudurru",
+            ])
             .status()
             .expect("cargo runs");
         assert!(status.success(), "building the kudurru binary failed");
-        let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
+        let target = std::env::var("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| root.join("target"));
         target.join("debug").join("kudurru")
     })
     .clone()
@@ -84,7 +93,8 @@ impl TestUpstream {
         let port = free_port();
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let udp = UdpSocket::bind(addr).expect("bind upstream udp");
-        udp.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        udp.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
         let tcp = TcpListener::bind(addr).expect("bind upstream tcp");
         tcp.set_nonblocking(true).unwrap();
         let seen = Arc::new(Mutex::new(Seen::default()));
@@ -95,7 +105,9 @@ impl TestUpstream {
                 let udp = Arc::new(udp);
                 let mut buf = [0u8; 4096];
                 while !stop.load(Ordering::Relaxed) {
-                    let Ok((n, peer)) = udp.recv_from(&mut buf) else { continue };
+                    let Ok((n, peer)) = udp.recv_from(&mut buf) else {
+                        continue;
+                    };
                     let message = buf[..n].to_vec();
                     let (udp, seen) = (udp.clone(), seen.clone());
                     thread::spawn(move || {
@@ -150,7 +162,10 @@ impl TestUpstream {
     /// How many queries for `name` (presentation form, trailing dot) arrived over `transport`.
     pub fn count(&self, name: &str, transport: &str) -> usize {
         let seen = self.seen.lock().unwrap();
-        seen.counts.get(&(name.to_ascii_lowercase(), transport)).copied().unwrap_or(0)
+        seen.counts
+            .get(&(name.to_ascii_lowercase(), transport))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Queries for `name` over both transports.
@@ -175,9 +190,16 @@ fn soa_rdata(minimum: u32) -> Vec<u8> {
 
 /// The test upstream's replies to one message (usually one; `spoof-` sends two).
 fn respond(message: &[u8], transport: &'static str, seen: &Mutex<Seen>) -> Vec<Vec<u8>> {
-    let Ok(query) = Query::parse(message) else { return Vec::new() };
+    let Ok(query) = Query::parse(message) else {
+        return Vec::new();
+    };
     let name = query.key().qname_text();
-    *seen.lock().unwrap().counts.entry((name.clone(), transport)).or_default() += 1;
+    *seen
+        .lock()
+        .unwrap()
+        .counts
+        .entry((name.clone(), transport))
+        .or_default() += 1;
     let first = name.split('.').next().unwrap_or("").to_owned();
     let mut out = Vec::new();
     let answer_a = |out: &mut Vec<u8>, ttl: u32| {
@@ -189,7 +211,11 @@ fn respond(message: &[u8], transport: &'static str, seen: &Mutex<Seen>) -> Vec<V
         wire::finish_response(&query, out, 1232);
     };
     if first.starts_with("nx-") || first.starts_with("nodata-") {
-        let code = if first.starts_with("nx-") { rcode::NXDOMAIN } else { rcode::NOERROR };
+        let code = if first.starts_with("nx-") {
+            rcode::NXDOMAIN
+        } else {
+            rcode::NOERROR
+        };
         wire::start_response(&query, code, true, &mut out);
         wire::push_record(&mut out, wire::HEADER_LEN, rtype::SOA, 3600, &soa_rdata(60));
         wire::count_authority(&mut out);
@@ -219,7 +245,11 @@ fn respond(message: &[u8], transport: &'static str, seen: &Mutex<Seen>) -> Vec<V
         let mut forged = out.clone();
         forged[0] ^= 0x5a;
         return vec![forged, out];
-    } else if let Some(ttl) = first.strip_prefix("ttl").and_then(|r| r.split('-').next()).and_then(|n| n.parse().ok()) {
+    } else if let Some(ttl) = first
+        .strip_prefix("ttl")
+        .and_then(|r| r.split('-').next())
+        .and_then(|n| n.parse().ok())
+    {
         answer_a(&mut out, ttl);
     } else {
         answer_a(&mut out, 300);
@@ -247,7 +277,12 @@ pub struct KudurruBuilder {
 impl Kudurru {
     /// A builder with one core and the given upstreams.
     pub fn builder(upstreams: &[String]) -> KudurruBuilder {
-        KudurruBuilder { cores: 1, upstreams: upstreams.to_vec(), env: Vec::new(), extra: Vec::new() }
+        KudurruBuilder {
+            cores: 1,
+            upstreams: upstreams.to_vec(),
+            env: Vec::new(),
+            extra: Vec::new(),
+        }
     }
 
     /// GET `path` on the ops listener: (status, body).
@@ -258,7 +293,11 @@ impl Kudurru {
     /// The value of one metric line (exact name and labels) from `/metrics`.
     pub fn metric(&self, series: &str) -> Option<f64> {
         let (_, body) = self.ops_get("/metrics");
-        body.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+        body.lines().find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|v| v.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+        })
     }
 
     /// The sum of all series of a metric name.
@@ -361,8 +400,16 @@ impl KudurruBuilder {
     pub fn start(self) -> Kudurru {
         let port = free_port();
         let ops_port = free_port();
-        let child = self.command(port, ops_port).stdout(Stdio::null()).spawn().expect("kudurru starts");
-        let mut k = Kudurru { child: Some(child), addr: ([127, 0, 0, 1], port).into(), ops: ([127, 0, 0, 1], ops_port).into() };
+        let child = self
+            .command(port, ops_port)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("kudurru starts");
+        let mut k = Kudurru {
+            child: Some(child),
+            addr: ([127, 0, 0, 1], port).into(),
+            ops: ([127, 0, 0, 1], ops_port).into(),
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = k.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -380,11 +427,18 @@ impl KudurruBuilder {
 fn http_try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let status = response.split(' ').nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     Some((status, body))
 }
 
@@ -426,7 +480,11 @@ pub fn try_dig(server: SocketAddr, args: &[&str]) -> Result<DigAnswer, String> {
         .output()
         .expect("dig is installed (apt-get install dnsutils)");
     let raw = String::from_utf8_lossy(&output.stdout).into_owned();
-    let Some(status) = raw.split("status: ").nth(1).and_then(|s| s.split(',').next()) else {
+    let Some(status) = raw
+        .split("status: ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+    else {
         return Err(raw);
     };
     let flags = raw
@@ -436,7 +494,9 @@ pub fn try_dig(server: SocketAddr, args: &[&str]) -> Result<DigAnswer, String> {
         .map(|s| s.split_whitespace().map(str::to_owned).collect())
         .unwrap_or_default();
     let section = |title: &str| -> Vec<(String, u32, String, String)> {
-        let Some(start) = raw.find(title) else { return Vec::new() };
+        let Some(start) = raw.find(title) else {
+            return Vec::new();
+        };
         raw[start..]
             .lines()
             .skip(1)
@@ -472,7 +532,13 @@ pub fn udp_exchange(server: SocketAddr, message: &[u8], wait: Duration) -> Optio
 }
 
 /// A query in wire form: `name` dotted, with RD set and an optional OPT (payload, version, DO).
-pub fn query_bytes(id: u16, name: &str, qtype: u16, qclass: u16, opt: Option<(u16, u8, bool)>) -> Vec<u8> {
+pub fn query_bytes(
+    id: u16,
+    name: &str,
+    qtype: u16,
+    qclass: u16,
+    opt: Option<(u16, u8, bool)>,
+) -> Vec<u8> {
     let mut m = id.to_be_bytes().to_vec();
     m.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
     for label in name.split('.').filter(|l| !l.is_empty()) {

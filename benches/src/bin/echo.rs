@@ -1,1 +1,164 @@
-fn main() {}
+//! `kudurru-echo`: the benchmark ceiling and the benchmark upstream.
+//!
+//! A single-threaded UDP responder with batched `recvmmsg`/`sendmmsg` (64 datagrams per call).
+//! `--mode echo` only flips QR and RA and sends the query back: nothing a DNS server can do is
+//! cheaper, so its CPU per answer is the ceiling a server is compared against. `--mode answer`
+//! also appends `A 192.0.2.1` (TTL `--ttl`, owner compressed to the question) after dropping any
+//! OPT record: a minimal authoritative upstream that answers every name, for forwarder benchmarks.
+
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, ValueEnum};
+
+const BATCH: usize = 64;
+const MAX_DATAGRAM: usize = 1500;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Flip QR/RA and echo.
+    Echo,
+    /// Answer every A query with 192.0.2.1.
+    Answer,
+}
+
+/// Batched UDP echo responder (benchmark ceiling) and minimal answering upstream.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Address to listen on (loopback only in benchmarks).
+    #[arg(long, default_value = "127.0.0.1:5400")]
+    listen: SocketAddr,
+    /// What to send back.
+    #[arg(long, value_enum, default_value = "echo")]
+    mode: Mode,
+    /// TTL of the answer record in `answer` mode.
+    #[arg(long, default_value_t = 3600)]
+    ttl: u32,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(args.listen),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    let _ = socket.set_recv_buffer_size(8 << 20);
+    let _ = socket.set_send_buffer_size(8 << 20);
+    socket
+        .bind(&args.listen.into())
+        .with_context(|| format!("binding {}", args.listen))?;
+    let fd = socket.as_raw_fd();
+    eprintln!("kudurru-echo: {:?} on {}", args.mode, args.listen);
+
+    let mut bufs = vec![[0u8; MAX_DATAGRAM]; BATCH];
+    let mut lens = [0usize; BATCH];
+    // SAFETY: zeroed sockaddr_storage, iovec and mmsghdr are valid initial values; the pointers
+    // set below stay valid because `bufs`, `addrs` and `iovs` live for the whole loop.
+    let mut addrs: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; BATCH];
+    let mut iovs: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; BATCH];
+    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; BATCH];
+    loop {
+        for i in 0..BATCH {
+            iovs[i] = libc::iovec {
+                iov_base: bufs[i].as_mut_ptr().cast(),
+                iov_len: MAX_DATAGRAM,
+            };
+            msgs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
+            msgs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
+            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+            msgs[i].msg_len = 0;
+        }
+        // SAFETY: `msgs` holds BATCH initialised headers pointing at live buffers.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                msgs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            bail!("recvmmsg: {err}");
+        }
+        let n = n as usize;
+        let mut out = 0;
+        for i in 0..n {
+            let len = msgs[i].msg_len as usize;
+            if let Some(reply_len) = respond(&mut bufs[i], len, args.mode, args.ttl) {
+                lens[out] = reply_len;
+                if out != i {
+                    bufs.swap(out, i);
+                    addrs.swap(out, i);
+                    let namelen = msgs[i].msg_hdr.msg_namelen;
+                    msgs[out].msg_hdr.msg_namelen = namelen;
+                }
+                out += 1;
+            }
+        }
+        for i in 0..out {
+            iovs[i] = libc::iovec {
+                iov_base: bufs[i].as_mut_ptr().cast(),
+                iov_len: lens[i],
+            };
+            msgs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
+            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        let mut sent = 0;
+        while sent < out {
+            // SAFETY: the first `out` headers point at live reply buffers and addresses.
+            let rc =
+                unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr().add(sent), (out - sent) as u32, 0) };
+            if rc <= 0 {
+                break; // UDP: a reply that cannot be sent now is dropped
+            }
+            sent += rc as usize;
+        }
+    }
+}
+
+/// Turns the query in `buf[..len]` into a reply in place; `None` for non-queries.
+fn respond(buf: &mut [u8; MAX_DATAGRAM], len: usize, mode: Mode, ttl: u32) -> Option<usize> {
+    if len < 12 || buf[2] & 0x80 != 0 {
+        return None;
+    }
+    buf[2] |= 0x80; // QR
+    buf[3] |= 0x80; // RA
+    if mode == Mode::Echo {
+        return Some(len);
+    }
+    // Find the end of the question: an uncompressed qname, qtype, qclass.
+    let mut pos = 12;
+    loop {
+        let label = usize::from(*buf.get(pos)?);
+        if label & 0xc0 != 0 {
+            return None;
+        }
+        pos += 1 + label;
+        if label == 0 {
+            break;
+        }
+    }
+    let question_end = pos + 4;
+    if question_end > len || question_end + 16 > MAX_DATAGRAM {
+        return None;
+    }
+    buf[2] |= 0x04; // AA
+    buf[6..12].copy_from_slice(&[0, 1, 0, 0, 0, 0]); // one answer, no OPT kept
+    let record = [
+        [0xc0, 0x0c, 0, 1, 0, 1].as_slice(),
+        &ttl.to_be_bytes(),
+        &[0, 4, 192, 0, 2, 1],
+    ]
+    .concat();
+    buf[question_end..question_end + record.len()].copy_from_slice(&record);
+    Some(question_end + record.len())
+}
