@@ -11,6 +11,7 @@ pub mod runtime;
 pub mod settings;
 pub mod sys;
 
+mod pool;
 mod tcp;
 mod udp;
 mod upstream;

@@ -6,7 +6,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -120,4 +120,199 @@ pub fn available_cpus() -> Vec<usize> {
     (0..libc::CPU_SETSIZE as usize)
         .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
         .collect()
+}
+
+/// Datagrams moved per `recvmmsg`/`sendmmsg` call.
+pub const BATCH: usize = 32;
+/// Largest client datagram accepted on the batched path; longer ones are dropped (no DNS query
+/// over UDP is legitimately longer than the 4096-byte EDNS maximum).
+pub const DATAGRAM_MAX: usize = 4096;
+
+/// Fixed buffers and headers for `recvmmsg` / `sendmmsg` on one socket, reused for every batch.
+///
+/// The raw `mmsghdr`s point into the boxed buffers of the same struct; they are rebuilt before
+/// each call, so moving the struct never leaves a dangling pointer in use.
+pub struct MmsgBatch {
+    bufs: Box<[[u8; DATAGRAM_MAX]]>,
+    lens: [usize; BATCH],
+    addrs: Box<[libc::sockaddr_storage]>,
+    iovs: Box<[libc::iovec]>,
+    msgs: Box<[libc::mmsghdr]>,
+    count: usize,
+}
+
+impl Default for MmsgBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MmsgBatch {
+    /// Empty buffers for [`BATCH`] datagrams.
+    pub fn new() -> Self {
+        Self {
+            bufs: vec![[0u8; DATAGRAM_MAX]; BATCH].into_boxed_slice(),
+            lens: [0; BATCH],
+            addrs: zeroed_slice(),
+            iovs: zeroed_slice(),
+            msgs: zeroed_slice(),
+            count: 0,
+        }
+    }
+
+    fn prepare(&mut self, n: usize, receiving: bool) {
+        for i in 0..n {
+            let len = if receiving {
+                DATAGRAM_MAX
+            } else {
+                self.lens[i]
+            };
+            self.iovs[i] = libc::iovec {
+                iov_base: self.bufs[i].as_mut_ptr().cast(),
+                iov_len: len,
+            };
+            let hdr = &mut self.msgs[i].msg_hdr;
+            hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            if receiving {
+                hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            }
+            hdr.msg_iov = &mut self.iovs[i];
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = std::ptr::null_mut();
+            hdr.msg_controllen = 0;
+            hdr.msg_flags = 0;
+            self.msgs[i].msg_len = 0;
+        }
+    }
+
+    /// Receives up to [`BATCH`] datagrams without blocking; `Ok(0)` when none is queued.
+    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        self.prepare(BATCH, true);
+        // SAFETY: `msgs` holds BATCH headers pointing at this struct's live buffers.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.msgs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            return match err.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(err),
+            };
+        }
+        self.count = n as usize;
+        for i in 0..self.count {
+            self.lens[i] = self.msgs[i].msg_len as usize;
+        }
+        Ok(self.count)
+    }
+
+    /// Datagram `i` of the last [`Self::recv`]: its bytes (`None` if it was longer than
+    /// [`DATAGRAM_MAX`]) and its source.
+    pub fn datagram(&self, i: usize) -> (Option<&[u8]>, Option<SocketAddr>) {
+        let truncated = self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let bytes = (!truncated).then(|| &self.bufs[i][..self.lens[i]]);
+        (
+            bytes,
+            sockaddr_to_std(&self.addrs[i], self.msgs[i].msg_hdr.msg_namelen),
+        )
+    }
+
+    /// Number of replies queued for [`Self::send`].
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether no reply is queued.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Whether another reply fits in this batch.
+    pub fn is_full(&self) -> bool {
+        self.count == BATCH
+    }
+
+    /// Queues a reply to `to`; the caller checks [`Self::is_full`] first. Replies longer than
+    /// [`DATAGRAM_MAX`] are not queued (callers truncate to the client's limit first).
+    pub fn push(&mut self, reply: &[u8], to: SocketAddr) {
+        if reply.len() > DATAGRAM_MAX || self.count == BATCH {
+            return;
+        }
+        let i = self.count;
+        self.bufs[i][..reply.len()].copy_from_slice(reply);
+        self.lens[i] = reply.len();
+        let (storage, len) = std_to_sockaddr(to);
+        self.addrs[i] = storage;
+        self.msgs[i].msg_hdr.msg_namelen = len;
+        self.count += 1;
+    }
+
+    /// Sends the queued replies without blocking; returns how many were sent (the rest stay
+    /// queued from index [`Self::sent`] on, for the caller to send the slow way).
+    pub fn send(&mut self, fd: RawFd) -> usize {
+        let n = self.count;
+        self.prepare(n, false);
+        let mut sent = 0;
+        while sent < n {
+            // SAFETY: the first `n` headers point at this struct's live reply buffers.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    self.msgs.as_mut_ptr().add(sent),
+                    (n - sent) as u32,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if rc <= 0 {
+                break;
+            }
+            sent += rc as usize;
+        }
+        sent
+    }
+
+    /// Reply `i` of the queue (for sending the rest the slow way).
+    pub fn queued(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
+        (
+            &self.bufs[i][..self.lens[i]],
+            sockaddr_to_std(&self.addrs[i], self.msgs[i].msg_hdr.msg_namelen),
+        )
+    }
+
+    /// Empties the queue.
+    pub fn clear(&mut self) {
+        self.count = 0;
+    }
+}
+
+/// [`BATCH`] all-zero values of a C struct.
+fn zeroed_slice<T>() -> Box<[T]> {
+    // SAFETY: only instantiated with sockaddr_storage, iovec and mmsghdr, for which all-zero is a
+    // valid value (null pointers, zero lengths); they are filled in before every system call.
+    (0..BATCH).map(|_| unsafe { std::mem::zeroed() }).collect()
+}
+
+fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    // SAFETY: `storage` holds `len` initialised bytes of a socket address written by the kernel
+    // (or by `std_to_sockaddr`); SockAddr checks the family before converting.
+    let addr = unsafe {
+        socket2::SockAddr::new(
+            std::ptr::read((storage as *const libc::sockaddr_storage).cast()),
+            len,
+        )
+    };
+    addr.as_socket()
+}
+
+fn std_to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    let sock = socket2::SockAddr::from(addr);
+    // SAFETY: SockAddr's storage is a sockaddr_storage of `len()` valid bytes.
+    let storage = unsafe { std::ptr::read(sock.as_ptr().cast::<libc::sockaddr_storage>()) };
+    (storage, sock.len())
 }

@@ -1,9 +1,12 @@
 //! The UDP listener of one core: one SO_REUSEPORT socket, answers sent from the same socket.
 //!
-//! Hits are answered inline in the receive loop; misses are handed to a task so the loop never
-//! waits on an upstream.
+//! The loop moves datagrams in batches (`recvmmsg` / `sendmmsg`, [`sys::BATCH`] at a time) and
+//! sleeps on glommio (a one-byte `peek_from`, which leaves the datagram queued) only when the
+//! socket is empty. Hits and local answers are written straight into the send batch; misses are
+//! handed to a task so the loop never waits on an upstream.
 
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -12,53 +15,91 @@ use kudurru_core::wire::{self, Query};
 use kudurru_core::{Decision, ingress};
 
 use crate::metrics::Transport;
+use crate::sys::{self, MmsgBatch};
 use crate::worker::Worker;
-
-/// Receive buffer: the largest datagram a client can send.
-const RECV_BUFFER: usize = 65_535;
 
 /// Serves queries on `socket` until the task is dropped.
 pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
-    let mut buf = vec![0u8; RECV_BUFFER];
-    let mut out = Vec::with_capacity(4096);
+    let fd = socket.as_raw_fd();
+    let mut incoming = Box::new(MmsgBatch::new());
+    let mut replies = Box::new(MmsgBatch::new());
+    let mut out = Vec::with_capacity(sys::DATAGRAM_MAX);
+    let mut peek = [0u8; 1];
     loop {
-        let (n, peer) = match socket.recv_from(&mut buf).await {
-            Ok(received) => received,
+        let n = match incoming.recv(fd) {
+            Ok(0) => {
+                // Empty: sleep until a datagram arrives (cancel-safe: nothing is consumed).
+                if let Err(e) = socket.peek_from(&mut peek).await {
+                    tracing::debug!(error = %e, "udp wait failed");
+                }
+                continue;
+            }
+            Ok(n) => n,
             Err(e) => {
                 tracing::debug!(error = %e, "udp receive failed");
+                glommio::yield_if_needed().await;
                 continue;
             }
         };
-        worker.metrics.query(Transport::Udp);
         let settings = worker.settings();
-        match ingress(&buf[..n], &settings.local, settings.edns_payload, &mut out) {
-            Decision::Respond => reply(&worker, &socket, &out, peer).await,
-            Decision::Drop => worker.metrics.dropped(),
-            Decision::Resolve(query) => {
-                let now = Instant::now();
-                if let Some(answer) = worker.lookup_local(query.key(), now) {
-                    let limit = query.udp_limit(settings.edns_payload);
-                    answer.write_response(
-                        &query,
-                        now,
-                        Some(limit),
-                        settings.edns_payload,
-                        &mut out,
-                    );
-                    reply(&worker, &socket, &out, peer).await;
-                } else {
-                    let message = buf[..n].to_vec();
-                    glommio::spawn_local(resolve_and_reply(
-                        worker.clone(),
-                        socket.clone(),
-                        message,
-                        peer,
-                    ))
-                    .detach();
+        let now = Instant::now();
+        for i in 0..n {
+            worker.metrics.query(Transport::Udp);
+            let (Some(message), Some(peer)) = incoming.datagram(i) else {
+                worker.metrics.dropped();
+                continue;
+            };
+            match ingress(message, &settings.local, settings.edns_payload, &mut out) {
+                Decision::Respond => {}
+                Decision::Drop => {
+                    worker.metrics.dropped();
+                    continue;
                 }
+                Decision::Resolve(query) => match worker.lookup_local(query.key(), now) {
+                    Some(answer) => {
+                        let limit = query.udp_limit(settings.edns_payload);
+                        answer.write_response(
+                            &query,
+                            now,
+                            Some(limit),
+                            settings.edns_payload,
+                            &mut out,
+                        );
+                    }
+                    None => {
+                        let task = resolve_and_reply(
+                            worker.clone(),
+                            socket.clone(),
+                            message.to_vec(),
+                            peer,
+                        );
+                        glommio::spawn_local(task).detach();
+                        continue;
+                    }
+                },
             }
+            worker
+                .metrics
+                .response(wire::header_rcode(&out).unwrap_or(0));
+            replies.push(&out, peer);
+        }
+        flush(&socket, &mut replies).await;
+        glommio::yield_if_needed().await;
+    }
+}
+
+/// Sends the queued replies; what the socket cannot take right now goes out the slow way.
+async fn flush(socket: &UdpSocket, replies: &mut MmsgBatch) {
+    let sent = replies.send(socket.as_raw_fd());
+    for i in sent..replies.len() {
+        let (reply, peer) = replies.queued(i);
+        if let Some(peer) = peer
+            && let Err(e) = socket.send_to(reply, peer).await
+        {
+            tracing::debug!(%peer, error = %e, "udp send failed");
         }
     }
+    replies.clear();
 }
 
 async fn resolve_and_reply(
@@ -83,14 +124,10 @@ async fn resolve_and_reply(
         settings.edns_payload,
         &mut out,
     );
-    reply(&worker, &socket, &out, peer).await;
-}
-
-async fn reply(worker: &Worker, socket: &UdpSocket, out: &[u8], peer: SocketAddr) {
     worker
         .metrics
-        .response(wire::header_rcode(out).unwrap_or(0));
-    if let Err(e) = socket.send_to(out, peer).await {
+        .response(wire::header_rcode(&out).unwrap_or(0));
+    if let Err(e) = socket.send_to(&out, peer).await {
         tracing::debug!(%peer, error = %e, "udp send failed");
     }
 }

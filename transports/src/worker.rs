@@ -13,6 +13,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,6 +23,7 @@ use glommio::channels::local_channel::{self, LocalSender};
 use kudurru_core::{Cache, CacheKey, CachedAnswer, Selector, UpstreamSpec};
 
 use crate::metrics::CoreMetrics;
+use crate::pool::UdpPool;
 use crate::settings::{Settings, SharedSettings};
 use crate::upstream;
 
@@ -79,6 +81,7 @@ pub(crate) struct Worker {
     l1: RefCell<Cache>,
     inflight: RefCell<HashMap<CacheKey, Waiters>>,
     selector: RefCell<(Vec<UpstreamSpec>, Selector)>,
+    pools: RefCell<HashMap<(usize, SocketAddr), Rc<UdpPool>>>,
     peers: Option<Peers>,
     /// Client queries being resolved right now (shutdown waits for these).
     pub(crate) active: Cell<usize>,
@@ -109,6 +112,7 @@ impl Worker {
             })),
             inflight: RefCell::new(HashMap::new()),
             selector: RefCell::new((upstreams, selector)),
+            pools: RefCell::new(HashMap::new()),
             peers: senders.map(|senders| Peers {
                 senders,
                 pending: RefCell::new(HashMap::new()),
@@ -266,6 +270,15 @@ impl Worker {
         }
         let (upstreams, selector) = &mut *state;
         f(upstreams, selector)
+    }
+
+    /// The UDP socket pool for upstream `index` at `addr`.
+    pub(crate) fn udp_pool(&self, index: usize, addr: SocketAddr) -> Rc<UdpPool> {
+        self.pools
+            .borrow_mut()
+            .entry((index, addr))
+            .or_insert_with(|| Rc::new(UdpPool::new(addr, self.metrics.clone(), index)))
+            .clone()
     }
 
     /// Applies capacity changes and copies cache counters into the metrics; run once a second.

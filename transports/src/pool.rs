@@ -1,0 +1,195 @@
+//! Per-core pools of connected UDP sockets to each upstream.
+//!
+//! Opening, binding, connecting and closing a socket per upstream query cost a quarter of the
+//! cache-miss path (measured with perf, docs/benchmarks.md). Each core instead keeps
+//! [`SOCKETS_PER_UPSTREAM`] connected sockets per upstream, each with its own kernel-chosen
+//! random source port and a reader task that hands replies to the waiting query by message ID.
+//! A socket is replaced by a fresh one (new random port) after [`ROTATE_AFTER`] queries, once
+//! nothing is pending on it, so an off-path attacker faces a moving port as well as a random ID
+//! and the question check; see docs/operations.md for the trade-off against a port per query.
+//!
+//! ```text
+//! ask ─▶ pick socket (round robin) ─▶ random free ID ─▶ register waiter ─▶ send
+//! reader task: recv ─▶ waiter for that ID? ─ yes ─▶ hand bytes over (the waiter validates)
+//!                                          └ no ──▶ count as mismatched, drop
+//! ```
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io;
+use std::net::{Ipv6Addr, SocketAddr};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use glommio::net::UdpSocket;
+use glommio::task::JoinHandle;
+
+use crate::metrics::CoreMetrics;
+
+/// Connected sockets kept per upstream per core.
+pub(crate) const SOCKETS_PER_UPSTREAM: usize = 8;
+/// Queries after which a socket is replaced by one with a new source port.
+pub(crate) const ROTATE_AFTER: u32 = 4096;
+/// Replies buffered per waiting query (a spoofed reply with a guessed ID must not crowd out the
+/// genuine one).
+const REPLIES_PER_QUERY: usize = 4;
+const REPLY_BUFFER: usize = 4096;
+
+type Waiters = Rc<RefCell<HashMap<u16, LocalSender<Vec<u8>>>>>;
+
+struct PooledSocket {
+    socket: Rc<UdpSocket>,
+    waiters: Waiters,
+    sent: Cell<u32>,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for PooledSocket {
+    fn drop(&mut self) {
+        self.reader.cancel();
+    }
+}
+
+impl PooledSocket {
+    async fn open(addr: SocketAddr, metrics: Arc<CoreMetrics>, index: usize) -> io::Result<Self> {
+        let local: SocketAddr = if addr.is_ipv4() {
+            ([0, 0, 0, 0], 0).into()
+        } else {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let socket = Rc::new(UdpSocket::bind(local)?);
+        socket.connect(addr).await?;
+        let waiters: Waiters = Rc::new(RefCell::new(HashMap::new()));
+        let reader = {
+            let (socket, waiters) = (socket.clone(), waiters.clone());
+            glommio::spawn_local(async move {
+                let mut buf = vec![0u8; REPLY_BUFFER];
+                loop {
+                    let Ok(n) = socket.recv(&mut buf).await else {
+                        // An ICMP error (port unreachable) on a connected socket concerns the
+                        // upstream as a whole: every waiter fails over now, not at its timeout.
+                        for tx in waiters.borrow().values() {
+                            let _ = tx.try_send(Vec::new());
+                        }
+                        glommio::timer::sleep(Duration::from_millis(1)).await;
+                        continue;
+                    };
+                    let id = kudurru_core::wire::message_id(&buf[..n]);
+                    let waiter = id.and_then(|id| {
+                        waiters
+                            .borrow()
+                            .get(&id)
+                            .map(|tx| tx.try_send(buf[..n].to_vec()))
+                    });
+                    if waiter.is_none() {
+                        CoreMetrics::bump(&metrics.upstream(index).mismatched);
+                    }
+                }
+            })
+            .detach()
+        };
+        Ok(Self {
+            socket,
+            waiters,
+            sent: Cell::new(0),
+            reader,
+        })
+    }
+}
+
+/// One core's sockets to one upstream.
+pub(crate) struct UdpPool {
+    addr: SocketAddr,
+    sockets: RefCell<Vec<Option<Rc<PooledSocket>>>>,
+    next: Cell<usize>,
+    metrics: Arc<CoreMetrics>,
+    index: usize,
+}
+
+/// A registered query: replies with its ID arrive on `replies`; dropping it unregisters.
+pub(crate) struct Exchange {
+    socket: Rc<PooledSocket>,
+    id: u16,
+    replies: LocalReceiver<Vec<u8>>,
+}
+
+impl Exchange {
+    /// The ID the query must carry.
+    pub(crate) fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// Sends the query.
+    pub(crate) async fn send(&self, query: &[u8]) -> io::Result<()> {
+        self.socket
+            .socket
+            .send(query)
+            .await
+            .map(|_| ())
+            .map_err(io::Error::from)
+    }
+
+    /// The next reply carrying this ID (the caller validates it); an empty reply means the
+    /// upstream is unreachable.
+    pub(crate) async fn reply(&self) -> Option<Vec<u8>> {
+        self.replies.recv().await
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        self.socket.waiters.borrow_mut().remove(&self.id);
+    }
+}
+
+impl UdpPool {
+    /// An empty pool; sockets open on first use.
+    pub(crate) fn new(addr: SocketAddr, metrics: Arc<CoreMetrics>, index: usize) -> Self {
+        Self {
+            addr,
+            sockets: RefCell::new(vec![None; SOCKETS_PER_UPSTREAM]),
+            next: Cell::new(0),
+            metrics,
+            index,
+        }
+    }
+
+    /// The upstream's address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Registers a query under a random free ID on the next socket.
+    pub(crate) async fn exchange(&self) -> io::Result<Exchange> {
+        let slot = self.next.get() % SOCKETS_PER_UPSTREAM;
+        self.next.set(slot + 1);
+        let current = self.sockets.borrow()[slot].clone();
+        let socket = match current {
+            Some(s) if s.sent.get() < ROTATE_AFTER || !s.waiters.borrow().is_empty() => s,
+            _ => {
+                let fresh =
+                    Rc::new(PooledSocket::open(self.addr, self.metrics.clone(), self.index).await?);
+                self.sockets.borrow_mut()[slot] = Some(fresh.clone());
+                fresh
+            }
+        };
+        socket.sent.set(socket.sent.get() + 1);
+        let (tx, replies) = local_channel::new_bounded(REPLIES_PER_QUERY);
+        let id = {
+            let mut waiters = socket.waiters.borrow_mut();
+            let mut id: u16 = rand::random();
+            while waiters.contains_key(&id) {
+                id = rand::random();
+            }
+            waiters.insert(id, tx);
+            id
+        };
+        Ok(Exchange {
+            socket,
+            id,
+            replies,
+        })
+    }
+}
