@@ -60,9 +60,10 @@ async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
     let tx = Rc::new(tx);
     let writer_task = glommio::spawn_local(write_frames(writer, rx, worker.clone()));
     let permits = Rc::new(Semaphore::new(pipelined as u64));
+    let mut frames = FrameReader::new();
     let mut out = Vec::with_capacity(1024);
     loop {
-        let Some(message) = read_frame(worker, &mut reader).await else {
+        let Some(message) = frames.next(worker, &mut reader).await else {
             break;
         };
         worker.metrics.query(Transport::Tcp);
@@ -112,25 +113,72 @@ async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
     writer_task.await;
 }
 
-/// Reads one length-prefixed message; `None` closes the connection (EOF, error, idle, slow).
-async fn read_frame(worker: &Worker, reader: &mut ReadHalf<TcpStream>) -> Option<Vec<u8>> {
-    let idle = worker.settings().tcp_idle_timeout;
-    let mut len = [0u8; 2];
-    match until(Instant::now() + idle, reader.read_exact(&mut len)).await {
-        Some(Ok(())) => {}
-        Some(Err(_)) => return None,
-        None => {
-            CoreMetrics::bump(&worker.metrics.tcp_timeouts);
-            return None;
+/// Read buffer per connection: pipelined queries arrive many to one read.
+const READ_BUFFER: usize = 16 * 1024;
+/// Most answer bytes gathered into one write.
+const WRITE_BATCH: usize = 16 * 1024;
+
+/// Splits a TCP byte stream into DNS messages (RFC 1035 §4.2.2 two-byte length prefix),
+/// whatever the segment boundaries: bytes are read in large chunks and frames cut from them.
+struct FrameReader {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl FrameReader {
+    fn new() -> Self {
+        Self {
+            buf: vec![0; READ_BUFFER],
+            start: 0,
+            end: 0,
         }
     }
-    let mut message = vec![0u8; usize::from(u16::from_be_bytes(len))];
-    match until(Instant::now() + idle, reader.read_exact(&mut message)).await {
-        Some(Ok(())) => Some(message),
-        Some(Err(_)) => None,
-        None => {
-            CoreMetrics::bump(&worker.metrics.tcp_timeouts);
-            None
+
+    /// The next message; `None` closes the connection (EOF, error, idle or slow client).
+    async fn next(&mut self, worker: &Worker, reader: &mut ReadHalf<TcpStream>) -> Option<Vec<u8>> {
+        loop {
+            let available = &self.buf[self.start..self.end];
+            if available.len() >= 2 {
+                let len = usize::from(u16::from_be_bytes([available[0], available[1]]));
+                if available.len() >= 2 + len {
+                    let message = available[2..2 + len].to_vec();
+                    self.start += 2 + len;
+                    return Some(message);
+                }
+                if 2 + len > self.buf.len() - self.start {
+                    // Make room: move the partial frame to the front, growing for large frames.
+                    self.buf.copy_within(self.start..self.end, 0);
+                    self.end -= self.start;
+                    self.start = 0;
+                    if 2 + len > self.buf.len() {
+                        self.buf.resize(2 + len, 0);
+                    }
+                }
+            } else if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            } else if self.end == self.buf.len() {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            // A frame is incomplete: wait for more, at most the idle timeout. A client that sent
+            // part of a frame and stalls is closed the same way.
+            let idle = worker.settings().tcp_idle_timeout;
+            match until(
+                Instant::now() + idle,
+                reader.read(&mut self.buf[self.end..]),
+            )
+            .await
+            {
+                Some(Ok(0)) | Some(Err(_)) => return None,
+                Some(Ok(n)) => self.end += n,
+                None => {
+                    CoreMetrics::bump(&worker.metrics.tcp_timeouts);
+                    return None;
+                }
+            }
         }
     }
 }
@@ -151,10 +199,20 @@ async fn write_frames(
     rx: local_channel::LocalReceiver<Vec<u8>>,
     worker: Rc<Worker>,
 ) {
+    let mut batch = Vec::with_capacity(WRITE_BATCH);
     while let Some(frame) = rx.recv().await {
-        // One write per answer: length and message in one segment (no Nagle/delayed-ACK stall).
+        // Gather what is already queued: one write for many pipelined answers, and each answer's
+        // length and body in one segment (no Nagle/delayed-ACK stall).
+        batch.clear();
+        batch.extend_from_slice(&frame);
+        while batch.len() < WRITE_BATCH {
+            match futures_lite::future::poll_once(rx.recv()).await {
+                Some(Some(frame)) => batch.extend_from_slice(&frame),
+                _ => break,
+            }
+        }
         let deadline = Instant::now() + worker.settings().tcp_idle_timeout;
-        match until(deadline, writer.write_all(&frame)).await {
+        match until(deadline, writer.write_all(&batch)).await {
             Some(Ok(())) => {}
             Some(Err(_)) => break,
             None => {

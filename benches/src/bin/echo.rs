@@ -35,6 +35,44 @@ struct Args {
     /// TTL of the answer record in `answer` mode.
     #[arg(long, default_value_t = 3600)]
     ttl: u32,
+    /// Also answer over TCP on the same port (a thread per connection; for forwarders that
+    /// send TCP queries upstream, such as dnsdist for TCP clients).
+    #[arg(long)]
+    tcp: bool,
+}
+
+fn serve_tcp(listen: SocketAddr, mode: Mode, ttl: u32) -> Result<()> {
+    use std::io::{Read, Write};
+    let listener =
+        std::net::TcpListener::bind(listen).with_context(|| format!("binding tcp {listen}"))?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let _ = stream.set_nodelay(true);
+                let mut buf = [0u8; MAX_DATAGRAM];
+                loop {
+                    let mut len = [0u8; 2];
+                    if stream.read_exact(&mut len).is_err() {
+                        return;
+                    }
+                    let len = usize::from(u16::from_be_bytes(len));
+                    if len > MAX_DATAGRAM || stream.read_exact(&mut buf[..len]).is_err() {
+                        return;
+                    }
+                    let Some(reply_len) = respond(&mut buf, len, mode, ttl) else {
+                        return;
+                    };
+                    let mut frame = (reply_len as u16).to_be_bytes().to_vec();
+                    frame.extend_from_slice(&buf[..reply_len]);
+                    if stream.write_all(&frame).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -49,6 +87,9 @@ fn main() -> Result<()> {
     socket
         .bind(&args.listen.into())
         .with_context(|| format!("binding {}", args.listen))?;
+    if args.tcp {
+        serve_tcp(args.listen, args.mode, args.ttl)?;
+    }
     let fd = socket.as_raw_fd();
     eprintln!("kudurru-echo: {:?} on {}", args.mode, args.listen);
 
