@@ -4,8 +4,8 @@
 //! cache-miss path (measured with perf, docs/benchmarks.md). Each core instead keeps
 //! [`SOCKETS_PER_UPSTREAM`] connected sockets per upstream, each with its own kernel-chosen
 //! random source port and a reader task that hands replies to the waiting query by message ID.
-//! A socket is replaced by a fresh one (new random port) after [`ROTATE_AFTER`] queries, once
-//! nothing is pending on it, so an off-path attacker faces a moving port as well as a random ID
+//! A socket is replaced by a fresh one (new random port) after [`ROTATE_AFTER`] queries; the old
+//! one keeps reading until its pending exchanges end, so an off-path attacker faces a moving port as well as a random ID
 //! and the question check; see docs/operations.md for the trade-off against a port per query.
 //!
 //! ```text
@@ -167,7 +167,8 @@ impl UdpPool {
         self.next.set(slot + 1);
         let current = self.sockets.borrow()[slot].clone();
         let socket = match current {
-            Some(s) if s.sent.get() < ROTATE_AFTER || !s.waiters.borrow().is_empty() => s,
+            // A rotated-out socket lives on (and keeps reading) until its last exchange ends.
+            Some(s) if s.sent.get() < ROTATE_AFTER => s,
             _ => {
                 let fresh =
                     Rc::new(PooledSocket::open(self.addr, self.metrics.clone(), self.index).await?);

@@ -1,0 +1,31 @@
+//! Arbitrary bytes through kudurru's query scanner and the ingress stage: never panics; what
+//! scans agrees with `domain` on the question; every response written parses and answers the
+//! query's ID.
+#![no_main]
+
+use domain::base::Message;
+use kudurru_core::wire::{self, Query};
+use kudurru_core::{Decision, LocalNames, ServerIdentity, ingress};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(query) = Query::parse(data) {
+        // Differential check: domain must see the same question.
+        let msg = Message::from_slice(data).expect("a scanned query is a message");
+        let question = msg
+            .sole_question()
+            .expect("a scanned query has one question");
+        assert_eq!(question.qtype().to_int(), query.qtype());
+        assert_eq!(question.qclass().to_int(), query.qclass());
+    }
+    let local = LocalNames::new(ServerIdentity {
+        identity: "fuzz".into(),
+        version: "fuzz".into(),
+    });
+    let mut out = Vec::new();
+    if let Decision::Respond = ingress(data, &local, 1232, &mut out) {
+        let reply = Message::from_slice(&out).expect("responses parse");
+        assert!(reply.header().qr());
+        assert_eq!(wire::message_id(&out), wire::message_id(data));
+    }
+});
