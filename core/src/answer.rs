@@ -248,7 +248,7 @@ impl CachedAnswer {
         query: &wire::Query<'_>,
         now: Instant,
         udp_limit: Option<usize>,
-        payload: u16,
+        options: &wire::ReplyOptions,
         out: &mut Vec<u8>,
     ) -> bool {
         out.clear();
@@ -270,9 +270,7 @@ impl CachedAnswer {
             }
         }
         if let Some(edns) = query.edns() {
-            wire::push_opt(out, payload, 0, edns.dnssec_ok);
-            let count = u16::from_be_bytes([out[10], out[11]]).wrapping_add(1);
-            out[10..12].copy_from_slice(&count.to_be_bytes());
+            wire::push_reply_opt(out, edns, options);
         }
         truncated
     }
@@ -467,6 +465,10 @@ pub(crate) mod tests {
     }
 
     const NAME: &[u8] = b"\x03WwW\x07exAMPLE\x00";
+    const UDP: wire::ReplyOptions = wire::ReplyOptions {
+        payload: 1232,
+        tcp_keepalive: None,
+    };
 
     #[test]
     fn rfc1035_cached_answer_is_patched_for_each_client() {
@@ -490,7 +492,7 @@ pub(crate) mod tests {
         let q = Query::parse(&cq).unwrap();
         let mut out = Vec::new();
         let later = t0 + Duration::from_secs(10);
-        assert!(!answer.write_response(&q, later, Some(512), 1232, &mut out));
+        assert!(!answer.write_response(&q, later, Some(512), &UDP, &mut out));
         let msg = Message::from_slice(&out).unwrap();
         assert_eq!(msg.header().id(), 0xabcd);
         assert!(msg.header().qr() && msg.header().ra() && msg.header().rd());
@@ -506,7 +508,7 @@ pub(crate) mod tests {
 
         let cq = client_query(NAME, true);
         let q = Query::parse(&cq).unwrap();
-        answer.write_response(&q, later, Some(1232), 1232, &mut out);
+        answer.write_response(&q, later, Some(1232), &UDP, &mut out);
         assert!(Message::from_slice(&out).unwrap().opt().is_some());
     }
 
@@ -523,7 +525,7 @@ pub(crate) mod tests {
         let cq = client_query(NAME, false);
         let q = Query::parse(&cq).unwrap();
         let mut out = Vec::new();
-        answer.write_response(&q, t0, None, 1232, &mut out);
+        answer.write_response(&q, t0, None, &UDP, &mut out);
         let msg = Message::from_slice(&out).unwrap();
         let soa_ttl = msg
             .authority()
@@ -618,10 +620,10 @@ pub(crate) mod tests {
         cq[at] = 16;
         let q = Query::parse(&cq).unwrap();
         let mut out = Vec::new();
-        assert!(answer.write_response(&q, t0, Some(512), 1232, &mut out));
+        assert!(answer.write_response(&q, t0, Some(512), &UDP, &mut out));
         assert!(wire::is_truncated(&out));
         assert_eq!(out.len(), 12 + NAME.len() + 4);
-        assert!(!answer.write_response(&q, t0, None, 1232, &mut out));
+        assert!(!answer.write_response(&q, t0, None, &UDP, &mut out));
         assert!(out.len() > 1000);
     }
 }

@@ -2,7 +2,7 @@
 //! RFC 8375), the locally served reverse zones of RFC 6303, and the CHAOS identification names
 //! (RFC 4892), as Unbound does by default.
 
-use crate::wire::{self, Query, class, rcode, rtype};
+use crate::wire::{self, Query, ReplyOptions, class, rcode, rtype};
 
 /// The SOA RFC 6303 §3 recommends for locally served zones, as rdata:
 /// `localhost. nobody.invalid. 1 3600 1200 604800 10800`.
@@ -92,21 +92,21 @@ impl LocalNames {
     }
 
     /// Writes a local answer for `query` into `out`, or returns `false` to resolve it normally.
-    pub fn answer(&self, query: &Query<'_>, payload: u16, out: &mut Vec<u8>) -> bool {
+    pub fn answer(&self, query: &Query<'_>, options: &ReplyOptions, out: &mut Vec<u8>) -> bool {
         let qname = query.key().qname();
         match query.qclass() {
             class::IN => {}
             class::CH => {
-                self.answer_chaos(query, payload, out);
+                self.answer_chaos(query, options, out);
                 return true;
             }
             _ => {
-                wire::write_error(query, rcode::REFUSED, payload, out);
+                wire::write_error(query, rcode::REFUSED, options, out);
                 return true;
             }
         }
         if matches!(query.qtype(), rtype::AXFR | rtype::IXFR) {
-            wire::write_error(query, rcode::REFUSED, payload, out);
+            wire::write_error(query, rcode::REFUSED, options, out);
             return true;
         }
         // Cheap filter first: every local zone ends in one of these labels.
@@ -120,7 +120,7 @@ impl LocalNames {
         let Some((apex_at, zone)) = self.find_zone(qname) else {
             return false;
         };
-        self.answer_zone(query, apex_at, zone, payload, out);
+        self.answer_zone(query, apex_at, zone, options, out);
         true
     }
 
@@ -142,7 +142,7 @@ impl LocalNames {
         query: &Query<'_>,
         apex_at: usize,
         zone: &[u8],
-        payload: u16,
+        options: &ReplyOptions,
         out: &mut Vec<u8>,
     ) {
         let qtype = query.qtype();
@@ -214,17 +214,17 @@ impl LocalNames {
             );
             wire::count_authority(out);
         }
-        wire::finish_response(query, out, payload);
+        wire::finish_response(query, out, options);
     }
 
-    fn answer_chaos(&self, query: &Query<'_>, payload: u16, out: &mut Vec<u8>) {
+    fn answer_chaos(&self, query: &Query<'_>, options: &ReplyOptions, out: &mut Vec<u8>) {
         let text = match query.key().qname() {
             b"\x02id\x06server\x00" | b"\x08hostname\x04bind\x00" => &self.identity.identity,
             b"\x07version\x06server\x00" | b"\x07version\x04bind\x00" => &self.identity.version,
             _ => "",
         };
         if query.qtype() != rtype::TXT || text.is_empty() {
-            wire::write_error(query, rcode::REFUSED, payload, out);
+            wire::write_error(query, rcode::REFUSED, options, out);
             return;
         }
         wire::start_response(query, rcode::NOERROR, true, out);
@@ -237,7 +237,7 @@ impl LocalNames {
         // CHAOS records carry class CH.
         out[start + 4..start + 6].copy_from_slice(&class::CH.to_be_bytes());
         wire::count_answer(out);
-        wire::finish_response(query, out, payload);
+        wire::finish_response(query, out, options);
     }
 }
 
@@ -285,7 +285,9 @@ mod tests {
             version: String::new(),
         });
         let mut out = Vec::new();
-        names.answer(&q, 1232, &mut out).then_some(out)
+        names
+            .answer(&q, &ReplyOptions::udp(1232), &mut out)
+            .then_some(out)
     }
 
     fn rcode_of(out: &[u8]) -> u8 {

@@ -8,7 +8,7 @@
 //! ```
 
 use crate::LocalNames;
-use crate::wire::{self, Query, QueryError, rcode};
+use crate::wire::{self, Query, QueryError, ReplyOptions, rcode};
 
 /// What to do with one incoming message.
 #[derive(Debug)]
@@ -26,12 +26,12 @@ pub enum Decision<'a> {
 pub fn ingress<'a>(
     msg: &'a [u8],
     local: &LocalNames,
-    payload: u16,
+    options: &ReplyOptions,
     out: &mut Vec<u8>,
 ) -> Decision<'a> {
     match Query::parse(msg) {
         Ok(query) => {
-            if local.answer(&query, payload, out) {
+            if local.answer(&query, options, out) {
                 Decision::Respond
             } else {
                 Decision::Resolve(query)
@@ -41,7 +41,7 @@ pub fn ingress<'a>(
         Err(QueryError::FormErr) => respond_if(wire::write_header_error(msg, rcode::FORMERR, out)),
         Err(QueryError::NotImp) => respond_if(wire::write_header_error(msg, rcode::NOTIMP, out)),
         Err(QueryError::BadVers) => respond_if(
-            wire::write_badvers(msg, payload, out)
+            wire::write_badvers(msg, options.payload, out)
                 || wire::write_header_error(msg, rcode::FORMERR, out),
         ),
     }
@@ -71,30 +71,30 @@ mod tests {
     fn decisions_per_input_class() {
         let mut out = Vec::new();
         assert!(matches!(
-            ingress(&[0; 5], &local(), 1232, &mut out),
+            ingress(&[0; 5], &local(), &ReplyOptions::udp(1232), &mut out),
             Decision::Drop
         ));
         let mut formerr = vec![0, 1, 0x01, 0, 0, 2, 0, 0, 0, 0, 0, 0];
         assert!(matches!(
-            ingress(&formerr, &local(), 1232, &mut out),
+            ingress(&formerr, &local(), &ReplyOptions::udp(1232), &mut out),
             Decision::Respond
         ));
         assert_eq!(wire::header_rcode(&out), Some(rcode::FORMERR));
         assert_eq!(wire::message_id(&out), Some(1));
         formerr[2] = 0x81; // QR=1: a reply is never answered
         assert!(matches!(
-            ingress(&formerr, &local(), 1232, &mut out),
+            ingress(&formerr, &local(), &ReplyOptions::udp(1232), &mut out),
             Decision::Drop
         ));
         let q = b"\x00\x02\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01";
         assert!(matches!(
-            ingress(q, &local(), 1232, &mut out),
+            ingress(q, &local(), &ReplyOptions::udp(1232), &mut out),
             Decision::Resolve(_)
         ));
         let lh =
             b"\x00\x02\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x09localhost\x00\x00\x01\x00\x01";
         assert!(matches!(
-            ingress(lh, &local(), 1232, &mut out),
+            ingress(lh, &local(), &ReplyOptions::udp(1232), &mut out),
             Decision::Respond
         ));
     }

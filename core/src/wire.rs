@@ -68,6 +68,38 @@ pub mod class {
 
 /// The EDNS option code for padding (RFC 7830).
 pub const OPTION_PADDING: u16 = 12;
+/// The EDNS option code for edns-tcp-keepalive (RFC 7828).
+pub const OPTION_TCP_KEEPALIVE: u16 = 11;
+
+/// How responses to one transport carry EDNS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyOptions {
+    /// The UDP payload size kudurru advertises (`edns.udpPayload`).
+    pub payload: u16,
+    /// The idle timeout to announce, in units of 100 ms, to clients that sent
+    /// edns-tcp-keepalive (RFC 7828 §3.3.2). Only on stream transports; `None` on UDP, where the
+    /// option must not be sent.
+    pub tcp_keepalive: Option<u16>,
+}
+
+impl ReplyOptions {
+    /// Options for UDP responses.
+    pub fn udp(payload: u16) -> Self {
+        Self {
+            payload,
+            tcp_keepalive: None,
+        }
+    }
+
+    /// Options for TCP responses announcing an idle timeout.
+    pub fn tcp(payload: u16, idle_timeout: std::time::Duration) -> Self {
+        let units = (idle_timeout.as_millis() / 100).min(u128::from(u16::MAX)) as u16;
+        Self {
+            payload,
+            tcp_keepalive: Some(units),
+        }
+    }
+}
 
 const FLAG_QR: u16 = 0x8000;
 const FLAG_AA: u16 = 0x0400;
@@ -130,6 +162,8 @@ pub struct Edns {
     pub dnssec_ok: bool,
     /// Whether the client sent the padding option (RFC 7830).
     pub padding: bool,
+    /// Whether the client sent edns-tcp-keepalive (RFC 7828).
+    pub tcp_keepalive: bool,
 }
 
 /// Why a query cannot be answered normally.
@@ -370,12 +404,14 @@ fn scan_additional(msg: &[u8], mut pos: usize, count: u16) -> Result<Option<Edns
             }
             let payload = read_u16(msg, rr.ttl_at - 2).ok_or(QueryError::FormErr)?;
             let ttl = read_u32(msg, rr.ttl_at).ok_or(QueryError::FormErr)?;
-            let padding = scan_options(&msg[rr.rdata_at..rr.end]).ok_or(QueryError::FormErr)?;
+            let (padding, tcp_keepalive) =
+                scan_options(&msg[rr.rdata_at..rr.end]).ok_or(QueryError::FormErr)?;
             edns = Some(Edns {
                 udp_payload: payload.max(CLASSIC_UDP_PAYLOAD),
                 version: (ttl >> 16) as u8,
                 dnssec_ok: ttl & OPT_DO != 0,
                 padding,
+                tcp_keepalive,
             });
         }
         pos = rr.end;
@@ -386,16 +422,23 @@ fn scan_additional(msg: &[u8], mut pos: usize, count: u16) -> Result<Option<Edns
     Ok(edns)
 }
 
-/// Walks EDNS options, checking their lengths; returns whether padding was present.
-fn scan_options(mut rdata: &[u8]) -> Option<bool> {
-    let mut padding = false;
+/// Walks EDNS options, checking their lengths; returns whether padding and edns-tcp-keepalive
+/// were present. A keepalive option from a client must be empty (RFC 7828 §3.2.1).
+fn scan_options(mut rdata: &[u8]) -> Option<(bool, bool)> {
+    let (mut padding, mut keepalive) = (false, false);
     while !rdata.is_empty() {
         let code = read_u16(rdata, 0)?;
         let len = usize::from(read_u16(rdata, 2)?);
         rdata = rdata.get(4 + len..)?;
         padding |= code == OPTION_PADDING;
+        if code == OPTION_TCP_KEEPALIVE {
+            if len != 0 {
+                return None;
+            }
+            keepalive = true;
+        }
     }
-    Some(padding)
+    Some((padding, keepalive))
 }
 
 /// Response header bits that kudurru sets from a query.
@@ -453,18 +496,31 @@ pub fn start_response(query: &Query<'_>, rcode: u8, authoritative: bool, out: &m
     out.extend_from_slice(query.question_wire());
 }
 
+/// Appends the response OPT for a client that sent `edns`: our payload, DO echoed, and
+/// edns-tcp-keepalive when the client asked for it on a stream transport.
+pub fn push_reply_opt(out: &mut Vec<u8>, edns: Edns, options: &ReplyOptions) {
+    push_opt(out, options.payload, 0, edns.dnssec_ok);
+    if let (true, Some(timeout)) = (edns.tcp_keepalive, options.tcp_keepalive) {
+        let rdlen_at = out.len() - 2;
+        out.extend_from_slice(&OPTION_TCP_KEEPALIVE.to_be_bytes());
+        out.extend_from_slice(&2u16.to_be_bytes());
+        out.extend_from_slice(&timeout.to_be_bytes());
+        put_u16(out, rdlen_at, 6);
+    }
+    bump_count(out, ARCOUNT_AT);
+}
+
 /// Ends a response built with [`start_response`]: adds an OPT when the client sent one.
-pub fn finish_response(query: &Query<'_>, out: &mut Vec<u8>, payload: u16) {
+pub fn finish_response(query: &Query<'_>, out: &mut Vec<u8>, options: &ReplyOptions) {
     if let Some(edns) = query.edns() {
-        push_opt(out, payload, 0, edns.dnssec_ok);
-        bump_count(out, ARCOUNT_AT);
+        push_reply_opt(out, edns, options);
     }
 }
 
 /// Writes a complete error response (header, question, OPT if the client sent one).
-pub fn write_error(query: &Query<'_>, rcode: u8, payload: u16, out: &mut Vec<u8>) {
+pub fn write_error(query: &Query<'_>, rcode: u8, options: &ReplyOptions, out: &mut Vec<u8>) {
     start_response(query, rcode, false, out);
-    finish_response(query, out, payload);
+    finish_response(query, out, options);
 }
 
 /// Writes the BADVERS answer (RFC 6891 §6.1.3): header, question, OPT version 0 with the
@@ -660,13 +716,37 @@ mod tests {
         let m = query("A.test", rtype::A, Some((1232, 0, true)));
         let q = Query::parse(&m).unwrap();
         let mut out = Vec::new();
-        write_error(&q, rcode::SERVFAIL, 1232, &mut out);
+        write_error(&q, rcode::SERVFAIL, &ReplyOptions::udp(1232), &mut out);
         assert_eq!(header_rcode(&out), Some(rcode::SERVFAIL));
         assert_eq!(&out[12..12 + q.question_wire().len()], q.question_wire());
         assert_eq!(out.len(), m.len());
         let flags = header_flags(&out).unwrap();
         assert_ne!(flags & FLAG_RA, 0);
         assert_ne!(flags & FLAG_RD, 0);
+    }
+
+    #[test]
+    fn rfc7828_keepalive_is_announced_on_tcp_only_when_asked() {
+        let mut m = query("a.test", rtype::A, Some((1232, 0, false)));
+        // Append an empty edns-tcp-keepalive option to the OPT record.
+        m.extend_from_slice(&[0, 11, 0, 0]);
+        let rdlen_at = m.len() - 6;
+        m[rdlen_at..rdlen_at + 2].copy_from_slice(&4u16.to_be_bytes());
+        let q = Query::parse(&m).unwrap();
+        assert!(q.edns().unwrap().tcp_keepalive);
+        let mut out = Vec::new();
+        let tcp = ReplyOptions::tcp(1232, std::time::Duration::from_secs(10));
+        write_error(&q, rcode::SERVFAIL, &tcp, &mut out);
+        assert!(out.ends_with(&[0, 6, 0, 11, 0, 2, 0, 100]), "{out:?}");
+        write_error(&q, rcode::SERVFAIL, &ReplyOptions::udp(1232), &mut out);
+        assert!(out.ends_with(&[0, 0]), "no keepalive over UDP");
+        // A client must send the option empty (RFC 7828 §3.2.1).
+        let mut bad = m.clone();
+        bad.extend_from_slice(&[0, 1]);
+        bad[rdlen_at..rdlen_at + 2].copy_from_slice(&6u16.to_be_bytes());
+        let len_at = bad.len() - 4;
+        bad[len_at..len_at + 2].copy_from_slice(&2u16.to_be_bytes());
+        assert_eq!(Query::parse(&bad).unwrap_err(), QueryError::FormErr);
     }
 
     #[test]

@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
         version: "fuzz".into(),
     });
     let mut out = Vec::new();
-    if let Decision::Respond = ingress(data, &local, 1232, &mut out) {
+    if let Decision::Respond = ingress(data, &local, &wire::ReplyOptions::udp(1232), &mut out) {
         let reply = Message::from_slice(&out).expect("responses parse");
         assert!(reply.header().qr());
         assert_eq!(wire::message_id(&out), wire::message_id(data));

@@ -170,3 +170,37 @@ fn tcp_garbage_closes_only_that_connection() {
         "NOERROR"
     );
 }
+
+#[test]
+fn rfc7828_tcp_keepalive_announces_the_idle_timeout() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_TCP__IDLETIMEOUT", "7s")
+        .start();
+    let tcp = dig(k.addr, &["localhost", "A", "+tcp", "+keepalive"]);
+    assert!(tcp.raw.contains("KEEPALIVE: 7.0 secs"), "{}", tcp.raw);
+    let udp = dig(k.addr, &["localhost", "A", "+keepalive"]);
+    assert!(
+        !udp.raw.contains("KEEPALIVE"),
+        "never over UDP:\n{}",
+        udp.raw
+    );
+    let cached = unique_name("keep");
+    dig(k.addr, &[&cached, "A", "+tcp"]);
+    let hit = dig(k.addr, &[&cached, "A", "+tcp", "+keepalive"]);
+    assert!(
+        hit.raw.contains("KEEPALIVE: 7.0 secs"),
+        "cache hits carry it too:\n{}",
+        hit.raw
+    );
+}
+
+#[test]
+fn tcp_upstream_is_used_for_tcp_urls() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[format!("tcp://{}", upstream.addr)]).start();
+    let name = unique_name("viatcp");
+    assert_eq!(dig(k.addr, &[&name, "A"]).answers[0].3, "192.0.2.1");
+    assert_eq!(upstream.count(&name, "tcp"), 1);
+    assert_eq!(upstream.count(&name, "udp"), 0);
+}

@@ -26,7 +26,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use kudurru_core::wire::{self, Query, rcode, rtype};
+use kudurru_core::wire::{self, Query, ReplyOptions, rcode, rtype};
+
+const UDP: ReplyOptions = ReplyOptions {
+    payload: 1232,
+    tcp_keepalive: None,
+};
 
 /// The kudurru binary, built once per test process with the same profile as the tests.
 pub fn kudurru_bin() -> PathBuf {
@@ -208,7 +213,7 @@ fn respond(message: &[u8], transport: &'static str, seen: &Mutex<Seen>) -> Vec<V
             wire::push_record(out, wire::HEADER_LEN, rtype::A, ttl, &[192, 0, 2, 1]);
             wire::count_answer(out);
         }
-        wire::finish_response(&query, out, 1232);
+        wire::finish_response(&query, out, &UDP);
     };
     if first.starts_with("nx-") || first.starts_with("nodata-") {
         let code = if first.starts_with("nx-") {
@@ -219,7 +224,7 @@ fn respond(message: &[u8], transport: &'static str, seen: &Mutex<Seen>) -> Vec<V
         wire::start_response(&query, code, true, &mut out);
         wire::push_record(&mut out, wire::HEADER_LEN, rtype::SOA, 3600, &soa_rdata(60));
         wire::count_authority(&mut out);
-        wire::finish_response(&query, &mut out, 1232);
+        wire::finish_response(&query, &mut out, &UDP);
     } else if first.starts_with("big-") {
         wire::start_response(&query, rcode::NOERROR, false, &mut out);
         if transport == "udp" {
@@ -232,9 +237,9 @@ fn respond(message: &[u8], transport: &'static str, seen: &Mutex<Seen>) -> Vec<V
                 wire::count_answer(&mut out);
             }
         }
-        wire::finish_response(&query, &mut out, 1232);
+        wire::finish_response(&query, &mut out, &UDP);
     } else if first.starts_with("servfail-") {
-        wire::write_error(&query, rcode::SERVFAIL, 1232, &mut out);
+        wire::write_error(&query, rcode::SERVFAIL, &UDP, &mut out);
     } else if first.starts_with("silent-") {
         return Vec::new();
     } else if first.starts_with("slow-") {

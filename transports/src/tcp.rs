@@ -18,7 +18,7 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalSender};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::Semaphore;
-use kudurru_core::wire::{self, Query};
+use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{Decision, ingress};
 
 use crate::metrics::{CoreMetrics, Transport};
@@ -71,7 +71,8 @@ async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
             break;
         };
         let settings = worker.settings();
-        match ingress(&message, &settings.local, settings.edns_payload, &mut out) {
+        let options = ReplyOptions::tcp(settings.edns_payload, settings.tcp_idle_timeout);
+        match ingress(&message, &settings.local, &options, &mut out) {
             Decision::Respond => {
                 if !send_frame(worker, &tx, &out).await {
                     break;
@@ -84,7 +85,7 @@ async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
             Decision::Resolve(query) => {
                 let now = Instant::now();
                 if let Some(answer) = worker.lookup_local(query.key(), now) {
-                    answer.write_response(&query, now, None, settings.edns_payload, &mut out);
+                    answer.write_response(&query, now, None, &options, &mut out);
                     if !send_frame(worker, &tx, &out).await {
                         break;
                     }
@@ -99,8 +100,7 @@ async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
                     };
                     let answer = worker.resolve(query.key()).await;
                     let mut out = Vec::with_capacity(1024);
-                    let payload = worker.settings().edns_payload;
-                    answer.write_response(&query, Instant::now(), None, payload, &mut out);
+                    answer.write_response(&query, Instant::now(), None, &options, &mut out);
                     send_frame(&worker, &tx, &out).await;
                 })
                 .detach();

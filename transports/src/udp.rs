@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use glommio::net::UdpSocket;
-use kudurru_core::wire::{self, Query};
+use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{Decision, ingress};
 
 use crate::metrics::Transport;
@@ -42,6 +42,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
             }
         };
         let settings = worker.settings();
+        let options = ReplyOptions::udp(settings.edns_payload);
         let now = Instant::now();
         for i in 0..n {
             worker.metrics.query(Transport::Udp);
@@ -49,7 +50,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                 worker.metrics.dropped();
                 continue;
             };
-            match ingress(message, &settings.local, settings.edns_payload, &mut out) {
+            match ingress(message, &settings.local, &options, &mut out) {
                 Decision::Respond => {}
                 Decision::Drop => {
                     worker.metrics.dropped();
@@ -58,13 +59,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                 Decision::Resolve(query) => match worker.lookup_local(query.key(), now) {
                     Some(answer) => {
                         let limit = query.udp_limit(settings.edns_payload);
-                        answer.write_response(
-                            &query,
-                            now,
-                            Some(limit),
-                            settings.edns_payload,
-                            &mut out,
-                        );
+                        answer.write_response(&query, now, Some(limit), &options, &mut out);
                     }
                     None => {
                         let task = resolve_and_reply(
@@ -121,7 +116,7 @@ async fn resolve_and_reply(
         &query,
         Instant::now(),
         Some(limit),
-        settings.edns_payload,
+        &ReplyOptions::udp(settings.edns_payload),
         &mut out,
     );
     worker
