@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use domain::base::message_builder::{MessageBuilder, StaticCompressor};
 use domain::base::{Message, ParsedName, Rtype};
 use domain::rdata::AllRecordData;
 
@@ -121,14 +122,9 @@ impl CachedAnswer {
             other => return Err(ReplyError::Rcode(other)),
         };
         let question_end = HEADER_LEN + key.question().len();
-        let mut message = reply.to_vec();
-        message[0] = 0;
-        message[1] = 0;
+        let mut message = rebuild(reply)?;
         message[HEADER_LEN..question_end].copy_from_slice(key.question());
         let layout = scan_records(&message, question_end)?;
-        message.truncate(layout.end);
-        message[wire::ARCOUNT_AT..wire::ARCOUNT_AT + 2]
-            .copy_from_slice(&layout.additional_kept.to_be_bytes());
 
         let mut ttls = Vec::with_capacity(layout.records.len());
         let mut lifetime = u32::MAX;
@@ -289,8 +285,7 @@ fn extended_rcode(reply: &[u8]) -> u16 {
     Message::from_slice(reply).map_or(0, |m| m.opt_rcode().to_int())
 }
 
-/// Full validation with `domain`: one question equal (ignoring case) to ours, every record and
-/// its rdata parseable.
+/// The question check: exactly one question, equal (ignoring case) to the one asked.
 fn validate(reply: &[u8], key: &CacheKey) -> Result<(), ReplyError> {
     let msg =
         Message::from_slice(reply).map_err(|_| ReplyError::Malformed("shorter than a header"))?;
@@ -311,23 +306,69 @@ fn validate(reply: &[u8], key: &CacheKey) -> Result<(), ReplyError> {
     {
         return Err(ReplyError::QuestionMismatch);
     }
-    let mut section = msg
-        .answer()
-        .map_err(|_| ReplyError::Malformed("bad question section"))?;
-    loop {
-        for record in section {
-            let record = record.map_err(|_| ReplyError::Malformed("bad record header"))?;
-            record
-                .to_any_record::<AllRecordData<_, ParsedName<_>>>()
-                .map_err(|_| ReplyError::Malformed("bad record data"))?;
-        }
-        match section.next_section() {
-            Ok(Some(next)) => section = next,
-            Ok(None) => break,
-            Err(_) => return Err(ReplyError::Malformed("bad record section")),
-        }
-    }
     Ok(())
+}
+
+/// Re-encodes the reply with `domain` into kudurru's canonical form: every record parsed with its
+/// rdata (`AllRecordData`) and composed again with fresh name compression; the OPT record and
+/// anything after it dropped; ID zero; the upstream's flags kept.
+///
+/// Re-encoding rather than copying means every compression pointer in a cached answer points at
+/// a label `domain` wrote, never into the header, a TTL or the middle of a label, so patching ID,
+/// flags, TTLs and the qname's case can never change how a name decodes. (A copied reply whose
+/// pointers reached into the header broke that: found by the `reply_path` fuzzer, regression
+/// test `opt_is_added_after_kept_additional_records`.)
+fn rebuild(reply: &[u8]) -> Result<Vec<u8>, ReplyError> {
+    const BAD_RECORD: ReplyError = ReplyError::Malformed("bad record");
+    const NO_ROOM: ReplyError = ReplyError::Malformed("reply does not re-encode");
+    let msg =
+        Message::from_slice(reply).map_err(|_| ReplyError::Malformed("shorter than a header"))?;
+    let target = StaticCompressor::new(Vec::with_capacity(reply.len()));
+    let mut question = MessageBuilder::from_target(target)
+        .map_err(|_| NO_ROOM)?
+        .question();
+    for q in msg.question() {
+        let q = q.map_err(|_| ReplyError::Malformed("bad question"))?;
+        question.push(q).map_err(|_| NO_ROOM)?;
+    }
+    let (_, answers, authorities, additionals) = msg.sections().map_err(|_| BAD_RECORD)?;
+    let mut answer = question.answer();
+    for record in answers {
+        let record = record.map_err(|_| BAD_RECORD)?;
+        if record.rtype() == Rtype::OPT {
+            return Err(ReplyError::Malformed("opt outside additional section"));
+        }
+        let record = record
+            .to_any_record::<AllRecordData<_, ParsedName<_>>>()
+            .map_err(|_| BAD_RECORD)?;
+        answer.push(record).map_err(|_| NO_ROOM)?;
+    }
+    let mut authority = answer.authority();
+    for record in authorities {
+        let record = record.map_err(|_| BAD_RECORD)?;
+        if record.rtype() == Rtype::OPT {
+            return Err(ReplyError::Malformed("opt outside additional section"));
+        }
+        let record = record
+            .to_any_record::<AllRecordData<_, ParsedName<_>>>()
+            .map_err(|_| BAD_RECORD)?;
+        authority.push(record).map_err(|_| NO_ROOM)?;
+    }
+    let mut additional = authority.additional();
+    for record in additionals {
+        let record = record.map_err(|_| BAD_RECORD)?;
+        if record.rtype() == Rtype::OPT {
+            break;
+        }
+        let record = record
+            .to_any_record::<AllRecordData<_, ParsedName<_>>>()
+            .map_err(|_| BAD_RECORD)?;
+        additional.push(record).map_err(|_| NO_ROOM)?;
+    }
+    let mut out = additional.finish().into_target();
+    out[..2].fill(0);
+    out[2..4].copy_from_slice(&reply[2..4]);
+    Ok(out)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,12 +388,9 @@ struct LocatedRecord {
 
 struct Layout {
     records: Vec<LocatedRecord>,
-    /// Where the kept part of the message ends (at the OPT record, if any).
-    end: usize,
-    additional_kept: u16,
 }
 
-/// Walks every record after the question; stops at the OPT record, which is not cached.
+/// Locates every record after the question of a re-encoded message (which holds no OPT).
 fn scan_records(msg: &[u8], question_end: usize) -> Result<Layout, ReplyError> {
     let count = |at| wire::read_u16(msg, at).ok_or(ReplyError::Malformed("short header"));
     let sections = [
@@ -362,37 +400,19 @@ fn scan_records(msg: &[u8], question_end: usize) -> Result<Layout, ReplyError> {
     ];
     let mut records = Vec::new();
     let mut pos = question_end;
-    let mut additional_kept = 0;
     for (section, n) in sections {
         for _ in 0..n {
             let rr = wire::record_at(msg, pos).ok_or(ReplyError::Malformed("record past end"))?;
-            if rr.rtype == rtype::OPT {
-                if section != Section::Additional {
-                    return Err(ReplyError::Malformed("opt outside additional section"));
-                }
-                return Ok(Layout {
-                    records,
-                    end: pos,
-                    additional_kept,
-                });
-            }
             records.push(LocatedRecord {
                 section,
                 rtype: rr.rtype,
                 ttl_at: rr.ttl_at,
                 rdata_at: rr.rdata_at,
             });
-            if section == Section::Additional {
-                additional_kept += 1;
-            }
             pos = rr.end;
         }
     }
-    Ok(Layout {
-        records,
-        end: pos,
-        additional_kept,
-    })
+    Ok(Layout { records })
 }
 
 /// RFC 2308 §3: the negative TTL is the smaller of the SOA record's TTL and its MINIMUM field.
