@@ -78,18 +78,16 @@ impl ReplyError {
     }
 }
 
-/// One TTL field of the cached message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct TtlField {
-    at: u32,
-    ttl: u32,
-}
+/// Bytes per TTL table entry after the message: offset (u16) and TTL (u32), big-endian.
+const TTL_ENTRY: usize = 6;
 
 /// A pre-encoded answer in canonical form, ready to be patched for any client asking its key.
 #[derive(Debug)]
 pub struct CachedAnswer {
-    message: Box<[u8]>,
-    ttls: Box<[TtlField]>,
+    /// The canonical message, then its TTL table ([`TTL_ENTRY`] bytes per record): one
+    /// allocation per answer.
+    data: Box<[u8]>,
+    message_len: u16,
     question_end: u16,
     key_flags: u8,
     kind: AnswerKind,
@@ -124,9 +122,12 @@ impl CachedAnswer {
         let question_end = HEADER_LEN + key.question().len();
         let mut message = rebuild(reply)?;
         message[HEADER_LEN..question_end].copy_from_slice(key.question());
+        if message.len() > usize::from(u16::MAX) {
+            return Err(ReplyError::Malformed("reply too large to cache"));
+        }
         let layout = scan_records(&message, question_end)?;
 
-        let mut ttls = Vec::with_capacity(layout.records.len());
+        let mut ttls = Vec::with_capacity(layout.records.len() * TTL_ENTRY);
         let mut lifetime = u32::MAX;
         if negative {
             let soa = layout
@@ -153,18 +154,18 @@ impl CachedAnswer {
             if !negative && record.section != Section::Additional {
                 lifetime = lifetime.min(ttl);
             }
-            ttls.push(TtlField {
-                at: record.ttl_at as u32,
-                ttl,
-            });
+            ttls.extend_from_slice(&(record.ttl_at as u16).to_be_bytes());
+            ttls.extend_from_slice(&ttl.to_be_bytes());
         }
         if lifetime == u32::MAX {
             // NOERROR with answers only in the additional section: nothing to time it by.
             lifetime = 0;
         }
+        let message_len = message.len() as u16;
+        message.extend_from_slice(&ttls);
         Ok(Self {
-            message: message.into_boxed_slice(),
-            ttls: ttls.into_boxed_slice(),
+            data: message.into_boxed_slice(),
+            message_len,
             question_end: question_end as u16,
             key_flags: key_flags(key),
             kind: if negative {
@@ -184,8 +185,8 @@ impl CachedAnswer {
         message.extend_from_slice(key.question());
         Self {
             question_end: message.len() as u16,
-            message: message.into_boxed_slice(),
-            ttls: Box::new([]),
+            message_len: message.len() as u16,
+            data: message.into_boxed_slice(),
             key_flags: key_flags(key),
             kind: AnswerKind::Failure,
             stored: now,
@@ -196,7 +197,7 @@ impl CachedAnswer {
     /// Whether this answer is for `key`.
     pub fn matches(&self, key: &CacheKey) -> bool {
         self.key_flags == key_flags(key)
-            && &self.message[HEADER_LEN..usize::from(self.question_end)] == key.question()
+            && &self.data[HEADER_LEN..usize::from(self.question_end)] == key.question()
     }
 
     /// Whether this answer may still be served at `now`.
@@ -226,12 +227,12 @@ impl CachedAnswer {
 
     /// The response code the client will see.
     pub fn rcode(&self) -> u8 {
-        self.message[3] & 0x0f
+        self.data[3] & 0x0f
     }
 
     /// Approximate heap bytes this answer holds, for memory accounting.
     pub fn heap_bytes(&self) -> usize {
-        size_of::<Self>() + self.message.len() + self.ttls.len() * size_of::<TtlField>()
+        size_of::<Self>() + self.data.len()
     }
 
     /// Writes the response for `query` at `now` into `out`.
@@ -248,14 +249,16 @@ impl CachedAnswer {
         out: &mut Vec<u8>,
     ) -> bool {
         out.clear();
-        out.extend_from_slice(&self.message);
+        let (message, ttls) = self.data.split_at(usize::from(self.message_len));
+        out.extend_from_slice(message);
         wire::patch_header(out, query);
         let name = query.qname_wire();
         out[HEADER_LEN..HEADER_LEN + name.len()].copy_from_slice(name);
         let age = age_secs(self.stored, now);
-        for field in self.ttls.iter() {
-            let at = field.at as usize;
-            out[at..at + 4].copy_from_slice(&field.ttl.saturating_sub(age).to_be_bytes());
+        for entry in ttls.chunks_exact(TTL_ENTRY) {
+            let at = usize::from(u16::from_be_bytes([entry[0], entry[1]]));
+            let ttl = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
+            out[at..at + 4].copy_from_slice(&ttl.saturating_sub(age).to_be_bytes());
         }
         let mut truncated = false;
         if let Some(limit) = udp_limit {
