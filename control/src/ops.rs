@@ -279,3 +279,54 @@ pub fn render_metrics(state: &OpsState) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use arc_swap::ArcSwap;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn state(ready: Arc<AtomicBool>) -> OpsState {
+        let settings = Config::default()
+            .validate()
+            .expect("defaults validate")
+            .settings;
+        OpsState {
+            ready: Box::new(move || ready.load(Ordering::Relaxed)),
+            metrics: vec![
+                Arc::new(CoreMetrics::default()),
+                Arc::new(CoreMetrics::default()),
+            ],
+            settings: Arc::new(ArcSwap::from_pointee(settings)),
+        }
+    }
+
+    #[test]
+    fn readiness_is_503_until_listeners_are_up() {
+        let ready = Arc::new(AtomicBool::new(false));
+        let s = state(ready.clone());
+        assert_eq!(route(&s, &tiny_http::Method::Get, "/healthz/ready").0, 503);
+        assert_eq!(route(&s, &tiny_http::Method::Get, "/healthz/live").0, 200);
+        ready.store(true, Ordering::Relaxed);
+        assert_eq!(route(&s, &tiny_http::Method::Get, "/healthz/ready").0, 200);
+        assert_eq!(route(&s, &tiny_http::Method::Post, "/healthz/ready").0, 405);
+    }
+
+    #[test]
+    fn metrics_sum_cores_and_keep_per_core_series() {
+        let s = state(Arc::new(AtomicBool::new(true)));
+        s.metrics[0].query(Transport::Udp);
+        s.metrics[1].query(Transport::Udp);
+        s.metrics[1].response(2);
+        s.metrics[1].dropped();
+        let text = render_metrics(&s);
+        assert!(text.contains("kudurru_dns_queries_total{transport=\"udp\",core=\"0\"} 1"));
+        assert!(text.contains("kudurru_dns_queries_total{transport=\"udp\",core=\"1\"} 1"));
+        assert!(text.contains("kudurru_dns_responses_total{rcode=\"SERVFAIL\"} 1"));
+        assert!(text.contains("kudurru_dns_responses_total{rcode=\"none\"} 1"));
+        assert!(text.contains("kudurru_upstream_queries_total{upstream=\"udp://1.1.1.1:53\"} 0"));
+    }
+}

@@ -399,3 +399,47 @@ async fn run_core(context: CoreContext, udp: Vec<OwnedFd>, tcp: Vec<OwnedFd>) {
     drop(maintenance);
     drop(tasks);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os_error(code: i32) -> glommio::GlommioError<()> {
+        glommio::GlommioError::IoError(io::Error::from_raw_os_error(code))
+    }
+
+    #[test]
+    fn executor_start_errors_say_what_to_fix() {
+        let memlock = classify_start_error(3, 2, os_error(libc::ENOMEM));
+        assert!(matches!(memlock, StartError::Memlock { cpu: 3, .. }));
+        assert!(memlock.to_string().contains("ulimit -l"), "{memlock}");
+        let missing = classify_start_error(0, 1, os_error(libc::ENOSYS));
+        assert!(matches!(missing, StartError::IoUring { .. }));
+        assert!(
+            missing.to_string().contains("io_uring is unavailable"),
+            "{missing}"
+        );
+        assert!(matches!(
+            classify_start_error(0, 1, os_error(libc::EPERM)),
+            StartError::IoUring { .. }
+        ));
+        assert!(matches!(
+            classify_start_error(0, 1, os_error(libc::EINVAL)),
+            StartError::Executor { .. }
+        ));
+    }
+
+    #[test]
+    fn port_taken_by_a_reuseport_socket_is_still_an_error() {
+        // Another process's SO_REUSEPORT socket would silently share traffic; the probe bind
+        // without SO_REUSEPORT refuses instead.
+        let (addr, _held) =
+            sys::bind_reuseport("127.0.0.1:0".parse().unwrap(), SocketKind::Udp, 1).unwrap();
+        let err = sys::bind_reuseport(addr, SocketKind::Udp, 2).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+        let (tcp_addr, fds) =
+            sys::bind_reuseport("127.0.0.1:0".parse().unwrap(), SocketKind::Tcp, 2).unwrap();
+        assert_eq!(fds.len(), 2);
+        assert_ne!(tcp_addr.port(), 0);
+    }
+}
