@@ -282,7 +282,7 @@ pub fn render_metrics(state: &OpsState) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::AtomicBool;
 
     use arc_swap::ArcSwap;
 
@@ -295,7 +295,7 @@ mod tests {
             .expect("defaults validate")
             .settings;
         OpsState {
-            ready: Box::new(move || ready.load(Ordering::Relaxed)),
+            ready: Box::new(move || ready.load(Relaxed)),
             metrics: vec![
                 Arc::new(CoreMetrics::default()),
                 Arc::new(CoreMetrics::default()),
@@ -310,7 +310,7 @@ mod tests {
         let s = state(ready.clone());
         assert_eq!(route(&s, &tiny_http::Method::Get, "/healthz/ready").0, 503);
         assert_eq!(route(&s, &tiny_http::Method::Get, "/healthz/live").0, 200);
-        ready.store(true, Ordering::Relaxed);
+        ready.store(true, Relaxed);
         assert_eq!(route(&s, &tiny_http::Method::Get, "/healthz/ready").0, 200);
         assert_eq!(route(&s, &tiny_http::Method::Post, "/healthz/ready").0, 405);
     }
