@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use domain::base::message_builder::{MessageBuilder, StaticCompressor};
-use domain::base::{Message, ParsedName, Rtype};
+use domain::base::message_builder::{MessageBuilder, PushError, StaticCompressor};
+use domain::base::{Message, ParsedName, Record, Rtype};
 use domain::rdata::AllRecordData;
 
 use crate::CacheKey;
@@ -336,42 +336,44 @@ fn rebuild(reply: &[u8]) -> Result<Vec<u8>, ReplyError> {
     }
     let (_, answers, authorities, additionals) = msg.sections().map_err(|_| BAD_RECORD)?;
     let mut answer = question.answer();
-    for record in answers {
-        let record = record.map_err(|_| BAD_RECORD)?;
-        if record.rtype() == Rtype::OPT {
-            return Err(ReplyError::Malformed("opt outside additional section"));
-        }
-        let record = record
-            .to_any_record::<AllRecordData<_, ParsedName<_>>>()
-            .map_err(|_| BAD_RECORD)?;
-        answer.push(record).map_err(|_| NO_ROOM)?;
-    }
+    copy_section(answers, false, |r| answer.push(r))?;
     let mut authority = answer.authority();
-    for record in authorities {
-        let record = record.map_err(|_| BAD_RECORD)?;
-        if record.rtype() == Rtype::OPT {
-            return Err(ReplyError::Malformed("opt outside additional section"));
-        }
-        let record = record
-            .to_any_record::<AllRecordData<_, ParsedName<_>>>()
-            .map_err(|_| BAD_RECORD)?;
-        authority.push(record).map_err(|_| NO_ROOM)?;
-    }
+    copy_section(authorities, false, |r| authority.push(r))?;
     let mut additional = authority.additional();
-    for record in additionals {
-        let record = record.map_err(|_| BAD_RECORD)?;
-        if record.rtype() == Rtype::OPT {
-            break;
-        }
-        let record = record
-            .to_any_record::<AllRecordData<_, ParsedName<_>>>()
-            .map_err(|_| BAD_RECORD)?;
-        additional.push(record).map_err(|_| NO_ROOM)?;
-    }
+    copy_section(additionals, true, |r| additional.push(r))?;
     let mut out = additional.finish().into_target();
     out[..2].fill(0);
     out[2..4].copy_from_slice(&reply[2..4]);
     Ok(out)
+}
+
+/// A record as `rebuild` re-encodes it.
+type ParsedRecordOf<'a> =
+    Record<ParsedName<&'a [u8]>, AllRecordData<&'a [u8], ParsedName<&'a [u8]>>>;
+
+/// Parses every record of `section` (rdata included) and hands it to `push`. An OPT record ends
+/// the additional section (`opt_ends`: it and what follows are not cached) and is an error
+/// anywhere else.
+fn copy_section<'a>(
+    section: domain::base::message::RecordSection<'a, [u8]>,
+    opt_ends: bool,
+    mut push: impl FnMut(ParsedRecordOf<'a>) -> Result<(), PushError>,
+) -> Result<(), ReplyError> {
+    const BAD_RECORD: ReplyError = ReplyError::Malformed("bad record");
+    for record in section {
+        let record = record.map_err(|_| BAD_RECORD)?;
+        if record.rtype() == Rtype::OPT {
+            if opt_ends {
+                break;
+            }
+            return Err(ReplyError::Malformed("opt outside additional section"));
+        }
+        let record = record
+            .into_any_record::<AllRecordData<_, ParsedName<_>>>()
+            .map_err(|_| BAD_RECORD)?;
+        push(record).map_err(|_| ReplyError::Malformed("reply does not re-encode"))?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
