@@ -84,8 +84,10 @@ async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
             }
             Decision::Resolve(query) => {
                 let now = Instant::now();
-                if let Some(answer) = worker.lookup_local(query.key(), now) {
-                    answer.write_response(&query, now, None, &options, &mut out);
+                let hit = worker.serve_local(query.key(), now, |answer| {
+                    answer.write_response(&query, now, None, &options, &mut out)
+                });
+                if hit.is_some() {
                     if !send_frame(worker, &tx, &out).await {
                         break;
                     }

@@ -56,11 +56,11 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                     worker.metrics.dropped();
                     continue;
                 }
-                Decision::Resolve(query) => match worker.lookup_local(query.key(), now) {
-                    Some(answer) => {
-                        let limit = query.udp_limit(settings.edns_payload);
-                        answer.write_response(&query, now, Some(limit), &options, &mut out);
-                    }
+                Decision::Resolve(query) => match worker.serve_local(query.key(), now, |answer| {
+                    let limit = query.udp_limit(settings.edns_payload);
+                    answer.write_response(&query, now, Some(limit), &options, &mut out)
+                }) {
+                    Some(_) => {}
                     None => {
                         let task = resolve_and_reply(
                             worker.clone(),

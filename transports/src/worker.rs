@@ -130,14 +130,21 @@ impl Worker {
         self.settings.load()
     }
 
-    /// A cache hit on this core without any hop: the shard for owned keys, the L1 otherwise.
-    pub(crate) fn lookup_local(&self, key: &CacheKey, now: Instant) -> Option<Arc<CachedAnswer>> {
+    /// Serves a cache hit on this core without any hop (the shard for owned keys, the L1
+    /// otherwise): `serve` runs on the cached answer in place, so a hit touches no reference
+    /// count (an answer's `Arc` may be shared with other cores).
+    pub(crate) fn serve_local<T>(
+        &self,
+        key: &CacheKey,
+        now: Instant,
+        serve: impl FnOnce(&CachedAnswer) -> T,
+    ) -> Option<T> {
         let tier = if self.owns(key) {
             &self.cache
         } else {
             &self.l1
         };
-        tier.borrow_mut().get(key, now).cloned()
+        tier.borrow_mut().get(key, now).map(|answer| serve(answer))
     }
 
     fn owns(&self, key: &CacheKey) -> bool {
