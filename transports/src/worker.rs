@@ -27,6 +27,9 @@ use crate::pool::UdpPool;
 use crate::settings::{Settings, SharedSettings};
 use crate::upstream;
 
+/// Extra time a core waits for an owner core beyond `upstream.resolveTimeout`.
+const OWNER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Messages between cores.
 pub(crate) enum ShardMessage {
     /// "Resolve `key` for me": sent to the owning core.
@@ -166,8 +169,11 @@ impl Worker {
                     token,
                     key: Box::new(*key),
                 };
+                // The owner answers within its resolve timeout; the bound only guards against an
+                // owner that went away (shutdown) with this lookup queued.
+                let deadline = Instant::now() + self.settings().resolve_timeout + OWNER_GRACE;
                 let answer = if peers.senders.send_to(owner, message).await.is_ok() {
-                    rx.recv().await
+                    upstream::until(deadline, rx.recv()).await.flatten()
                 } else {
                     None
                 };
