@@ -145,3 +145,23 @@ fn no_config_at_all_starts_on_defaults_and_answers_local_names_offline() {
     assert_eq!(v6.expect("answers on [::1]:5353").status, "NXDOMAIN");
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn ipv6_and_ipv4_listeners_serve_the_same_cache() {
+    let upstream = TestUpstream::start();
+    let v6_port = free_port();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .arg("--listen")
+        .arg(&format!("[::1]:{v6_port}"))
+        .start();
+    let v6: std::net::SocketAddr = format!("[::1]:{v6_port}").parse().unwrap();
+    let name = unique_name("v6");
+    assert_eq!(dig(v6, &[&name, "A"]).answers[0].3, "192.0.2.1");
+    assert_eq!(dig(v6, &[&name, "A", "+tcp"]).status, "NOERROR");
+    assert_eq!(dig(k.addr, &[&name, "A"]).status, "NOERROR");
+    assert_eq!(
+        upstream.total(&name),
+        1,
+        "one cache behind every listener and family"
+    );
+}
