@@ -53,17 +53,25 @@ fn sigterm_finishes_in_flight_queries_and_exits_zero() {
     assert!(UdpSocket::bind(addr).is_ok(), "the port is released");
 }
 
-#[test]
-fn a_taken_port_is_a_clear_error_with_exit_code_3() {
-    let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = taken.local_addr().unwrap().port();
-    let output = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+/// Runs kudurru expecting it not to start: its exit code and stderr.
+fn start_failure(builder: kudurru_e2e::KudurruBuilder, port: u16) -> (Option<i32>, String) {
+    let output = builder
         .command(port, free_port())
         .stderr(Stdio::piped())
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_taken_port_is_a_clear_error_with_exit_code_3() {
+    let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (code, stderr) = start_failure(Kudurru::builder(&["udp://127.0.0.1:9".into()]), port);
+    assert_eq!(code, Some(3), "{stderr}");
     assert!(
         stderr.contains(&format!("cannot bind udp 127.0.0.1:{port}")),
         "{stderr}"
@@ -73,14 +81,11 @@ fn a_taken_port_is_a_clear_error_with_exit_code_3() {
 
 #[test]
 fn invalid_configuration_names_the_key_and_exits_1() {
-    let output = Kudurru::builder(&["udp://127.0.0.1:9".into()])
-        .env("KUDURRU_CACHE__MAXENTRIES", "many")
-        .command(free_port(), free_port())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = start_failure(
+        Kudurru::builder(&["udp://127.0.0.1:9".into()]).env("KUDURRU_CACHE__MAXENTRIES", "many"),
+        free_port(),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("KUDURRU_CACHE__MAXENTRIES") && stderr.contains("cache.maxEntries"),
         "{stderr}"
@@ -90,15 +95,13 @@ fn invalid_configuration_names_the_key_and_exits_1() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("bad.toml");
     std::fs::write(&file, "[cache]\nmaxEntries = 10\nminTtl = 5\n").unwrap();
-    let output = Kudurru::builder(&["udp://127.0.0.1:9".into()])
-        .arg("--config")
-        .arg(file.to_str().unwrap())
-        .command(free_port(), free_port())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = start_failure(
+        Kudurru::builder(&["udp://127.0.0.1:9".into()])
+            .arg("--config")
+            .arg(file.to_str().unwrap()),
+        free_port(),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("bad.toml") && stderr.contains("line 3") && stderr.contains("minTtl"),
         "{stderr}"
