@@ -63,19 +63,47 @@ pub fn kudurru_bin() -> PathBuf {
     .clone()
 }
 
-/// A loopback port free for both UDP and TCP right now, never handed out twice by this process
-/// (tests run in parallel threads).
+/// A loopback port free for UDP and TCP on 127.0.0.1 and ::1 right now, never handed out twice
+/// by this process (tests run in parallel threads).
+///
+/// Ports come from below the kernel's ephemeral range (`ip_local_port_range`): the kernel never
+/// hands those out on its own, so a port probed free here cannot be taken by a source port of
+/// some other socket (kudurru's own upstream sockets, dig, the test upstream) before the test
+/// binds it. Each test process starts at an offset derived from its PID, so test binaries that
+/// run at the same time rarely probe the same ports.
 pub fn free_port() -> u16 {
-    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    loop {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-        let port = udp.local_addr().unwrap().port();
-        let mut given = GIVEN.lock().unwrap();
-        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            given.push(port);
+    static NEXT: Mutex<Option<u32>> = Mutex::new(None);
+    let (low, high) = below_ephemeral_range();
+    let span = high - low;
+    let mut next = NEXT.lock().unwrap();
+    let cursor = next.get_or_insert_with(|| std::process::id().wrapping_mul(2_654_435_761) % span);
+    for _ in 0..span {
+        let port = (low + *cursor) as u16;
+        *cursor = (*cursor + 1) % span;
+        if port_is_free(port) {
             return port;
         }
     }
+    panic!("no free loopback port in {low}..{high}");
+}
+
+/// `[low, high)`: the ports under the ephemeral range this helper hands out.
+fn below_ephemeral_range() -> (u32, u32) {
+    let start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let high = start.clamp(12_000, 65_536);
+    (high - 10_000, high)
+}
+
+fn port_is_free(port: u16) -> bool {
+    let v4 = std::net::Ipv4Addr::LOCALHOST;
+    let v6 = std::net::Ipv6Addr::LOCALHOST;
+    UdpSocket::bind((v4, port)).is_ok()
+        && TcpListener::bind((v4, port)).is_ok()
+        && UdpSocket::bind((v6, port)).is_ok()
+        && TcpListener::bind((v6, port)).is_ok()
 }
 
 /// What the test upstream saw: queries per (lowercased qname text, transport).
@@ -95,12 +123,18 @@ pub struct TestUpstream {
 impl TestUpstream {
     /// Starts the upstream on a free loopback port.
     pub fn start() -> Self {
-        let port = free_port();
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let udp = UdpSocket::bind(addr).expect("bind upstream udp");
+        // Bound directly, not probed first: a probe socket can live on for a moment in a child
+        // another test thread is forking, which would make a bind right after the probe fail.
+        let (addr, udp, tcp) = loop {
+            let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+            if let Ok(udp) = UdpSocket::bind(addr)
+                && let Ok(tcp) = TcpListener::bind(addr)
+            {
+                break (addr, udp, tcp);
+            }
+        };
         udp.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
-        let tcp = TcpListener::bind(addr).expect("bind upstream tcp");
         tcp.set_nonblocking(true).unwrap();
         let seen = Arc::new(Mutex::new(Seen::default()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -402,30 +436,42 @@ impl KudurruBuilder {
     }
 
     /// Starts kudurru and waits until `/healthz/ready` answers 200.
+    ///
+    /// A start that fails to bind (exit code 3) is retried on fresh ports: the probe sockets of
+    /// [`free_port`] can live on for a moment in a child another test thread is forking.
     pub fn start(self) -> Kudurru {
-        let port = free_port();
-        let ops_port = free_port();
-        let child = self
-            .command(port, ops_port)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("kudurru starts");
-        let mut k = Kudurru {
-            child: Some(child),
-            addr: ([127, 0, 0, 1], port).into(),
-            ops: ([127, 0, 0, 1], ops_port).into(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = k.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("kudurru exited before it was ready: {status}");
+        for _ in 0..5 {
+            let port = free_port();
+            let ops_port = free_port();
+            let child = self
+                .command(port, ops_port)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("kudurru starts");
+            let mut k = Kudurru {
+                child: Some(child),
+                addr: ([127, 0, 0, 1], port).into(),
+                ops: ([127, 0, 0, 1], ops_port).into(),
+            };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Some(status) = k.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                    assert_eq!(
+                        status.code(),
+                        Some(3),
+                        "kudurru exited before it was ready: {status}"
+                    );
+                    k.child = None;
+                    break;
+                }
+                if http_try_get(k.ops, "/healthz/ready").is_some_and(|(s, _)| s == 200) {
+                    return k;
+                }
+                assert!(Instant::now() < deadline, "kudurru did not become ready");
+                thread::sleep(Duration::from_millis(20));
             }
-            if http_try_get(k.ops, "/healthz/ready").is_some_and(|(s, _)| s == 200) {
-                return k;
-            }
-            assert!(Instant::now() < deadline, "kudurru did not become ready");
-            thread::sleep(Duration::from_millis(20));
         }
+        panic!("kudurru could not bind fresh loopback ports five times in a row");
     }
 }
 
