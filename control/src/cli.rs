@@ -18,12 +18,33 @@ pub struct Cli {
 pub enum Command {
     /// Run the server until SIGINT or SIGTERM.
     Serve(ServeArgs),
+    /// Put a running server in lameduck (health name SERVFAIL, readiness 503), then wait.
+    Lameduck(LameduckArgs),
     /// Configuration helpers.
     Config {
         /// What to print.
         #[command(subcommand)]
         command: ConfigCommand,
     },
+}
+
+/// Flags of `kudurru lameduck`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LameduckArgs {
+    /// How long to wait after entering lameduck before returning (e.g. 10s; default 0s), so a
+    /// pre-stop hook holds the node in lameduck until load balancers drained it.
+    #[arg(value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub duration: std::time::Duration,
+    /// Leave lameduck instead.
+    #[arg(long)]
+    pub cancel: bool,
+    /// The server's ops listener.
+    #[arg(long, value_name = "ADDR", default_value = crate::config::DEFAULT_OPS_ADDRESS)]
+    pub ops_address: String,
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("`{text}`: {e}"))
 }
 
 /// `kudurru config …`.

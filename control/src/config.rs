@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kudurru_core::upstream::parse_host_port;
-use kudurru_core::{LocalNames, ServerIdentity, TtlPolicy, UpstreamSpec};
+use kudurru_core::{LocalNames, Prefix, RateLimit, ServerIdentity, TtlPolicy, UpstreamSpec};
 use kudurru_transports::{ListenerSpec, Settings};
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +23,10 @@ pub const DEFAULT_UPSTREAMS: &[&str] = &["udp://1.1.1.1:53", "udp://9.9.9.9:53"]
 pub const DEFAULT_OPS_ADDRESS: &str = "127.0.0.1:8081";
 /// Default total cache size in answers.
 pub const DEFAULT_CACHE_MAX_ENTRIES: usize = 1_000_000;
+/// Default token buckets per core (32 bytes each: 2 MiB).
+pub const DEFAULT_RATELIMIT_TABLE_SIZE: usize = 65_536;
+/// Most allowlist entries (each is compiled into the kernel steering program).
+pub const MAX_ALLOWLIST: usize = kudurru_transports::steering::MAX_EXEMPT;
 
 /// The layered configuration document (TOML keys are camelCase dotted paths).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,6 +44,10 @@ pub struct Config {
     pub edns: EdnsSection,
     /// `tcp.*`.
     pub tcp: TcpSection,
+    /// `ratelimit.*`.
+    pub ratelimit: RateLimitSection,
+    /// `shutdown.*`.
+    pub shutdown: ShutdownSection,
     /// `ops.*`.
     pub ops: OpsSection,
     /// `log.*`.
@@ -115,6 +123,57 @@ pub struct TcpSection {
     pub max_pipelined: usize,
 }
 
+/// `ratelimit.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct RateLimitSection {
+    /// Queries per second per client prefix; 0 = off.
+    pub qps: u32,
+    /// Bucket size.
+    pub burst: u32,
+    /// Every Nth limited UDP query answered TC=1.
+    pub slip: u32,
+    /// IPv4 client prefix length.
+    pub ipv4_prefix: u8,
+    /// IPv6 client prefix length.
+    pub ipv6_prefix: u8,
+    /// Prefixes never limited.
+    pub allowlist: Vec<String>,
+    /// Buckets per core.
+    pub table_size: usize,
+}
+
+impl Default for RateLimitSection {
+    fn default() -> Self {
+        let d = RateLimit::default();
+        Self {
+            qps: d.qps,
+            burst: d.burst,
+            slip: d.slip,
+            ipv4_prefix: d.ipv4_prefix,
+            ipv6_prefix: d.ipv6_prefix,
+            allowlist: Vec::new(),
+            table_size: DEFAULT_RATELIMIT_TABLE_SIZE,
+        }
+    }
+}
+
+/// `shutdown.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShutdownSection {
+    /// Lameduck time on SIGTERM before the listeners close.
+    pub drain_delay: String,
+}
+
+impl Default for ShutdownSection {
+    fn default() -> Self {
+        Self {
+            drain_delay: "0s".into(),
+        }
+    }
+}
+
 /// `ops.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -142,6 +201,8 @@ impl Default for Config {
             cache: CacheSection::default(),
             edns: EdnsSection::default(),
             tcp: TcpSection::default(),
+            ratelimit: RateLimitSection::default(),
+            shutdown: ShutdownSection::default(),
             ops: OpsSection::default(),
             log: LogSection::default(),
         }
@@ -410,6 +471,17 @@ pub static KEYS: &[KeyInfo] = &[
         show_string
     ),
     key!(
+        "shutdown.drainDelay",
+        "duration",
+        Node,
+        false,
+        true,
+        "on SIGTERM, time in lameduck (health name SERVFAIL, readiness 503) before listeners close; 0s = none",
+        |c| c.shutdown.drain_delay,
+        parse_string,
+        show_string
+    ),
+    key!(
         "upstreams",
         "list of URLs",
         Cluster,
@@ -538,6 +610,83 @@ pub static KEYS: &[KeyInfo] = &[
         true,
         "queries in flight on one TCP connection; past this kudurru stops reading it",
         |c| c.tcp.max_pipelined,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "ratelimit.qps",
+        "integer",
+        Cluster,
+        false,
+        true,
+        "queries per second each client prefix may send; 0 = limiter off",
+        |c| c.ratelimit.qps,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "ratelimit.burst",
+        "integer",
+        Cluster,
+        false,
+        true,
+        "token bucket size: queries a quiet client may send at once",
+        |c| c.ratelimit.burst,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "ratelimit.slip",
+        "integer",
+        Cluster,
+        false,
+        true,
+        "every Nth limited UDP query gets an empty TC=1 answer (retry over TCP); 0 = drop all, 1 = truncate all",
+        |c| c.ratelimit.slip,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "ratelimit.ipv4Prefix",
+        "integer",
+        Cluster,
+        false,
+        true,
+        "IPv4 addresses sharing this prefix length are one client",
+        |c| c.ratelimit.ipv4_prefix,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "ratelimit.ipv6Prefix",
+        "integer",
+        Cluster,
+        false,
+        true,
+        "IPv6 addresses sharing this prefix length are one client",
+        |c| c.ratelimit.ipv6_prefix,
+        parse_num,
+        show_num
+    ),
+    key!(
+        "ratelimit.allowlist",
+        "list of prefixes",
+        Cluster,
+        false,
+        true,
+        "client prefixes never limited (ADDR/LEN or ADDR; at most 256)",
+        |c| c.ratelimit.allowlist,
+        parse_strings,
+        |v: &Vec<String>| join(v)
+    ),
+    key!(
+        "ratelimit.tableSize",
+        "integer",
+        Node,
+        false,
+        true,
+        "token buckets per core (32 bytes each); a full table displaces its fullest buckets",
+        |c| c.ratelimit.table_size,
         parse_num,
         show_num
     ),
@@ -760,6 +909,10 @@ impl Config {
         let resolve_timeout = duration("upstream.resolveTimeout", &self.upstream.resolve_timeout)?;
         let tcp_idle_timeout = duration("tcp.idleTimeout", &self.tcp.idle_timeout)?;
         let shutdown_grace = duration("server.shutdownGrace", &self.server.shutdown_grace)?;
+        let drain_delay = humantime::parse_duration(&self.shutdown.drain_delay).map_err(|e| {
+            ConfigError::value("shutdown.drainDelay", &self.shutdown.drain_delay, e)
+        })?;
+        let ratelimit = self.ratelimit.validate()?;
         let c = &self.cache;
         if c.max_entries == 0 {
             return Err(ConfigError::value(
@@ -837,12 +990,15 @@ impl Config {
             tcp_max_connections: self.tcp.max_connections_per_core,
             tcp_max_pipelined: self.tcp.max_pipelined,
             shutdown_grace,
+            ratelimit,
+            ratelimit_table_size: self.ratelimit.table_size,
         };
         Ok(Validated {
             settings,
             listeners,
             cpus,
             ops_address,
+            drain_delay,
         })
     }
 }
@@ -858,6 +1014,71 @@ pub struct Validated {
     pub cpus: Vec<usize>,
     /// Ops listener address.
     pub ops_address: SocketAddr,
+    /// Lameduck time on SIGTERM (`shutdown.drainDelay`).
+    pub drain_delay: Duration,
+}
+
+impl RateLimitSection {
+    fn validate(&self) -> Result<RateLimit, ConfigError> {
+        if self.qps > 1_000_000 {
+            return Err(ConfigError::value(
+                "ratelimit.qps",
+                self.qps,
+                "must be 0 (off) to 1000000",
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.burst) {
+            return Err(ConfigError::value(
+                "ratelimit.burst",
+                self.burst,
+                "must be 1 to 1000000",
+            ));
+        }
+        if self.ipv4_prefix > 32 {
+            return Err(ConfigError::value(
+                "ratelimit.ipv4Prefix",
+                self.ipv4_prefix,
+                "must be 0 to 32",
+            ));
+        }
+        if self.ipv6_prefix > 128 {
+            return Err(ConfigError::value(
+                "ratelimit.ipv6Prefix",
+                self.ipv6_prefix,
+                "must be 0 to 128",
+            ));
+        }
+        if !(64..=(1 << 24)).contains(&self.table_size) {
+            return Err(ConfigError::value(
+                "ratelimit.tableSize",
+                self.table_size,
+                "must be 64 to 16777216",
+            ));
+        }
+        if self.allowlist.len() > MAX_ALLOWLIST {
+            return Err(ConfigError::value(
+                "ratelimit.allowlist",
+                self.allowlist.len(),
+                format!("at most {MAX_ALLOWLIST} prefixes"),
+            ));
+        }
+        let allowlist = self
+            .allowlist
+            .iter()
+            .map(|p| {
+                p.parse::<Prefix>()
+                    .map_err(|e| ConfigError::value("ratelimit.allowlist", p, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RateLimit {
+            qps: self.qps,
+            burst: self.burst,
+            slip: self.slip,
+            ipv4_prefix: self.ipv4_prefix,
+            ipv6_prefix: self.ipv6_prefix,
+            allowlist,
+        })
+    }
 }
 
 /// Parses `udp://H:P`, `tcp://H:P` or `H:P` (both).

@@ -6,5 +6,6 @@
 
 pub mod cli;
 pub mod config;
+pub mod lameduck;
 pub mod ops;
 pub mod serve;

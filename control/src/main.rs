@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use kudurru_control::cli::{Cli, Command, ConfigCommand};
-use kudurru_control::{config, serve};
+use kudurru_control::{config, lameduck, serve};
 
 fn main() {
     let cli = Cli::parse();
@@ -12,6 +12,16 @@ fn main() {
             Err(e) => {
                 eprintln!("kudurru: {e}");
                 e.exit_code()
+            }
+        },
+        Command::Lameduck(args) => match lameduck::run(&args) {
+            Ok(state) => {
+                println!("{state}");
+                serve::exit::OK
+            }
+            Err(e) => {
+                eprintln!("kudurru lameduck: {e}");
+                serve::exit::CONFIG
             }
         },
         Command::Config {

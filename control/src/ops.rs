@@ -1,10 +1,12 @@
-//! The ops listener: `/healthz/live`, `/healthz/ready` and `/metrics` (Prometheus text format).
-//! Unauthenticated by design, so it binds to loopback by default; it runs on its own thread of
-//! the control plane and never touches a core's state except through relaxed counters.
+//! The ops listener: `/healthz/live`, `/healthz/ready`, `/metrics` (Prometheus text format) and
+//! `/lameduck`. Unauthenticated by design, so it binds to loopback by default and changes state
+//! (`POST`/`DELETE /lameduck`) only for loopback peers; it runs on its own thread of the control
+//! plane and never touches a core's state except through atomics.
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 
 use kudurru_transports::metrics::{LATENCY_BOUNDS, MAX_UPSTREAMS, RCODE_LABELS, UpstreamError};
@@ -18,6 +20,20 @@ pub struct OpsState {
     pub metrics: Vec<Arc<CoreMetrics>>,
     /// The settings snapshot (upstream names for labels).
     pub settings: SharedSettings,
+    /// Lameduck, shared with the cores.
+    pub lameduck: Arc<AtomicBool>,
+}
+
+/// Whether a peer may change lameduck: loopback only, since the ops listener has no
+/// authentication (IPv4-mapped loopback counts).
+pub fn may_change_state(peer: Option<IpAddr>) -> bool {
+    match peer {
+        Some(IpAddr::V4(v4)) => v4.is_loopback(),
+        Some(IpAddr::V6(v6)) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        None => false,
+    }
 }
 
 /// Binds the ops listener; the error names the address.
@@ -28,7 +44,8 @@ pub fn bind(addr: SocketAddr) -> Result<tiny_http::Server, String> {
 /// Serves requests until the server is unblocked.
 pub fn serve(server: Arc<tiny_http::Server>, state: Arc<OpsState>) {
     for request in server.incoming_requests() {
-        let (status, content_type, body) = route(&state, request.method(), request.url());
+        let peer = request.remote_addr().map(SocketAddr::ip);
+        let (status, content_type, body) = route(&state, request.method(), request.url(), peer);
         let header = tiny_http::Header::from_bytes("Content-Type", content_type)
             .expect("static header is valid");
         let response = tiny_http::Response::from_string(body)
@@ -38,15 +55,44 @@ pub fn serve(server: Arc<tiny_http::Server>, state: Arc<OpsState>) {
     }
 }
 
-fn route(state: &OpsState, method: &tiny_http::Method, url: &str) -> (u16, &'static str, String) {
-    use tiny_http::Method::{Get, Head};
+fn route(
+    state: &OpsState,
+    method: &tiny_http::Method,
+    url: &str,
+    peer: Option<IpAddr>,
+) -> (u16, &'static str, String) {
+    use tiny_http::Method::{Delete, Get, Head, Post};
     let path = url.split('?').next().unwrap_or("");
     const TEXT: &str = "text/plain; charset=utf-8";
+    const JSON: &str = "application/json";
+    if path == "/lameduck" {
+        let lameduck =
+            |state: &OpsState| format!("{{\"lameduck\":{}}}\n", state.lameduck.load(Relaxed));
+        return match method {
+            Get | Head => (200, JSON, lameduck(state)),
+            Post | Delete if !may_change_state(peer) => (
+                403,
+                JSON,
+                "{\"code\":\"forbidden\",\"message\":\"lameduck changes only from loopback peers\"}\n".into(),
+            ),
+            Post | Delete => {
+                let on = *method == Post;
+                if state.lameduck.swap(on, Relaxed) != on {
+                    tracing::warn!(lameduck = on, ?peer, "lameduck changed over the ops listener");
+                }
+                (200, JSON, lameduck(state))
+            }
+            _ => (405, TEXT, "method not allowed\n".into()),
+        };
+    }
     if !matches!(method, Get | Head) {
         return (405, TEXT, "method not allowed\n".into());
     }
     match path {
         "/healthz/live" => (200, TEXT, "ok\n".into()),
+        "/healthz/ready" if state.lameduck.load(Relaxed) => {
+            (503, TEXT, "not ready: lameduck (draining)\n".into())
+        }
         "/healthz/ready" if (state.ready)() => (200, TEXT, "ready\n".into()),
         "/healthz/ready" => (
             503,
@@ -144,7 +190,39 @@ pub fn render_metrics(state: &OpsState) -> String {
             |c| c.cache.l1_entries.load(Relaxed),
         ),
     ];
-    for (name, kind, help, get) in cache {
+    let ratelimit: [(&str, &str, &str, Counter); 5] = [
+        (
+            "kudurru_ratelimit_dropped_total",
+            "counter",
+            "Queries over their client's rate that were dropped (nothing sent).",
+            |c| c.ratelimit.dropped.load(Relaxed),
+        ),
+        (
+            "kudurru_ratelimit_slipped_total",
+            "counter",
+            "Queries over their client's rate answered with an empty TC=1 (slip).",
+            |c| c.ratelimit.slipped.load(Relaxed),
+        ),
+        (
+            "kudurru_ratelimit_evictions_total",
+            "counter",
+            "Token buckets displaced before they were idle (table pressure).",
+            |c| c.ratelimit.evictions.load(Relaxed),
+        ),
+        (
+            "kudurru_ratelimit_buckets",
+            "gauge",
+            "Token buckets in use.",
+            |c| c.ratelimit.buckets.load(Relaxed),
+        ),
+        (
+            "kudurru_ratelimit_buckets_capacity",
+            "gauge",
+            "Token buckets the core's table holds (fixed memory).",
+            |c| c.ratelimit.capacity.load(Relaxed),
+        ),
+    ];
+    for (name, kind, help, get) in cache.into_iter().chain(ratelimit) {
         head(&mut out, name, kind, help);
         for (core, cm) in m.iter().enumerate() {
             let _ = writeln!(out, "{name}{{core=\"{core}\"}} {}", get(cm));
@@ -301,18 +379,68 @@ mod tests {
                 Arc::new(CoreMetrics::default()),
             ],
             settings: Arc::new(ArcSwap::from_pointee(settings)),
+            lameduck: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    const LOCAL: Option<IpAddr> = Some(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+
+    #[test]
+    fn only_loopback_peers_may_change_lameduck() {
+        for peer in ["127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"] {
+            assert!(may_change_state(Some(peer.parse().unwrap())), "{peer}");
+        }
+        for peer in [
+            "192.0.2.1",
+            "10.0.0.1",
+            "2001:db8::1",
+            "::ffff:192.0.2.1",
+            "::",
+        ] {
+            assert!(!may_change_state(Some(peer.parse().unwrap())), "{peer}");
+        }
+        assert!(!may_change_state(None), "unknown peer (unix socket)");
+        let s = state(Arc::new(AtomicBool::new(true)));
+        let remote = Some("192.0.2.1".parse().unwrap());
+        use tiny_http::Method::{Delete, Get, Post};
+        assert_eq!(route(&s, &Post, "/lameduck", remote).0, 403);
+        assert!(!s.lameduck.load(Relaxed), "a refused POST changes nothing");
+        assert_eq!(route(&s, &Get, "/lameduck", remote).1, "application/json");
+        assert_eq!(
+            route(&s, &Post, "/lameduck", LOCAL).2,
+            "{\"lameduck\":true}\n"
+        );
+        assert_eq!(route(&s, &Get, "/healthz/ready", LOCAL).0, 503);
+        assert_eq!(route(&s, &Delete, "/lameduck", remote).0, 403);
+        assert!(s.lameduck.load(Relaxed));
+        assert_eq!(
+            route(&s, &Delete, "/lameduck", LOCAL).2,
+            "{\"lameduck\":false}\n"
+        );
+        assert_eq!(route(&s, &Get, "/healthz/ready", LOCAL).0, 200);
     }
 
     #[test]
     fn readiness_is_503_until_listeners_are_up() {
         let ready = Arc::new(AtomicBool::new(false));
         let s = state(ready.clone());
-        assert_eq!(route(&s, &tiny_http::Method::Get, "/healthz/ready").0, 503);
-        assert_eq!(route(&s, &tiny_http::Method::Get, "/healthz/live").0, 200);
+        assert_eq!(
+            route(&s, &tiny_http::Method::Get, "/healthz/ready", LOCAL).0,
+            503
+        );
+        assert_eq!(
+            route(&s, &tiny_http::Method::Get, "/healthz/live", LOCAL).0,
+            200
+        );
         ready.store(true, Relaxed);
-        assert_eq!(route(&s, &tiny_http::Method::Get, "/healthz/ready").0, 200);
-        assert_eq!(route(&s, &tiny_http::Method::Post, "/healthz/ready").0, 405);
+        assert_eq!(
+            route(&s, &tiny_http::Method::Get, "/healthz/ready", LOCAL).0,
+            200
+        );
+        assert_eq!(
+            route(&s, &tiny_http::Method::Post, "/healthz/ready", LOCAL).0,
+            405
+        );
     }
 
     #[test]

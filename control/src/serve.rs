@@ -1,6 +1,8 @@
 //! `kudurru serve`: layer the configuration, start the cores, serve ops, stop on a signal.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use kudurru_transports::{ServerSpec, StartError};
@@ -100,6 +102,22 @@ pub fn init_logging(config: &Config) {
     };
 }
 
+/// SIGTERM's lameduck: the health name answers SERVFAIL and readiness 503 for `delay` while every
+/// other query is still answered, so load balancers stop sending before the listeners close. A
+/// second SIGINT or SIGTERM ends the wait early.
+fn drain(lameduck: &AtomicBool, delay: Duration, signals: &mut signal_hook::iterator::Signals) {
+    lameduck.store(true, Ordering::Relaxed);
+    tracing::info!(delay = %humantime::format_duration(delay), "SIGTERM: lameduck before closing the listeners (shutdown.drainDelay)");
+    let deadline = Instant::now() + delay;
+    while Instant::now() < deadline {
+        if signals.pending().next().is_some() {
+            tracing::info!("second signal: ending the lameduck wait");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20).min(deadline - Instant::now()));
+    }
+}
+
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     let config = effective_config(args)?;
@@ -109,10 +127,12 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         .map_err(|e| ServeError::Other(format!("cannot install signal handlers: {e}")))?;
     let ops_server = Arc::new(ops::bind(validated.ops_address).map_err(ServeError::Other)?);
     let settings = Arc::new(ArcSwap::from_pointee(validated.settings.clone()));
+    let lameduck = Arc::new(AtomicBool::new(false));
     let server = kudurru_transports::start(ServerSpec {
         cpus: validated.cpus.clone(),
         listeners: validated.listeners.clone(),
         settings: settings.clone(),
+        lameduck: lameduck.clone(),
     })?;
     for (kind, addr) in server.bound() {
         tracing::info!(%kind, %addr, "listening");
@@ -127,6 +147,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         ready,
         metrics: server.metrics().to_vec(),
         settings,
+        lameduck: lameduck.clone(),
     });
     let ops_thread = {
         let ops_server = ops_server.clone();
@@ -136,6 +157,9 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
             .map_err(|e| ServeError::Other(format!("cannot start the ops thread: {e}")))?
     };
     let signal = signals.forever().next();
+    if signal == Some(SIGTERM) && !validated.drain_delay.is_zero() {
+        drain(&lameduck, validated.drain_delay, &mut signals);
+    }
     tracing::info!(
         ?signal,
         "shutting down: listeners closed, draining in-flight queries"

@@ -17,6 +17,7 @@
 pub mod answer;
 pub mod cache;
 pub mod key;
+pub mod limiter;
 pub mod local;
 pub mod pipeline;
 pub mod upstream;
@@ -25,6 +26,7 @@ pub mod wire;
 pub use answer::{AnswerKind, CachedAnswer, ReplyError, TtlPolicy};
 pub use cache::{Cache, CacheStats};
 pub use key::CacheKey;
+pub use limiter::{Limiter, LimiterStats, Prefix, RateLimit, Verdict};
 pub use local::{LocalNames, ServerIdentity};
-pub use pipeline::{Decision, ingress};
+pub use pipeline::{Client, Decision, HEALTH_NAME, Stage, ingress};
 pub use upstream::{Selector, UpstreamProtocol, UpstreamSpec};

@@ -1,14 +1,29 @@
-//! The ingress stage: bytes in, a decision out.
+//! The ingress and rate-limit stages: bytes in, a decision out.
 //!
 //! ```text
 //! bytes ─▶ scan (wire) ─┬─ garbage / QR=1 ─────────────▶ Drop (send nothing)
 //!                       ├─ FORMERR / NOTIMP / BADVERS ─▶ Respond (error written to `out`)
+//!                       ├─ health.kudurru.internal. ───▶ Respond (SERVFAIL in lameduck)
+//!                       ├─ rate limit ─ over ─┬─ slip (datagram) ─▶ Respond (empty, TC=1)
+//!                       │                     └─ otherwise ───────▶ Drop
 //!                       ├─ local name (local) ─────────▶ Respond (answer written to `out`)
 //!                       └─ otherwise ──────────────────▶ Resolve(query): cache, then upstream
 //! ```
+//!
+//! Error answers and the health name come before the limiter: an error answer is never larger
+//! than the query that caused it, and a health checker must see lameduck whatever its rate.
 
-use crate::LocalNames;
-use crate::wire::{self, Query, QueryError, ReplyOptions, rcode};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use crate::limiter::{Limiter, RateLimit, Verdict};
+use crate::wire::{self, Query, QueryError, ReplyOptions, class, rcode, rtype};
+use crate::{CacheKey, LocalNames};
+
+/// The name health checkers ask (dnsdist `checkName`, `mustResolve`): NOERROR normally, SERVFAIL
+/// while the node is in lameduck, so load balancers drain it while every other name resolves.
+pub const HEALTH_NAME: &str = "health.kudurru.internal.";
+const HEALTH_NAME_WIRE: &[u8] = b"\x06health\x07kudurru\x08internal\x00";
 
 /// What to do with one incoming message.
 #[derive(Debug)]
@@ -16,35 +31,96 @@ use crate::wire::{self, Query, QueryError, ReplyOptions, rcode};
 pub enum Decision<'a> {
     /// Send the response now in `out`.
     Respond,
-    /// Send nothing (RFC-conformant silence for non-queries; later also policy drops).
+    /// Send nothing: UDP sends no reply, stream transports close the connection or stream.
     Drop,
     /// Answer from the cache or upstream.
     Resolve(Query<'a>),
 }
 
-/// Runs the ingress stage on `msg`, writing any immediate response into `out`.
+/// What the stages read besides the message: all of it from the settings snapshot and the
+/// node's state, none of it mutable.
+#[derive(Debug, Clone, Copy)]
+pub struct Stage<'s> {
+    /// Locally answered names.
+    pub local: &'s LocalNames,
+    /// How answers on this transport are shaped.
+    pub options: &'s ReplyOptions,
+    /// The limiter's settings.
+    pub ratelimit: &'s RateLimit,
+    /// Whether the node is draining (the health name answers SERVFAIL).
+    pub lameduck: bool,
+}
+
+/// Who sent a message.
+#[derive(Debug, Clone, Copy)]
+pub struct Client {
+    /// The peer's address.
+    pub addr: IpAddr,
+    /// Whether it came as a datagram (UDP): only datagrams slip.
+    pub datagram: bool,
+}
+
+/// Runs the stages on `msg` from `client`, writing any immediate response into `out`.
 pub fn ingress<'a>(
     msg: &'a [u8],
-    local: &LocalNames,
-    options: &ReplyOptions,
+    stage: &Stage<'_>,
+    client: Client,
+    limiter: &mut Limiter,
+    now: Instant,
     out: &mut Vec<u8>,
 ) -> Decision<'a> {
-    match Query::parse(msg) {
-        Ok(query) => {
-            if local.answer(&query, options, out) {
-                Decision::Respond
-            } else {
-                Decision::Resolve(query)
-            }
+    let query = match Query::parse(msg) {
+        Ok(query) => query,
+        Err(QueryError::Ignore) => return Decision::Drop,
+        Err(QueryError::FormErr) => {
+            return respond_if(wire::write_header_error(msg, rcode::FORMERR, out));
         }
-        Err(QueryError::Ignore) => Decision::Drop,
-        Err(QueryError::FormErr) => respond_if(wire::write_header_error(msg, rcode::FORMERR, out)),
-        Err(QueryError::NotImp) => respond_if(wire::write_header_error(msg, rcode::NOTIMP, out)),
-        Err(QueryError::BadVers) => respond_if(
-            wire::write_badvers(msg, options.payload, out)
-                || wire::write_header_error(msg, rcode::FORMERR, out),
-        ),
+        Err(QueryError::NotImp) => {
+            return respond_if(wire::write_header_error(msg, rcode::NOTIMP, out));
+        }
+        Err(QueryError::BadVers) => {
+            return respond_if(
+                wire::write_badvers(msg, stage.options.payload, out)
+                    || wire::write_header_error(msg, rcode::FORMERR, out),
+            );
+        }
+    };
+    if is_health_name(query.key()) {
+        answer_health(&query, stage, out);
+        return Decision::Respond;
     }
+    match limiter.check(stage.ratelimit, client.addr, now) {
+        Verdict::Allow => {}
+        Verdict::Slip if client.datagram => {
+            wire::write_truncated(&query, stage.options, out);
+            return Decision::Respond;
+        }
+        Verdict::Slip | Verdict::Drop => return Decision::Drop,
+    }
+    if stage.local.answer(&query, stage.options, out) {
+        Decision::Respond
+    } else {
+        Decision::Resolve(query)
+    }
+}
+
+fn is_health_name(key: &CacheKey) -> bool {
+    key.qclass() == class::IN && key.qname() == HEALTH_NAME_WIRE
+}
+
+/// NOERROR (A 127.0.0.1 for A, no records otherwise), TTL 0 so no cache keeps it; SERVFAIL in
+/// lameduck.
+fn answer_health(query: &Query<'_>, stage: &Stage<'_>, out: &mut Vec<u8>) {
+    if stage.lameduck {
+        wire::write_error(query, rcode::SERVFAIL, stage.options, out);
+        return;
+    }
+    wire::start_response(query, rcode::NOERROR, true, out);
+    if query.qtype() == rtype::A {
+        wire::push_record(out, wire::HEADER_LEN, rtype::A, 0, &[127, 0, 0, 1]);
+        wire::count_answer(out);
+    }
+    wire::finish_response(query, out, stage.options);
 }
 
 fn respond_if(written: bool) -> Decision<'static> {
@@ -67,35 +143,132 @@ mod tests {
         })
     }
 
+    struct Harness {
+        local: LocalNames,
+        options: ReplyOptions,
+        ratelimit: RateLimit,
+        limiter: Limiter,
+        now: Instant,
+    }
+
+    impl Harness {
+        fn new(ratelimit: RateLimit) -> Self {
+            let now = Instant::now();
+            Self {
+                local: local(),
+                options: ReplyOptions::udp(1232),
+                ratelimit,
+                limiter: Limiter::new(64, 1, now),
+                now,
+            }
+        }
+
+        fn run<'m>(
+            &mut self,
+            msg: &'m [u8],
+            lameduck: bool,
+            datagram: bool,
+            out: &mut Vec<u8>,
+        ) -> Decision<'m> {
+            let stage = Stage {
+                local: &self.local,
+                options: &self.options,
+                ratelimit: &self.ratelimit,
+                lameduck,
+            };
+            let client = Client {
+                addr: "192.0.2.1".parse().unwrap(),
+                datagram,
+            };
+            ingress(msg, &stage, client, &mut self.limiter, self.now, out)
+        }
+    }
+
+    const EXAMPLE: &[u8] =
+        b"\x00\x02\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01";
+    const HEALTH: &[u8] = b"\x00\x03\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x06HEALTH\x07kudurru\x08internal\x00\x00\x01\x00\x01";
+
     #[test]
     fn decisions_per_input_class() {
+        let mut h = Harness::new(RateLimit::default());
         let mut out = Vec::new();
         assert!(matches!(
-            ingress(&[0; 5], &local(), &ReplyOptions::udp(1232), &mut out),
+            h.run(&[0; 5], false, true, &mut out),
             Decision::Drop
         ));
         let mut formerr = vec![0, 1, 0x01, 0, 0, 2, 0, 0, 0, 0, 0, 0];
         assert!(matches!(
-            ingress(&formerr, &local(), &ReplyOptions::udp(1232), &mut out),
+            h.run(&formerr, false, true, &mut out),
             Decision::Respond
         ));
         assert_eq!(wire::header_rcode(&out), Some(rcode::FORMERR));
         assert_eq!(wire::message_id(&out), Some(1));
         formerr[2] = 0x81; // QR=1: a reply is never answered
         assert!(matches!(
-            ingress(&formerr, &local(), &ReplyOptions::udp(1232), &mut out),
+            h.run(&formerr, false, true, &mut out),
             Decision::Drop
         ));
-        let q = b"\x00\x02\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01";
         assert!(matches!(
-            ingress(q, &local(), &ReplyOptions::udp(1232), &mut out),
+            h.run(EXAMPLE, false, true, &mut out),
             Decision::Resolve(_)
         ));
         let lh =
             b"\x00\x02\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x09localhost\x00\x00\x01\x00\x01";
         assert!(matches!(
-            ingress(lh, &local(), &ReplyOptions::udp(1232), &mut out),
+            h.run(lh, false, true, &mut out),
             Decision::Respond
         ));
+    }
+
+    #[test]
+    fn the_health_name_answers_noerror_and_servfail_in_lameduck() {
+        let mut h = Harness::new(RateLimit::default());
+        let mut out = Vec::new();
+        assert!(matches!(
+            h.run(HEALTH, false, true, &mut out),
+            Decision::Respond
+        ));
+        assert_eq!(wire::header_rcode(&out), Some(rcode::NOERROR));
+        assert_eq!(wire::read_u16(&out, wire::ANCOUNT_AT), Some(1));
+        assert!(out.ends_with(&[127, 0, 0, 1]));
+        assert!(matches!(
+            h.run(HEALTH, true, true, &mut out),
+            Decision::Respond
+        ));
+        assert_eq!(wire::header_rcode(&out), Some(rcode::SERVFAIL));
+        assert!(
+            matches!(h.run(EXAMPLE, true, true, &mut out), Decision::Resolve(_)),
+            "other names resolve in lameduck"
+        );
+    }
+
+    #[test]
+    fn limited_queries_slip_over_udp_and_drop_over_streams() {
+        let mut h = Harness::new(RateLimit {
+            qps: 1,
+            burst: 1,
+            slip: 1,
+            ..RateLimit::default()
+        });
+        let mut out = Vec::new();
+        assert!(matches!(
+            h.run(EXAMPLE, false, true, &mut out),
+            Decision::Resolve(_)
+        ));
+        assert!(matches!(
+            h.run(EXAMPLE, false, true, &mut out),
+            Decision::Respond
+        ));
+        assert!(wire::is_truncated(&out));
+        assert_eq!(wire::read_u16(&out, wire::ANCOUNT_AT), Some(0));
+        assert_eq!(&out[wire::HEADER_LEN..], &EXAMPLE[wire::HEADER_LEN..]);
+        assert!(matches!(
+            h.run(EXAMPLE, false, false, &mut out),
+            Decision::Drop
+        ));
+        assert!(
+            matches!(h.run(HEALTH, true, true, &mut out), Decision::Respond),
+            "the health name is never limited"
+        );
     }
 }

@@ -523,6 +523,14 @@ pub fn write_error(query: &Query<'_>, rcode: u8, options: &ReplyOptions, out: &m
     finish_response(query, out, options);
 }
 
+/// Writes an empty TC=1 answer (header, question, OPT if the client sent one): the rate
+/// limiter's "slip", which tells a real client to retry over TCP without amplifying anything.
+pub fn write_truncated(query: &Query<'_>, options: &ReplyOptions, out: &mut Vec<u8>) {
+    start_response(query, rcode::NOERROR, false, out);
+    out[2] |= (FLAG_TC >> 8) as u8;
+    finish_response(query, out, options);
+}
+
 /// Writes the BADVERS answer (RFC 6891 §6.1.3): header, question, OPT version 0 with the
 /// extended rcode. `msg` scanned far enough to know it carried an OPT.
 pub fn write_badvers(msg: &[u8], payload: u16, out: &mut Vec<u8>) -> bool {

@@ -5,7 +5,11 @@
 
 use domain::base::Message;
 use kudurru_core::wire::{self, Query};
-use kudurru_core::{Decision, LocalNames, ServerIdentity, ingress};
+use std::time::Instant;
+
+use kudurru_core::{
+    Client, Decision, Limiter, LocalNames, RateLimit, ServerIdentity, Stage, ingress,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -23,9 +27,31 @@ fuzz_target!(|data: &[u8]| {
         version: "fuzz".into(),
     });
     let mut out = Vec::new();
-    if let Decision::Respond = ingress(data, &local, &wire::ReplyOptions::udp(1232), &mut out) {
-        let reply = Message::from_slice(&out).expect("responses parse");
-        assert!(reply.header().qr());
-        assert_eq!(wire::message_id(&out), wire::message_id(data));
+    // The limiter on and tight, so slips (TC=1 answers) are fuzzed too.
+    let ratelimit = RateLimit {
+        qps: 1,
+        burst: 1,
+        slip: 1,
+        ..RateLimit::default()
+    };
+    let now = Instant::now();
+    let mut limiter = Limiter::new(64, 0, now);
+    let stage = Stage {
+        local: &local,
+        options: &wire::ReplyOptions::udp(1232),
+        ratelimit: &ratelimit,
+        lameduck: data.first().is_some_and(|b| b & 1 == 1),
+    };
+    let client = Client {
+        addr: std::net::Ipv4Addr::LOCALHOST.into(),
+        datagram: true,
+    };
+    // Twice: the second pass is over the limit and slips.
+    for _ in 0..2 {
+        if let Decision::Respond = ingress(data, &stage, client, &mut limiter, now, &mut out) {
+            let reply = Message::from_slice(&out).expect("responses parse");
+            assert!(reply.header().qr());
+            assert_eq!(wire::message_id(&out), wire::message_id(data));
+        }
     }
 });

@@ -9,6 +9,7 @@
 pub mod metrics;
 pub mod runtime;
 pub mod settings;
+pub mod steering;
 pub mod sys;
 
 mod pool;

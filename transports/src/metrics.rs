@@ -102,6 +102,21 @@ pub struct CacheCounters {
     pub expired: AtomicU64,
 }
 
+/// Rate-limiter counters mirrored from the core's limiter (copied once a second).
+#[derive(Debug, Default)]
+pub struct RateLimitCounters {
+    /// Limited queries dropped.
+    pub dropped: AtomicU64,
+    /// Limited queries answered TC=1.
+    pub slipped: AtomicU64,
+    /// Buckets displaced before they were idle (table pressure).
+    pub evictions: AtomicU64,
+    /// Buckets in use.
+    pub buckets: AtomicU64,
+    /// Buckets the table holds.
+    pub capacity: AtomicU64,
+}
+
 /// All counters of one core.
 #[derive(Debug, Default)]
 #[repr(align(128))]
@@ -112,6 +127,8 @@ pub struct CoreMetrics {
     pub responses: [AtomicU64; 8],
     /// Cache counters.
     pub cache: CacheCounters,
+    /// Rate-limiter counters.
+    pub ratelimit: RateLimitCounters,
     /// Misses sent to the owning core.
     pub cross_core_lookups: AtomicU64,
     /// Misses that joined an identical in-flight upstream query.

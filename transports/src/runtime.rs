@@ -9,7 +9,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -24,7 +24,7 @@ use crate::metrics::CoreMetrics;
 use crate::settings::SharedSettings;
 use crate::sys::{self, SocketKind};
 use crate::worker::{Ownership, ShardMessage, Worker};
-use crate::{tcp, udp};
+use crate::{steering, tcp, udp};
 
 /// Memory glommio registers for I/O per core. Small on purpose: with SO_REUSEPORT sockets the
 /// data path mostly bypasses these buffers, and registration counts against RLIMIT_MEMLOCK.
@@ -55,6 +55,8 @@ pub struct ServerSpec {
     pub listeners: Vec<ListenerSpec>,
     /// The settings snapshot pointer.
     pub settings: SharedSettings,
+    /// Lameduck: while set, the health name answers SERVFAIL (the ops listener flips it).
+    pub lameduck: Arc<AtomicBool>,
 }
 
 /// Why the data plane did not start.
@@ -191,6 +193,22 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
         }
     }
 
+    // Steer each client prefix to one core when the limiter is on (core 0 re-attaches when the
+    // settings change). Without the program, limits are per core and a client spread over N
+    // cores gets up to N times its rate.
+    let initial = steering::program(&spec.settings.load().ratelimit, cores);
+    let groups: Vec<RawFd> = per_core.first().map_or_else(Vec::new, |core| {
+        core.udp
+            .iter()
+            .chain(&core.tcp)
+            .map(AsRawFd::as_raw_fd)
+            .collect()
+    });
+    for &fd in &groups {
+        if let Err(e) = sys::attach_reuseport_program(fd, &initial) {
+            tracing::warn!(error = %e, "cannot attach the client steering program; rate limits are per core");
+        }
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let ready = Arc::new(AtomicUsize::new(0));
     let drained = Arc::new(AtomicUsize::new(0));
@@ -210,6 +228,12 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             stop: stop.clone(),
             ready: ready.clone(),
             drained: drained.clone(),
+            lameduck: spec.lameduck.clone(),
+            steering: if index == 0 {
+                groups.clone()
+            } else {
+                Vec::new()
+            },
             cores,
         };
         let started = started_tx.clone();
@@ -300,6 +324,9 @@ struct CoreContext {
     stop: Arc<AtomicBool>,
     ready: Arc<AtomicUsize>,
     drained: Arc<AtomicUsize>,
+    lameduck: Arc<AtomicBool>,
+    /// One socket of each reuseport group, on core 0 only: where the steering program is attached.
+    steering: Vec<RawFd>,
     cores: usize,
 }
 
@@ -318,6 +345,8 @@ async fn run_core(context: CoreContext, udp: Vec<OwnedFd>, tcp: Vec<OwnedFd>) {
         stop,
         ready,
         drained,
+        lameduck,
+        steering,
         cores,
     } = context;
     let (shard, senders, receivers) = match mesh {
@@ -336,7 +365,9 @@ async fn run_core(context: CoreContext, udp: Vec<OwnedFd>, tcp: Vec<OwnedFd>) {
             }
         }
     };
-    let worker = Rc::new(Worker::new(shard, ownership, settings, metrics, senders));
+    let worker = Rc::new(Worker::new(
+        shard, ownership, settings, metrics, senders, lameduck,
+    ));
     let mut tasks = Vec::new();
     if let Some(mut receivers) = receivers {
         for (_, receiver) in receivers.streams() {
@@ -349,6 +380,10 @@ async fn run_core(context: CoreContext, udp: Vec<OwnedFd>, tcp: Vec<OwnedFd>) {
         }
     }
     let mut listeners = Vec::new();
+    if !steering.is_empty() {
+        // First in the list: cancelled before the sockets it names are closed.
+        listeners.push(glommio::spawn_local(steer(worker.clone(), steering)));
+    }
     for fd in udp {
         listeners.push(glommio::spawn_local(udp::serve(
             worker.clone(),
@@ -398,6 +433,26 @@ async fn run_core(context: CoreContext, udp: Vec<OwnedFd>, tcp: Vec<OwnedFd>) {
     worker.maintain(Instant::now());
     drop(maintenance);
     drop(tasks);
+}
+
+/// Re-attaches the steering program when the limiter settings change it (allowlist, prefixes,
+/// on/off). Runs on core 0, which owns the sockets named in `groups` while this task lives.
+async fn steer(worker: Rc<Worker>, groups: Vec<RawFd>) {
+    let cores = worker.cores();
+    let mut attached = steering::program(&worker.settings().ratelimit, cores);
+    loop {
+        glommio::timer::sleep(Duration::from_secs(1)).await;
+        let program = steering::program(&worker.settings().ratelimit, cores);
+        if program == attached {
+            continue;
+        }
+        for &fd in &groups {
+            if let Err(e) = sys::attach_reuseport_program(fd, &program) {
+                tracing::warn!(error = %e, "cannot re-attach the client steering program");
+            }
+        }
+        attached = program;
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use kudurru_core::{LocalNames, TtlPolicy, UpstreamSpec};
+use kudurru_core::{LocalNames, RateLimit, TtlPolicy, UpstreamSpec};
 
 /// What the data plane needs from the effective configuration.
 #[derive(Debug, Clone)]
@@ -33,6 +33,10 @@ pub struct Settings {
     pub tcp_max_pipelined: usize,
     /// How long shutdown waits for in-flight queries (`server.shutdownGrace`).
     pub shutdown_grace: Duration,
+    /// The per-client rate limiter (`ratelimit.*`).
+    pub ratelimit: RateLimit,
+    /// Token buckets per core (`ratelimit.tableSize`; restart-bound).
+    pub ratelimit_table_size: usize,
 }
 
 impl Settings {

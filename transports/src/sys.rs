@@ -81,6 +81,41 @@ pub fn bind_reuseport(
     Ok((bound, fds))
 }
 
+/// Attaches a classic-BPF reuseport program (SO_ATTACH_REUSEPORT_CBPF) to the SO_REUSEPORT
+/// group `fd` belongs to; it replaces any program attached before.
+pub fn attach_reuseport_program(fd: RawFd, program: &[crate::steering::Insn]) -> io::Result<()> {
+    let mut filters: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let len = u16::try_from(filters.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "BPF program too long"))?;
+    let fprog = libc::sock_fprog {
+        len,
+        filter: filters.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at `filters`, alive for the call; the kernel copies the program.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&raw const fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Wraps a bound UDP socket for the current glommio executor.
 pub fn glommio_udp(fd: OwnedFd) -> glommio::net::UdpSocket {
     // SAFETY: `fd` is an owned, open, bound UDP socket; ownership moves into glommio.

@@ -19,7 +19,7 @@ use glommio::channels::local_channel::{self, LocalSender};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::Semaphore;
 use kudurru_core::wire::{self, Query, ReplyOptions};
-use kudurru_core::{Decision, ingress};
+use kudurru_core::{Client, Decision, Stage, ingress};
 
 use crate::metrics::{CoreMetrics, Transport};
 use crate::upstream::until;
@@ -53,6 +53,13 @@ pub(crate) async fn serve(worker: Rc<Worker>, listener: TcpListener) {
 
 async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
+    let Ok(peer) = stream.peer_addr() else {
+        return;
+    };
+    let client = Client {
+        addr: peer.ip(),
+        datagram: false,
+    };
     let (mut reader, writer) = futures_lite::io::split(stream);
     let settings = worker.settings();
     let pipelined = settings.tcp_max_pipelined.max(1);
@@ -72,7 +79,21 @@ async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
         };
         let settings = worker.settings();
         let options = ReplyOptions::tcp(settings.edns_payload, settings.tcp_idle_timeout);
-        match ingress(&message, &settings.local, &options, &mut out) {
+        let stage = Stage {
+            local: &settings.local,
+            options: &options,
+            ratelimit: &settings.ratelimit,
+            lameduck: worker.lameduck(),
+        };
+        let decision = ingress(
+            &message,
+            &stage,
+            client,
+            &mut worker.limiter.borrow_mut(),
+            Instant::now(),
+            &mut out,
+        );
+        match decision {
             Decision::Respond => {
                 if !send_frame(worker, &tx, &out).await {
                     break;

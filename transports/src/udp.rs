@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use glommio::net::UdpSocket;
 use kudurru_core::wire::{self, Query, ReplyOptions};
-use kudurru_core::{Decision, ingress};
+use kudurru_core::{Client, Decision, Stage, ingress};
 
 use crate::metrics::Transport;
 use crate::sys::{self, MmsgBatch};
@@ -43,40 +43,56 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
         };
         let settings = worker.settings();
         let options = ReplyOptions::udp(settings.edns_payload);
+        let stage = Stage {
+            local: &settings.local,
+            options: &options,
+            ratelimit: &settings.ratelimit,
+            lameduck: worker.lameduck(),
+        };
         let now = Instant::now();
-        for i in 0..n {
-            worker.metrics.query(Transport::Udp);
-            let (Some(message), Some(peer)) = incoming.datagram(i) else {
-                worker.metrics.dropped();
-                continue;
-            };
-            match ingress(message, &settings.local, &options, &mut out) {
-                Decision::Respond => {}
-                Decision::Drop => {
+        {
+            // Held for the batch only: nothing in it awaits.
+            let mut limiter = worker.limiter.borrow_mut();
+            for i in 0..n {
+                worker.metrics.query(Transport::Udp);
+                let (Some(message), Some(peer)) = incoming.datagram(i) else {
                     worker.metrics.dropped();
                     continue;
-                }
-                Decision::Resolve(query) => match worker.serve_local(query.key(), now, |answer| {
-                    let limit = query.udp_limit(settings.edns_payload);
-                    answer.write_response(&query, now, Some(limit), &options, &mut out)
-                }) {
-                    Some(_) => {}
-                    None => {
-                        let task = resolve_and_reply(
-                            worker.clone(),
-                            socket.clone(),
-                            message.to_vec(),
-                            peer,
-                        );
-                        glommio::spawn_local(task).detach();
+                };
+                let client = Client {
+                    addr: peer.ip(),
+                    datagram: true,
+                };
+                match ingress(message, &stage, client, &mut limiter, now, &mut out) {
+                    Decision::Respond => {}
+                    Decision::Drop => {
+                        worker.metrics.dropped();
                         continue;
                     }
-                },
+                    Decision::Resolve(query) => {
+                        match worker.serve_local(query.key(), now, |answer| {
+                            let limit = query.udp_limit(settings.edns_payload);
+                            answer.write_response(&query, now, Some(limit), &options, &mut out)
+                        }) {
+                            Some(_) => {}
+                            None => {
+                                let task = resolve_and_reply(
+                                    worker.clone(),
+                                    socket.clone(),
+                                    message.to_vec(),
+                                    peer,
+                                );
+                                glommio::spawn_local(task).detach();
+                                continue;
+                            }
+                        }
+                    }
+                }
+                worker
+                    .metrics
+                    .response(wire::header_rcode(&out).unwrap_or(0));
+                replies.push(&out, peer);
             }
-            worker
-                .metrics
-                .response(wire::header_rcode(&out).unwrap_or(0));
-            replies.push(&out, peer);
         }
         flush(&socket, &mut replies).await;
         glommio::yield_if_needed().await;

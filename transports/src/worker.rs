@@ -16,11 +16,12 @@ use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use glommio::channels::channel_mesh::Senders;
 use glommio::channels::local_channel::{self, LocalSender};
-use kudurru_core::{Cache, CacheKey, CachedAnswer, Selector, UpstreamSpec};
+use kudurru_core::{Cache, CacheKey, CachedAnswer, Limiter, Selector, UpstreamSpec};
 
 use crate::metrics::CoreMetrics;
 use crate::pool::UdpPool;
@@ -86,6 +87,9 @@ pub(crate) struct Worker {
     selector: RefCell<(Vec<UpstreamSpec>, Selector)>,
     pools: RefCell<HashMap<(usize, SocketAddr), Rc<UdpPool>>>,
     peers: Option<Peers>,
+    /// This core's token buckets (clients are steered so each prefix has one core).
+    pub(crate) limiter: RefCell<Limiter>,
+    lameduck: Arc<AtomicBool>,
     /// Client queries being resolved right now (shutdown waits for these).
     pub(crate) active: Cell<usize>,
     /// Open client TCP connections.
@@ -99,6 +103,7 @@ impl Worker {
         settings: SharedSettings,
         metrics: Arc<CoreMetrics>,
         senders: Option<Senders<ShardMessage>>,
+        lameduck: Arc<AtomicBool>,
     ) -> Self {
         let snapshot = settings.load();
         let cores = ownership.cores;
@@ -114,6 +119,12 @@ impl Worker {
                 1
             })),
             inflight: RefCell::new(HashMap::new()),
+            limiter: RefCell::new(Limiter::new(
+                snapshot.ratelimit_table_size,
+                rand::random(),
+                Instant::now(),
+            )),
+            lameduck,
             selector: RefCell::new((upstreams, selector)),
             pools: RefCell::new(HashMap::new()),
             peers: senders.map(|senders| Peers {
@@ -131,6 +142,16 @@ impl Worker {
     /// The current settings snapshot.
     pub(crate) fn settings(&self) -> arc_swap::Guard<Arc<Settings>> {
         self.settings.load()
+    }
+
+    /// Cores serving (the mesh size).
+    pub(crate) fn cores(&self) -> usize {
+        self.ownership.cores
+    }
+
+    /// Whether the node is in lameduck (the health name answers SERVFAIL).
+    pub(crate) fn lameduck(&self) -> bool {
+        self.lameduck.load(Ordering::Relaxed)
     }
 
     /// Serves a cache hit on this core without any hop (the shard for owned keys, the L1
@@ -318,6 +339,13 @@ impl Worker {
         m.l1_entries.store(l1.len() as u64, Relaxed);
         m.evictions.store(a.evictions + b.evictions, Relaxed);
         m.expired.store(a.expired + b.expired, Relaxed);
+        let limiter = self.limiter.borrow();
+        let (l, r) = (limiter.stats(), &self.metrics.ratelimit);
+        r.dropped.store(l.dropped, Relaxed);
+        r.slipped.store(l.slipped, Relaxed);
+        r.evictions.store(l.evictions, Relaxed);
+        r.buckets.store(l.buckets as u64, Relaxed);
+        r.capacity.store(limiter.capacity() as u64, Relaxed);
     }
 }
 
