@@ -26,6 +26,26 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Effective settings and where they come from.
+    Settings {
+        /// What to do.
+        #[command(subcommand)]
+        command: SettingsCommand,
+    },
+}
+
+/// `kudurru settings …`.
+#[derive(Debug, Subcommand)]
+pub enum SettingsCommand {
+    /// Print effective values with their source layer (default, node-file, settings-file, env,
+    /// flag); `R` marks keys that need a restart to change. Layers the same inputs `serve` would.
+    Get {
+        /// One key (dotted path); all keys when omitted.
+        key: Option<String>,
+        /// The same flags `serve` takes.
+        #[command(flatten)]
+        args: ServeArgs,
+    },
 }
 
 /// Flags of `kudurru lameduck`.

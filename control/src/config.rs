@@ -32,6 +32,8 @@ pub const MAX_ALLOWLIST: usize = kudurru_transports::steering::MAX_EXEMPT;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
+    /// `settingsFile`: the watched settings file (cluster-scope keys); empty = none.
+    pub settings_file: String,
     /// `server.*`: listeners, cores, identity.
     pub server: ServerSection,
     /// `upstreams`: upstream URLs.
@@ -195,6 +197,7 @@ pub struct LogSection {
 impl Default for Config {
     fn default() -> Self {
         Self {
+            settings_file: String::new(),
             server: ServerSection::default(),
             upstreams: DEFAULT_UPSTREAMS.iter().map(|s| (*s).to_owned()).collect(),
             upstream: UpstreamSection::default(),
@@ -304,6 +307,7 @@ pub struct KeyInfo {
     pub description: &'static str,
     set: fn(&mut Config, &str) -> Result<(), String>,
     get: fn(&Config) -> String,
+    copy: fn(&mut Config, &Config),
 }
 
 impl fmt::Debug for KeyInfo {
@@ -327,6 +331,11 @@ impl KeyInfo {
             value: value.to_owned(),
             reason,
         })
+    }
+
+    /// Copies this key's value from `from` into `config` (layering).
+    pub fn copy(&self, config: &mut Config, from: &Config) {
+        (self.copy)(config, from);
     }
 
     /// The environment variable that sets this key.
@@ -377,6 +386,13 @@ macro_rules! key {
                 Ok(())
             },
             get: |$c| $show(&$field),
+            copy: |$c, src| {
+                let value = {
+                    let $c = src;
+                    $field.clone()
+                };
+                $field = value;
+            },
         }
     };
 }
@@ -404,6 +420,17 @@ fn parse_cpus(v: &str) -> Result<Vec<usize>, String> {
 
 /// Every configuration key, in documentation order.
 pub static KEYS: &[KeyInfo] = &[
+    key!(
+        "settingsFile",
+        "path",
+        Node,
+        true,
+        true,
+        "settings file of cluster-scope keys, watched and reloaded; empty = none; KUDURRU_SETTINGS_FILE overrides",
+        |c| c.settings_file,
+        parse_string,
+        show_string
+    ),
     key!(
         "server.listen",
         "list of URLs",
@@ -486,7 +513,7 @@ pub static KEYS: &[KeyInfo] = &[
         "list of URLs",
         Cluster,
         false,
-        true,
+        false,
         "upstream resolvers: udp://IP:P (TCP on truncation) or tcp://IP:P",
         |c| c.upstreams,
         parse_strings,
@@ -519,7 +546,7 @@ pub static KEYS: &[KeyInfo] = &[
         "integer",
         Cluster,
         false,
-        true,
+        false,
         "answers cached across all cores (each core owns maxEntries/cores; each L1 adds 1/8 of that)",
         |c| c.cache.max_entries,
         parse_num,
@@ -530,7 +557,7 @@ pub static KEYS: &[KeyInfo] = &[
         "seconds",
         Cluster,
         false,
-        true,
+        false,
         "positive TTLs are raised to at least this",
         |c| c.cache.min_ttl,
         parse_num,
@@ -541,7 +568,7 @@ pub static KEYS: &[KeyInfo] = &[
         "seconds",
         Cluster,
         false,
-        true,
+        false,
         "positive TTLs are capped at this",
         |c| c.cache.max_ttl,
         parse_num,
@@ -552,7 +579,7 @@ pub static KEYS: &[KeyInfo] = &[
         "seconds",
         Cluster,
         false,
-        true,
+        false,
         "negative answers (RFC 2308: min of SOA TTL and MINIMUM) are cached at most this long",
         |c| c.cache.negative_max_ttl,
         parse_num,
@@ -563,7 +590,7 @@ pub static KEYS: &[KeyInfo] = &[
         "seconds",
         Cluster,
         false,
-        true,
+        false,
         "resolution failures are cached this long (RFC 9520: at least 1, at most 300)",
         |c| c.cache.servfail_ttl,
         parse_num,
@@ -618,7 +645,7 @@ pub static KEYS: &[KeyInfo] = &[
         "integer",
         Cluster,
         false,
-        true,
+        false,
         "queries per second each client prefix may send; 0 = limiter off",
         |c| c.ratelimit.qps,
         parse_num,
@@ -629,7 +656,7 @@ pub static KEYS: &[KeyInfo] = &[
         "integer",
         Cluster,
         false,
-        true,
+        false,
         "token bucket size: queries a quiet client may send at once",
         |c| c.ratelimit.burst,
         parse_num,
@@ -640,7 +667,7 @@ pub static KEYS: &[KeyInfo] = &[
         "integer",
         Cluster,
         false,
-        true,
+        false,
         "every Nth limited UDP query gets an empty TC=1 answer (retry over TCP); 0 = drop all, 1 = truncate all",
         |c| c.ratelimit.slip,
         parse_num,
@@ -673,7 +700,7 @@ pub static KEYS: &[KeyInfo] = &[
         "list of prefixes",
         Cluster,
         false,
-        true,
+        false,
         "client prefixes never limited (ADDR/LEN or ADDR; at most 256)",
         |c| c.ratelimit.allowlist,
         parse_strings,
@@ -706,7 +733,7 @@ pub static KEYS: &[KeyInfo] = &[
         "string",
         Node,
         false,
-        true,
+        false,
         "error, warn, info, debug, trace, or a tracing filter directive",
         |c| c.log.level,
         parse_string,
@@ -750,6 +777,16 @@ pub enum ConfigError {
         path: PathBuf,
         /// toml's message, with line and column.
         message: String,
+    },
+    /// The settings file sets a key that is node-scope or host-only.
+    #[error(
+        "settings file {path}: {key} is a node-scope or host-only key; the settings file may hold cluster-scope keys only (see docs/configuration.md)"
+    )]
+    NotSharable {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: &'static str,
     },
     /// An environment variable names no key.
     #[error("unknown configuration variable {var}: no key {key:?} (see docs/configuration.md)")]
@@ -810,11 +847,13 @@ impl Config {
         toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())
     }
 
-    /// Applies `KUDURRU_<SECTION>__<KEY>` variables from `vars` (case-insensitive keys).
+    /// Applies `KUDURRU_<SECTION>__<KEY>` variables from `vars` (case-insensitive keys);
+    /// returns the keys they set.
     pub fn apply_env(
         &mut self,
         vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<(), ConfigError> {
+    ) -> Result<Vec<&'static str>, ConfigError> {
+        let mut set = Vec::new();
         for (var, value) in vars {
             let Some(path) = var.strip_prefix("KUDURRU_") else {
                 continue;
@@ -831,8 +870,9 @@ impl Config {
                 var: var.clone(),
                 source: Box::new(e),
             })?;
+            set.push(info.key);
         }
-        Ok(())
+        Ok(set)
     }
 
     /// Checks every value and builds what the data plane runs on.

@@ -7,5 +7,7 @@
 pub mod cli;
 pub mod config;
 pub mod lameduck;
+pub mod layers;
 pub mod ops;
+pub mod reload;
 pub mod serve;

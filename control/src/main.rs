@@ -1,8 +1,8 @@
 //! The `kudurru` binary: parse flags, dispatch, map errors to exit codes.
 
 use clap::Parser;
-use kudurru_control::cli::{Cli, Command, ConfigCommand};
-use kudurru_control::{config, lameduck, serve};
+use kudurru_control::cli::{Cli, Command, ConfigCommand, SettingsCommand};
+use kudurru_control::{config, lameduck, layers, serve};
 
 fn main() {
     let cli = Cli::parse();
@@ -33,10 +33,28 @@ fn main() {
         Command::Config {
             command: ConfigCommand::Show(args),
         } => match serve::effective_config(&args) {
-            Ok(c) => {
+            Ok((c, _)) => {
                 print!("{}", toml::to_string_pretty(&c).unwrap_or_default());
                 serve::exit::OK
             }
+            Err(e) => {
+                eprintln!("kudurru: {e}");
+                serve::exit::CONFIG
+            }
+        },
+        Command::Settings {
+            command: SettingsCommand::Get { key, args },
+        } => match serve::effective_config(&args) {
+            Ok((c, sources)) => match layers::render_get(&c, &sources, key.as_deref()) {
+                Ok(text) => {
+                    print!("{text}");
+                    serve::exit::OK
+                }
+                Err(e) => {
+                    eprintln!("kudurru: {e}");
+                    serve::exit::CONFIG
+                }
+            },
             Err(e) => {
                 eprintln!("kudurru: {e}");
                 serve::exit::CONFIG

@@ -22,6 +22,8 @@ pub struct OpsState {
     pub settings: SharedSettings,
     /// Lameduck, shared with the cores.
     pub lameduck: Arc<AtomicBool>,
+    /// Settings reload counters.
+    pub reloads: Arc<crate::reload::ReloadStats>,
 }
 
 /// Whether a peer may change lameduck: loopback only, since the ops listener has no
@@ -260,6 +262,22 @@ pub fn render_metrics(state: &OpsState) -> String {
         let _ = writeln!(out, "{name} {}", sum(m, get));
     }
 
+    head(
+        &mut out,
+        "kudurru_settings_reloads_total",
+        "counter",
+        "Settings-file reloads: applied (something changed) or rejected (invalid; the last good settings stay).",
+    );
+    let _ = writeln!(
+        out,
+        "kudurru_settings_reloads_total{{result=\"applied\"}} {}",
+        state.reloads.applied.load(Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "kudurru_settings_reloads_total{{result=\"rejected\"}} {}",
+        state.reloads.rejected.load(Relaxed)
+    );
     let settings = state.settings.load();
     let upstreams: Vec<String> = settings
         .upstreams
@@ -380,6 +398,7 @@ mod tests {
             ],
             settings: Arc::new(ArcSwap::from_pointee(settings)),
             lameduck: Arc::new(AtomicBool::new(false)),
+            reloads: Arc::default(),
         }
     }
 

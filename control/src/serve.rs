@@ -8,9 +8,15 @@ use arc_swap::ArcSwap;
 use kudurru_transports::{ServerSpec, StartError};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Registry, reload};
+
 use crate::cli::ServeArgs;
-use crate::config::{Config, ConfigError, find_key};
+use crate::config::{Config, ConfigError};
+use crate::layers::{Inputs, Sources};
 use crate::ops;
+use crate::reload::Reloadable;
 
 /// Process exit codes (documented in docs/operations.md).
 pub mod exit {
@@ -53,53 +59,32 @@ impl ServeError {
     }
 }
 
-/// Layers defaults, the node file, the environment and the flags.
-pub fn effective_config(args: &ServeArgs) -> Result<Config, ConfigError> {
-    let mut config = match &args.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::default(),
-    };
-    config.apply_env(std::env::vars())?;
-    let set = |config: &mut Config, key: &str, value: String| -> Result<(), ConfigError> {
-        find_key(key)
-            .expect("flag maps to a known key")
-            .set(config, &value)
-    };
-    if let Some(cores) = args.cores {
-        set(&mut config, "server.cores", cores.to_string())?;
-    }
-    if let Some(cpus) = &args.cpus {
-        config.server.cpus = cpus.clone();
-    }
-    if !args.listen.is_empty() {
-        config.server.listen = args.listen.clone();
-    }
-    if !args.upstream.is_empty() {
-        config.upstreams = args.upstream.clone();
-    }
-    if let Some(addr) = &args.ops_address {
-        set(&mut config, "ops.address", addr.clone())?;
-    }
-    if let Some(level) = &args.log_level {
-        set(&mut config, "log.level", level.clone())?;
-    }
-    Ok(config)
+/// Layers defaults, the node file, the settings file, the environment and the flags.
+pub fn effective_config(args: &ServeArgs) -> Result<(Config, Sources), ConfigError> {
+    let inputs = Inputs::capture(args, std::env::vars())?;
+    let settings = inputs.read_settings()?;
+    inputs.layer(settings.as_ref())
 }
 
-/// Installs the tracing subscriber for `log.level` and `log.format`.
-pub fn init_logging(config: &Config) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(&config.log.level).unwrap_or_else(|_| "info".into());
+/// Handle to change the log filter of a running process.
+pub type LogHandle = reload::Handle<EnvFilter, Registry>;
+
+/// Installs the tracing subscriber for `log.level` and `log.format`; the handle changes the
+/// level later (`log.level` is hot).
+pub fn init_logging(config: &Config) -> Option<LogHandle> {
+    let filter = EnvFilter::try_new(&config.log.level).unwrap_or_else(|_| "info".into());
+    let (filter, handle) = reload::Layer::new(filter);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
-    let _ = if config.log.format == "json" {
-        builder.json().try_init()
+    let registry = tracing_subscriber::registry().with(filter);
+    let installed = if config.log.format == "json" {
+        registry.with(fmt.json()).try_init()
     } else {
-        builder.try_init()
+        registry.with(fmt).try_init()
     };
+    installed.ok().map(|()| handle)
 }
 
 /// SIGTERM's lameduck: the health name answers SERVFAIL and readiness 503 for `delay` while every
@@ -120,9 +105,11 @@ fn drain(lameduck: &AtomicBool, delay: Duration, signals: &mut signal_hook::iter
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
-    let config = effective_config(args)?;
-    init_logging(&config);
-    let validated = config.validate()?;
+    let reloadable = Arc::new(Reloadable::start(Inputs::capture(args, std::env::vars())?)?);
+    let running = reloadable.current();
+    let config = &running.config;
+    let log_handle = init_logging(config);
+    let validated = running.validated.clone();
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .map_err(|e| ServeError::Other(format!("cannot install signal handlers: {e}")))?;
     let ops_server = Arc::new(ops::bind(validated.ops_address).map_err(ServeError::Other)?);
@@ -146,9 +133,36 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     let state = Arc::new(ops::OpsState {
         ready,
         metrics: server.metrics().to_vec(),
-        settings,
+        settings: settings.clone(),
         lameduck: lameduck.clone(),
+        reloads: reloadable.stats.clone(),
     });
+    // Subscribers, in order: the log filter, then the data plane's snapshot.
+    reloadable.subscribe("log.level", move |change| {
+        if change.keys.contains(&"log.level")
+            && let Some(handle) = &log_handle
+            && let Ok(filter) = EnvFilter::try_new(&change.new.config.log.level)
+        {
+            let _ = handle.reload(filter);
+        }
+    });
+    reloadable.subscribe("data plane settings", move |change| {
+        // Cores pick the new snapshot up between queries: cache capacity (maintenance, once a
+        // second), TTL clamps (next insert), limiter (next query), upstream set (next attempt).
+        settings.store(Arc::new(change.new.validated.settings.clone()));
+    });
+    let _watcher = match reloadable.settings_path() {
+        Some(path) => {
+            let r = reloadable.clone();
+            let watcher = crate::reload::watch(&path, running.settings_sha256, move || {
+                r.reload_settings();
+            })
+            .map_err(ServeError::Other)?;
+            tracing::info!(file = %path.display(), "watching the settings file");
+            Some(watcher)
+        }
+        None => None,
+    };
     let ops_thread = {
         let ops_server = ops_server.clone();
         std::thread::Builder::new()

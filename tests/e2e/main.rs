@@ -4,6 +4,7 @@
 
 mod lifecycle;
 mod ratelimit;
+mod reload;
 mod resolve;
 mod sharding;
 mod tcp;

@@ -311,6 +311,8 @@ pub struct KudurruBuilder {
     upstreams: Vec<String>,
     env: Vec<(String, String)>,
     extra: Vec<String>,
+    log_level: Option<String>,
+    stderr: Option<PathBuf>,
 }
 
 impl Kudurru {
@@ -321,6 +323,8 @@ impl Kudurru {
             upstreams: upstreams.to_vec(),
             env: Vec::new(),
             extra: Vec::new(),
+            log_level: Some("warn".into()),
+            stderr: None,
         }
     }
 
@@ -406,6 +410,18 @@ impl KudurruBuilder {
         self
     }
 
+    /// `--log-level` (default `warn`); `None` passes no flag, so the level can come from a file.
+    pub fn log_level(mut self, level: Option<&str>) -> Self {
+        self.log_level = level.map(str::to_owned);
+        self
+    }
+
+    /// Sends kudurru's stderr (its log) to `path` instead of the test's stderr.
+    pub fn stderr_to(mut self, path: &std::path::Path) -> Self {
+        self.stderr = Some(path.to_owned());
+        self
+    }
+
     /// Extra command-line arguments.
     pub fn arg(mut self, arg: &str) -> Self {
         self.extra.push(arg.into());
@@ -421,9 +437,12 @@ impl KudurruBuilder {
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--ops-address")
-            .arg(format!("127.0.0.1:{ops_port}"))
-            .arg("--log-level")
-            .arg("warn");
+            .arg(format!("127.0.0.1:{ops_port}"));
+        if let Some(level) = &self.log_level {
+            cmd.arg("--log-level").arg(level);
+        }
+        // The tests' own environment must not leak a settings file in.
+        cmd.env_remove("KUDURRU_SETTINGS_FILE");
         for u in &self.upstreams {
             cmd.arg("--upstream").arg(u);
         }
@@ -443,11 +462,12 @@ impl KudurruBuilder {
         for _ in 0..5 {
             let port = free_port();
             let ops_port = free_port();
-            let child = self
-                .command(port, ops_port)
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("kudurru starts");
+            let mut command = self.command(port, ops_port);
+            command.stdout(Stdio::null());
+            if let Some(path) = &self.stderr {
+                command.stderr(std::fs::File::create(path).expect("stderr file"));
+            }
+            let child = command.spawn().expect("kudurru starts");
             let mut k = Kudurru {
                 child: Some(child),
                 addr: ([127, 0, 0, 1], port).into(),

@@ -1,0 +1,304 @@
+//! The effective configuration behind an atomic pointer, its subscribers, and the settings-file
+//! watcher.
+//!
+//! ```text
+//! notify (directory) ─┐
+//! poll every 10 s ────┴▶ 200 ms quiet ─▶ sha256 changed? ─▶ read + layer + validate
+//!                                                            │ invalid: log file/key/line, keep last good
+//!                                                            ▼
+//!             restart-bound keys keep their running values (logged) ─▶ swap ─▶ subscribers, in order
+//! ```
+//! Everything here runs on the control plane's threads; the cores only ever see the settings
+//! snapshot a subscriber publishes.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use crate::config::{Config, ConfigError, KEYS, Validated};
+use crate::layers::{FileLayer, Inputs, Sources, sha256};
+
+/// Keys that apply without a restart; every other key is `restartRequired`. Each has a
+/// subscriber in `serve` (a test pins this list against the key table).
+pub const HOT_KEYS: &[&str] = &[
+    "upstreams",
+    "cache.maxEntries",
+    "cache.minTTL",
+    "cache.maxTTL",
+    "cache.negativeMaxTTL",
+    "cache.servfailTTL",
+    "ratelimit.qps",
+    "ratelimit.burst",
+    "ratelimit.slip",
+    "ratelimit.allowlist",
+    "log.level",
+];
+
+/// Quiet period after the last file event before the file is read.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// Fallback poll, for file systems without inotify events (NFS, some container mounts).
+pub const POLL: Duration = Duration::from_secs(10);
+
+/// What is running now.
+#[derive(Debug, Clone)]
+pub struct Running {
+    /// The effective configuration.
+    pub config: Config,
+    /// Where each value came from.
+    pub sources: Sources,
+    /// Its validated form.
+    pub validated: Validated,
+    /// SHA-256 of the settings file this was built from (`None`: no settings file).
+    pub settings_sha256: Option<[u8; 32]>,
+}
+
+/// One applied change, handed to every subscriber.
+pub struct Change<'a> {
+    /// Before.
+    pub old: &'a Running,
+    /// After.
+    pub new: &'a Running,
+    /// Hot keys whose value changed.
+    pub keys: &'a [&'static str],
+}
+
+type Subscriber = Box<dyn Fn(&Change<'_>) + Send + Sync>;
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ReloadStats {
+    /// Settings-file reloads applied (something changed).
+    pub applied: AtomicU64,
+    /// Reloads refused: the file did not parse or validate (the last good settings stay).
+    pub rejected: AtomicU64,
+}
+
+/// The effective configuration and what to tell when it changes.
+pub struct Reloadable {
+    inputs: Inputs,
+    current: ArcSwap<Running>,
+    subscribers: Mutex<Vec<(&'static str, Subscriber)>>,
+    /// Counters.
+    pub stats: Arc<ReloadStats>,
+}
+
+impl Reloadable {
+    /// Layers `inputs` over the settings file they name; any error is fatal at start.
+    pub fn start(inputs: Inputs) -> Result<Self, ConfigError> {
+        let settings = inputs.read_settings()?;
+        let (config, sources) = inputs.layer(settings.as_ref())?;
+        let validated = config.validate()?;
+        Ok(Self {
+            inputs,
+            current: ArcSwap::from_pointee(Running {
+                config,
+                sources,
+                validated,
+                settings_sha256: settings.map(|s| s.sha256),
+            }),
+            subscribers: Mutex::new(Vec::new()),
+            stats: Arc::default(),
+        })
+    }
+
+    /// The running configuration.
+    pub fn current(&self) -> Arc<Running> {
+        self.current.load_full()
+    }
+
+    /// The settings file being watched, if any.
+    pub fn settings_path(&self) -> Option<PathBuf> {
+        self.inputs.settings_path().ok().flatten()
+    }
+
+    /// Adds a subscriber; subscribers run in registration order.
+    pub fn subscribe(&self, name: &'static str, f: impl Fn(&Change<'_>) + Send + Sync + 'static) {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((name, Box::new(f)));
+    }
+
+    /// Re-reads the settings file and applies it; an invalid file is logged and changes
+    /// nothing. Returns the hot keys that changed.
+    pub fn reload_settings(&self) -> Vec<&'static str> {
+        let result = self
+            .inputs
+            .read_settings()
+            .and_then(|file| self.apply(file.as_ref()));
+        match result {
+            Ok(keys) => keys,
+            Err(e) => {
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "settings not applied; the last good settings stay");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Applies `settings` as the settings layer. Restart-bound keys keep their running values
+    /// (a change to one is logged as taking effect after a restart).
+    pub fn apply(&self, settings: Option<&FileLayer>) -> Result<Vec<&'static str>, ConfigError> {
+        let old = self.current();
+        let (mut config, mut sources) = self.inputs.layer(settings)?;
+        // The whole file must be valid, restart-bound keys included.
+        config.validate()?;
+        let mut hot = Vec::new();
+        for key in KEYS {
+            if key.get(&config) == key.get(&old.config) {
+                continue;
+            }
+            if key.restart_required {
+                tracing::warn!(
+                    key = key.key,
+                    value = %key.get(&config),
+                    running = %key.get(&old.config),
+                    "setting changed; it takes effect after a restart"
+                );
+                key.copy(&mut config, &old.config);
+            } else {
+                hot.push(key.key);
+            }
+        }
+        for key in KEYS.iter().filter(|k| k.restart_required) {
+            sources = sources.with(key.key, old.sources.of(key.key));
+        }
+        let validated = config.validate()?;
+        let new = Arc::new(Running {
+            config,
+            sources,
+            validated,
+            settings_sha256: settings.map(|s| s.sha256),
+        });
+        self.current.store(new.clone());
+        if hot.is_empty() {
+            return Ok(hot);
+        }
+        self.stats.applied.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(keys = ?hot, "settings applied");
+        let change = Change {
+            old: &old,
+            new: &new,
+            keys: &hot,
+        };
+        for (name, subscriber) in self
+            .subscribers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
+            tracing::debug!(subscriber = name, "applying settings change");
+            subscriber(&change);
+        }
+        Ok(hot)
+    }
+}
+
+/// Watches the settings file; dropping the handle stops the watcher thread.
+pub struct Watcher {
+    _watcher: notify::RecommendedWatcher,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+/// Watches `path`'s directory (so renames into place and a ConfigMap's `..data` symlink swap
+/// are seen), polls every [`POLL`] as a fallback, and calls `reload` after [`DEBOUNCE`] of quiet
+/// when the file's SHA-256 changed since `initial`.
+pub fn watch(
+    path: &Path,
+    initial: Option<[u8; 32]>,
+    reload: impl Fn() + Send + 'static,
+) -> Result<Watcher, String> {
+    use notify::Watcher as _;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_owned();
+    let name = path.file_name().map(|n| n.to_owned());
+    let (tx, rx) = mpsc::channel::<()>();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let Ok(event) = event else { return };
+        if relevant(&event, name.as_deref()) {
+            let _ = tx.send(());
+        }
+    })
+    .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+    watcher
+        .watch(&dir, notify::RecursiveMode::NonRecursive)
+        .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+    let path = path.to_owned();
+    let thread = std::thread::Builder::new()
+        .name("kudurru-settings-watch".into())
+        .spawn(move || {
+            let mut last = initial;
+            let mut due: Option<Instant> = None;
+            let mut next_poll = Instant::now() + POLL;
+            loop {
+                let wake = due.map_or(next_poll, |d| d.min(next_poll));
+                match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+                    Ok(()) => {
+                        due = Some(Instant::now() + DEBOUNCE);
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                }
+                let now = Instant::now();
+                if due.is_some_and(|d| d <= now) || next_poll <= now {
+                    due = None;
+                    next_poll = now + POLL;
+                    // A missing file reads as empty, the same as at start.
+                    let hash = Some(sha256(&std::fs::read(&path).unwrap_or_default()));
+                    if hash != last {
+                        last = hash;
+                        reload();
+                    }
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the settings watcher: {e}"))?;
+    Ok(Watcher {
+        _watcher: watcher,
+        _thread: thread,
+    })
+}
+
+/// Events that may have changed the file: anything naming it or a ConfigMap's `..data`, except
+/// reads (notify reports opens and read-closes too; the watcher's own read would re-arm it).
+fn relevant(event: &notify::Event, name: Option<&std::ffi::OsStr>) -> bool {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode};
+    if let EventKind::Access(kind) = event.kind
+        && kind != AccessKind::Close(AccessMode::Write)
+    {
+        return false;
+    }
+    event.paths.iter().any(|p| {
+        let file = p.file_name();
+        file == name || file == Some(std::ffi::OsStr::new("..data"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hot_keys_are_exactly_the_keys_not_marked_restart_required() {
+        let mut hot: Vec<&str> = KEYS
+            .iter()
+            .filter(|k| !k.restart_required)
+            .map(|k| k.key)
+            .collect();
+        hot.sort_unstable();
+        let mut pinned = HOT_KEYS.to_vec();
+        pinned.sort_unstable();
+        assert_eq!(
+            hot, pinned,
+            "a key made hot needs a subscriber in serve and an end-to-end test"
+        );
+    }
+}
