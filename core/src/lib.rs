@@ -16,6 +16,7 @@
 
 pub mod answer;
 pub mod cache;
+pub mod framing;
 pub mod key;
 pub mod limiter;
 pub mod local;
@@ -25,6 +26,7 @@ pub mod wire;
 
 pub use answer::{AnswerKind, CachedAnswer, ReplyError, TtlPolicy};
 pub use cache::{Cache, CacheStats};
+pub use framing::FrameBuffer;
 pub use key::CacheKey;
 pub use limiter::{Limiter, LimiterStats, Prefix, RateLimit, Verdict};
 pub use local::{LocalNames, ServerIdentity};

@@ -19,7 +19,7 @@ use glommio::channels::local_channel::{self, LocalSender};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::Semaphore;
 use kudurru_core::wire::{self, Query, ReplyOptions};
-use kudurru_core::{Client, Decision, Stage, ingress};
+use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
 use crate::metrics::{CoreMetrics, Transport};
 use crate::upstream::until;
@@ -136,67 +136,35 @@ async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
     writer_task.await;
 }
 
-/// Read buffer per connection: pipelined queries arrive many to one read.
-const READ_BUFFER: usize = 16 * 1024;
 /// Most answer bytes gathered into one write.
 const WRITE_BATCH: usize = 16 * 1024;
 
 /// Splits a TCP byte stream into DNS messages (RFC 1035 §4.2.2 two-byte length prefix),
-/// whatever the segment boundaries: bytes are read in large chunks and frames cut from them.
+/// whatever the segment boundaries: bytes are read in large chunks into the core's
+/// [`FrameBuffer`] and frames cut from them.
 struct FrameReader {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
+    frames: FrameBuffer,
 }
 
 impl FrameReader {
     fn new() -> Self {
         Self {
-            buf: vec![0; READ_BUFFER],
-            start: 0,
-            end: 0,
+            frames: FrameBuffer::new(),
         }
     }
 
     /// The next message; `None` closes the connection (EOF, error, idle or slow client).
     async fn next(&mut self, worker: &Worker, reader: &mut ReadHalf<TcpStream>) -> Option<Vec<u8>> {
         loop {
-            let available = &self.buf[self.start..self.end];
-            if available.len() >= 2 {
-                let len = usize::from(u16::from_be_bytes([available[0], available[1]]));
-                if available.len() >= 2 + len {
-                    let message = available[2..2 + len].to_vec();
-                    self.start += 2 + len;
-                    return Some(message);
-                }
-                if 2 + len > self.buf.len() - self.start {
-                    // Make room: move the partial frame to the front, growing for large frames.
-                    self.buf.copy_within(self.start..self.end, 0);
-                    self.end -= self.start;
-                    self.start = 0;
-                    if 2 + len > self.buf.len() {
-                        self.buf.resize(2 + len, 0);
-                    }
-                }
-            } else if self.start == self.end {
-                self.start = 0;
-                self.end = 0;
-            } else if self.end == self.buf.len() {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
+            if let Some(message) = self.frames.next_frame() {
+                return Some(message);
             }
             // A frame is incomplete: wait for more, at most the idle timeout. A client that sent
             // part of a frame and stalls is closed the same way.
             let idle = worker.settings().tcp_idle_timeout;
-            match until(
-                Instant::now() + idle,
-                reader.read(&mut self.buf[self.end..]),
-            )
-            .await
-            {
+            match until(Instant::now() + idle, reader.read(self.frames.spare())).await {
                 Some(Ok(0)) | Some(Err(_)) => return None,
-                Some(Ok(n)) => self.end += n,
+                Some(Ok(n)) => self.frames.filled(n),
                 None => {
                     CoreMetrics::bump(&worker.metrics.tcp_timeouts);
                     return None;

@@ -1,0 +1,128 @@
+//! Arbitrary bytes as a client query through the whole sans-IO pipeline of `core` (ingress,
+//! health name, rate limiter, local names, cache), with an arbitrary upstream reply for misses.
+//! On every output: the response parses, carries the query's ID and question (as the client
+//! wrote it), fits the UDP payload limit or has TC; and the cache never serves an answer for
+//! another question.
+#![no_main]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use domain::base::Message;
+use kudurru_core::wire::{self, Query, ReplyOptions};
+use kudurru_core::{
+    Cache, CachedAnswer, Client, Decision, Limiter, LocalNames, RateLimit, ServerIdentity, Stage,
+    TtlPolicy, ingress,
+};
+use libfuzzer_sys::arbitrary::{self, Arbitrary};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Debug, Arbitrary)]
+struct Input {
+    query: Vec<u8>,
+    /// The upstream's reply (its ID is set to the upstream query's).
+    reply: Vec<u8>,
+    /// A second query, asked after the first was cached.
+    other: Vec<u8>,
+    lameduck: bool,
+    datagram: bool,
+    limiter: Option<(u8, u8, u8)>,
+    payload: u16,
+    later_secs: u8,
+}
+
+/// Checks a response written for `msg` (a query that scanned).
+fn check(msg: &[u8], out: &[u8], limit: Option<usize>) {
+    let parsed = Message::from_slice(out).expect("responses parse");
+    assert!(parsed.header().qr());
+    assert_eq!(wire::message_id(out), wire::message_id(msg));
+    if let Ok(q) = Query::parse(msg) {
+        let question = q.question_wire();
+        if wire::read_u16(out, 4) == Some(1) {
+            assert_eq!(
+                &out[12..12 + question.len()],
+                question,
+                "the client's question, as sent"
+            );
+        }
+        if let Some(limit) = limit {
+            assert!(out.len() <= limit.max(512), "{} > {limit}", out.len());
+        }
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let local = LocalNames::new(ServerIdentity {
+        identity: "fuzz".into(),
+        version: "fuzz".into(),
+    });
+    let ratelimit = match input.limiter {
+        Some((qps, burst, slip)) => RateLimit {
+            qps: u32::from(qps),
+            burst: u32::from(burst).max(1),
+            slip: u32::from(slip % 4),
+            ..RateLimit::default()
+        },
+        None => RateLimit::default(),
+    };
+    let payload = input.payload.clamp(512, 4096);
+    let options = ReplyOptions::udp(payload);
+    let stage = Stage {
+        local: &local,
+        options: &options,
+        ratelimit: &ratelimit,
+        lameduck: input.lameduck,
+    };
+    let client = Client {
+        addr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+        datagram: input.datagram,
+    };
+    let now = Instant::now();
+    let later = now + Duration::from_secs(u64::from(input.later_secs));
+    let mut limiter = Limiter::new(64, 0, now);
+    let mut cache = Cache::new(16);
+    let policy = TtlPolicy::default();
+    let mut out = Vec::new();
+
+    for (round, msg) in [&input.query, &input.query, &input.other]
+        .into_iter()
+        .enumerate()
+    {
+        let at = if round == 0 { now } else { later };
+        match ingress(msg, &stage, client, &mut limiter, at, &mut out) {
+            Decision::Drop => {}
+            Decision::Respond => check(msg, &out, None),
+            Decision::Resolve(query) => {
+                let limit = input.datagram.then(|| query.udp_limit(payload));
+                let key = *query.key();
+                if let Some(answer) = cache.get(&key, at) {
+                    assert!(
+                        answer.matches(&key),
+                        "the cache serves only its own question"
+                    );
+                    answer.write_response(&query, at, limit, &options, &mut out);
+                    check(msg, &out, limit);
+                    continue;
+                }
+                // Miss: the upstream query, then the scripted reply under its ID.
+                let mut upstream = Vec::new();
+                wire::write_upstream_query(&key, 0x4242, &mut upstream);
+                assert!(Query::parse(&upstream).is_ok(), "upstream queries scan");
+                let mut reply = input.reply.clone();
+                if reply.len() >= 2 {
+                    reply[..2].copy_from_slice(&0x4242u16.to_be_bytes());
+                }
+                let answer = match CachedAnswer::from_reply(&reply, &key, 0x4242, at, &policy) {
+                    Ok(answer) => answer,
+                    Err(_) => CachedAnswer::failure(&key, at, &policy),
+                };
+                assert!(answer.matches(&key));
+                cache.insert(&key, Arc::new(answer), at);
+                let served = cache.get(&key, at).expect("just inserted");
+                served.write_response(&query, at, limit, &options, &mut out);
+                check(msg, &out, limit);
+            }
+        }
+    }
+});
