@@ -118,9 +118,14 @@ fuzz_target!(|input: Input| {
                     Err(_) => CachedAnswer::failure(&key, at, &policy),
                 };
                 assert!(answer.matches(&key));
-                cache.insert(&key, Arc::new(answer), at);
-                let served = cache.get(&key, at).expect("just inserted");
-                served.write_response(&query, at, limit, &options, &mut out);
+                // Served from the fresh answer, as the worker does (an answer with TTL 0 is
+                // answered but not kept).
+                let answer = Arc::new(answer);
+                cache.insert(&key, answer.clone(), at);
+                if let Some(kept) = cache.get(&key, at) {
+                    assert!(kept.matches(&key));
+                }
+                answer.write_response(&query, at, limit, &options, &mut out);
                 check(msg, &out, limit);
             }
         }
