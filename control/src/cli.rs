@@ -15,6 +15,7 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum Command {
     /// Run the server until SIGINT or SIGTERM.
     Serve(ServeArgs),
@@ -26,6 +27,12 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// API tokens.
+    Token {
+        /// What to do.
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
     /// Effective settings and where they come from.
     Settings {
         /// What to do.
@@ -36,6 +43,7 @@ pub enum Command {
 
 /// `kudurru settings …`.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum SettingsCommand {
     /// Print effective values with their source layer (default, node-file, settings-file, env,
     /// flag); `R` marks keys that need a restart to change. Layers the same inputs `serve` would.
@@ -69,6 +77,7 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 
 /// `kudurru config …`.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum ConfigCommand {
     /// Print the key reference table (Markdown) that docs/configuration.md embeds.
     Keys,
@@ -100,4 +109,42 @@ pub struct ServeArgs {
     /// Log level or filter (log.level).
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
+    /// HTTP API listener, or "" for none (api.address).
+    #[arg(long, value_name = "ADDR")]
+    pub api_address: Option<String>,
+    /// Data directory (storage.dataDir).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<String>,
+}
+
+/// `kudurru token …`: API tokens in the data directory (the server picks changes up at once).
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
+pub enum TokenCommand {
+    /// Create a token and print it (once: only its hash is stored).
+    Create {
+        /// viewer, operator or admin.
+        #[arg(long)]
+        role: String,
+        /// Lifetime (default and maximum: auth.tokens.maxLifetime).
+        #[arg(long, value_parser = parse_duration)]
+        ttl: Option<std::time::Duration>,
+        /// Where the configuration comes from (storage.dataDir, auth.tokens.maxLifetime).
+        #[command(flatten)]
+        args: ServeArgs,
+    },
+    /// Revoke a token by its id (the 8 hex digits after `kdr_`).
+    Revoke {
+        /// Token id.
+        id: String,
+        /// Where the configuration comes from.
+        #[command(flatten)]
+        args: ServeArgs,
+    },
+    /// List token ids, roles and expiry.
+    List {
+        /// Where the configuration comes from.
+        #[command(flatten)]
+        args: ServeArgs,
+    },
 }

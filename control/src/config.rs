@@ -21,6 +21,10 @@ pub const DEFAULT_LISTEN: &[&str] = &["127.0.0.1:5353", "[::1]:5353"];
 pub const DEFAULT_UPSTREAMS: &[&str] = &["udp://1.1.1.1:53", "udp://9.9.9.9:53"];
 /// Default ops listener (health, metrics); no authentication, so loopback only.
 pub const DEFAULT_OPS_ADDRESS: &str = "127.0.0.1:8081";
+/// Default HTTP API listener; token-authenticated, loopback by default.
+pub const DEFAULT_API_ADDRESS: &str = "127.0.0.1:8080";
+/// Default data directory (tokens; later the query log and list cache).
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/kudurru";
 /// Default total cache size in answers.
 pub const DEFAULT_CACHE_MAX_ENTRIES: usize = 1_000_000;
 /// Default token buckets per core (32 bytes each: 2 MiB).
@@ -52,6 +56,12 @@ pub struct Config {
     pub shutdown: ShutdownSection,
     /// `ops.*`.
     pub ops: OpsSection,
+    /// `api.*`.
+    pub api: ApiSection,
+    /// `storage.*`.
+    pub storage: StorageSection,
+    /// `auth.*`.
+    pub auth: AuthSection,
     /// `log.*`.
     pub log: LogSection,
 }
@@ -184,6 +194,62 @@ pub struct OpsSection {
     pub address: String,
 }
 
+/// `api.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ApiSection {
+    /// HTTP API listener; empty = no API.
+    pub address: String,
+}
+
+impl Default for ApiSection {
+    fn default() -> Self {
+        Self {
+            address: DEFAULT_API_ADDRESS.into(),
+        }
+    }
+}
+
+/// `storage.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct StorageSection {
+    /// Where tokens (and later databases) live.
+    pub data_dir: String,
+}
+
+impl Default for StorageSection {
+    fn default() -> Self {
+        Self {
+            data_dir: DEFAULT_DATA_DIR.into(),
+        }
+    }
+}
+
+/// `auth.*`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct AuthSection {
+    /// `auth.tokens.*`.
+    pub tokens: TokensSection,
+}
+
+/// `auth.tokens.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct TokensSection {
+    /// The longest a token may live.
+    pub max_lifetime: String,
+}
+
+impl Default for TokensSection {
+    fn default() -> Self {
+        Self {
+            max_lifetime: "90d".into(),
+        }
+    }
+}
+
 /// `log.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -207,6 +273,9 @@ impl Default for Config {
             ratelimit: RateLimitSection::default(),
             shutdown: ShutdownSection::default(),
             ops: OpsSection::default(),
+            api: ApiSection::default(),
+            storage: StorageSection::default(),
+            auth: AuthSection::default(),
             log: LogSection::default(),
         }
     }
@@ -729,6 +798,39 @@ pub static KEYS: &[KeyInfo] = &[
         show_string
     ),
     key!(
+        "api.address",
+        "address",
+        Node,
+        true,
+        true,
+        "HTTP API listener (/api/v1, bearer tokens); empty = no API",
+        |c| c.api.address,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "storage.dataDir",
+        "path",
+        Node,
+        true,
+        true,
+        "data directory: tokens.json (0600) now, databases later; created 0700",
+        |c| c.storage.data_dir,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "auth.tokens.maxLifetime",
+        "duration",
+        Cluster,
+        false,
+        true,
+        "the longest an API token lives, whatever --ttl it was created with",
+        |c| c.auth.tokens.max_lifetime,
+        parse_string,
+        show_string
+    ),
+    key!(
         "log.level",
         "string",
         Node,
@@ -953,6 +1055,19 @@ impl Config {
             ConfigError::value("shutdown.drainDelay", &self.shutdown.drain_delay, e)
         })?;
         let ratelimit = self.ratelimit.validate()?;
+        let token_max_lifetime =
+            duration("auth.tokens.maxLifetime", &self.auth.tokens.max_lifetime)?;
+        let api_address = if self.api.address.is_empty() {
+            None
+        } else {
+            Some(parse_host_port(&self.api.address, 8080).ok_or_else(|| {
+                ConfigError::value(
+                    "api.address",
+                    &self.api.address,
+                    "expected IP:PORT or empty",
+                )
+            })?)
+        };
         let c = &self.cache;
         if c.max_entries == 0 {
             return Err(ConfigError::value(
@@ -1039,6 +1154,9 @@ impl Config {
             cpus,
             ops_address,
             drain_delay,
+            api_address,
+            data_dir: PathBuf::from(&self.storage.data_dir),
+            token_max_lifetime,
         })
     }
 }
@@ -1056,6 +1174,12 @@ pub struct Validated {
     pub ops_address: SocketAddr,
     /// Lameduck time on SIGTERM (`shutdown.drainDelay`).
     pub drain_delay: Duration,
+    /// HTTP API listener (`api.address`); `None` = no API.
+    pub api_address: Option<SocketAddr>,
+    /// `storage.dataDir`.
+    pub data_dir: PathBuf,
+    /// `auth.tokens.maxLifetime`.
+    pub token_max_lifetime: Duration,
 }
 
 impl RateLimitSection {

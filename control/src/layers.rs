@@ -30,6 +30,8 @@ pub enum Layer {
     NodeFile,
     /// The watched settings file.
     SettingsFile,
+    /// `PATCH /api/v1/node/config` (in memory).
+    Api,
     /// A `KUDURRU_…` variable.
     Env,
     /// A command-line flag.
@@ -43,6 +45,7 @@ impl Layer {
             Self::Default => "default",
             Self::NodeFile => "node-file",
             Self::SettingsFile => "settings-file",
+            Self::Api => "api",
             Self::Env => "env",
             Self::Flag => "flag",
         }
@@ -131,7 +134,12 @@ impl FileLayer {
                 });
             }
         };
-        let layer = Self::parse(path, &text)?;
+        Self::parse_settings(path, &text)
+    }
+
+    /// Parses settings-file text: every key it sets must be cluster-scope and not host-only.
+    pub fn parse_settings(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let layer = Self::parse(path, text)?;
         if let Some(bad) = layer
             .keys
             .iter()
@@ -220,11 +228,22 @@ impl Inputs {
 
     /// The effective configuration over `settings`, and the source of every value.
     pub fn layer(&self, settings: Option<&FileLayer>) -> Result<(Config, Sources), ConfigError> {
+        self.layer_with(settings, None)
+    }
+
+    /// As [`Self::layer`], with node-scope changes made through the API (in memory) above the
+    /// files and below the environment.
+    pub fn layer_with(
+        &self,
+        settings: Option<&FileLayer>,
+        node_api: Option<&FileLayer>,
+    ) -> Result<(Config, Sources), ConfigError> {
         let mut config = Config::default();
         let mut sources = Sources::default();
         for (file, layer) in [
             (self.node.as_ref(), Layer::NodeFile),
             (settings, Layer::SettingsFile),
+            (node_api, Layer::Api),
         ] {
             let Some(file) = file else { continue };
             for key in &file.keys {
@@ -272,6 +291,12 @@ fn apply_flags(config: &mut Config, args: &ServeArgs) -> Result<Vec<&'static str
     }
     if let Some(level) = &args.log_level {
         put("log.level", level.clone())?;
+    }
+    if let Some(addr) = &args.api_address {
+        put("api.address", addr.clone())?;
+    }
+    if let Some(dir) = &args.data_dir {
+        put("storage.dataDir", dir.clone())?;
     }
     Ok(set)
 }

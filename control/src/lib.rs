@@ -4,6 +4,7 @@
 //! read (`arc-swap`), starts and supervises the per-core executors, and serves the ops listener.
 //! `main.rs` stays thin; everything testable lives here.
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod lameduck;
@@ -11,3 +12,4 @@ pub mod layers;
 pub mod ops;
 pub mod reload;
 pub mod serve;
+pub mod tokens;

@@ -1,8 +1,8 @@
 //! The `kudurru` binary: parse flags, dispatch, map errors to exit codes.
 
 use clap::Parser;
-use kudurru_control::cli::{Cli, Command, ConfigCommand, SettingsCommand};
-use kudurru_control::{config, lameduck, layers, serve};
+use kudurru_control::cli::{Cli, Command, ConfigCommand, SettingsCommand, TokenCommand};
+use kudurru_control::{api, config, lameduck, layers, serve, tokens};
 
 fn main() {
     let cli = Cli::parse();
@@ -42,6 +42,16 @@ fn main() {
                 serve::exit::CONFIG
             }
         },
+        Command::Token { command } => match token(command) {
+            Ok(text) => {
+                print!("{text}");
+                serve::exit::OK
+            }
+            Err(e) => {
+                eprintln!("kudurru token: {e}");
+                serve::exit::CONFIG
+            }
+        },
         Command::Settings {
             command: SettingsCommand::Get { key, args },
         } => match serve::effective_config(&args) {
@@ -62,4 +72,50 @@ fn main() {
         },
     };
     std::process::exit(code);
+}
+
+fn token(command: TokenCommand) -> Result<String, String> {
+    let args = match &command {
+        TokenCommand::Create { args, .. }
+        | TokenCommand::Revoke { args, .. }
+        | TokenCommand::List { args } => args,
+    };
+    let (config, _) = serve::effective_config(args).map_err(|e| e.to_string())?;
+    let validated = config.validate().map_err(|e| e.to_string())?;
+    let store = tokens::TokenStore::new(&validated.data_dir);
+    match command {
+        TokenCommand::Create { role, ttl, .. } => {
+            let role = tokens::Role::parse(&role)?;
+            let ttl = api::token_ttl(ttl, validated.token_max_lifetime)?;
+            let (token, entry) = store.create(role, ttl)?;
+            eprintln!(
+                "kudurru token: created {} ({}, expires in {}) in {}",
+                entry.id,
+                role.name(),
+                humantime::format_duration(ttl),
+                store.path().display()
+            );
+            Ok(format!("{token}\n"))
+        }
+        TokenCommand::Revoke { id, .. } => {
+            if store.revoke(&id)? {
+                Ok(format!("revoked {id}\n"))
+            } else {
+                Err(format!("no token {id} in {}", store.path().display()))
+            }
+        }
+        TokenCommand::List { .. } => Ok(store
+            .list()?
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {} created {} expires {}\n",
+                    e.id,
+                    e.role.name(),
+                    e.created,
+                    e.expires
+                )
+            })
+            .collect()),
+    }
 }

@@ -79,6 +79,9 @@ pub struct ReloadStats {
 /// The effective configuration and what to tell when it changes.
 pub struct Reloadable {
     inputs: Inputs,
+    /// The settings layer last applied (the file, or the API's in-memory document when there
+    /// is no file) and the API's node-scope changes.
+    overlays: Mutex<(Option<FileLayer>, Option<FileLayer>)>,
     current: ArcSwap<Running>,
     subscribers: Mutex<Vec<(&'static str, Subscriber)>>,
     /// Counters.
@@ -97,8 +100,9 @@ impl Reloadable {
                 config,
                 sources,
                 validated,
-                settings_sha256: settings.map(|s| s.sha256),
+                settings_sha256: settings.as_ref().map(|s| s.sha256),
             }),
+            overlays: Mutex::new((settings, None)),
             subscribers: Mutex::new(Vec::new()),
             stats: Arc::default(),
         })
@@ -142,8 +146,42 @@ impl Reloadable {
     /// Applies `settings` as the settings layer. Restart-bound keys keep their running values
     /// (a change to one is logged as taking effect after a restart).
     pub fn apply(&self, settings: Option<&FileLayer>) -> Result<Vec<&'static str>, ConfigError> {
+        let node = self.overlays().1;
+        self.apply_layers(settings, node.as_ref())
+    }
+
+    /// The settings layer and node overrides in effect.
+    pub fn overlays(&self) -> (Option<FileLayer>, Option<FileLayer>) {
+        self.overlays
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Checks what `settings` and `node` would give, without applying anything.
+    pub fn check(
+        &self,
+        settings: Option<&FileLayer>,
+        node: Option<&FileLayer>,
+    ) -> Result<Config, ConfigError> {
+        let (config, _) = self.inputs.layer_with(settings, node)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Applies new node-scope overrides (the API's `PATCH /node/config`).
+    pub fn apply_node(&self, node: FileLayer) -> Result<Vec<&'static str>, ConfigError> {
+        let settings = self.overlays().0;
+        self.apply_layers(settings.as_ref(), Some(&node))
+    }
+
+    fn apply_layers(
+        &self,
+        settings: Option<&FileLayer>,
+        node: Option<&FileLayer>,
+    ) -> Result<Vec<&'static str>, ConfigError> {
         let old = self.current();
-        let (mut config, mut sources) = self.inputs.layer(settings)?;
+        let (mut config, mut sources) = self.inputs.layer_with(settings, node)?;
         // The whole file must be valid, restart-bound keys included.
         config.validate()?;
         let mut hot = Vec::new();
@@ -174,6 +212,11 @@ impl Reloadable {
             settings_sha256: settings.map(|s| s.sha256),
         });
         self.current.store(new.clone());
+        *self
+            .overlays
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (settings.cloned(), node.cloned());
         if hot.is_empty() {
             return Ok(hot);
         }

@@ -113,6 +113,10 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .map_err(|e| ServeError::Other(format!("cannot install signal handlers: {e}")))?;
     let ops_server = Arc::new(ops::bind(validated.ops_address).map_err(ServeError::Other)?);
+    let api_server = match validated.api_address {
+        Some(addr) => Some(Arc::new(crate::api::bind(addr).map_err(ServeError::Other)?)),
+        None => None,
+    };
     let settings = Arc::new(ArcSwap::from_pointee(validated.settings.clone()));
     let lameduck = Arc::new(AtomicBool::new(false));
     let server = kudurru_transports::start(ServerSpec {
@@ -163,6 +167,24 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         }
         None => None,
     };
+    let api_thread = match &api_server {
+        Some(server) => {
+            let api = Arc::new(crate::api::Api {
+                reloadable: reloadable.clone(),
+                tokens: crate::tokens::TokenStore::new(&validated.data_dir),
+                ops: state.clone(),
+            });
+            let server = server.clone();
+            tracing::info!(address = ?validated.api_address, tokens = %api.tokens.path().display(), "HTTP API");
+            Some(
+                std::thread::Builder::new()
+                    .name("kudurru-api".into())
+                    .spawn(move || crate::api::serve(server, api))
+                    .map_err(|e| ServeError::Other(format!("cannot start the API thread: {e}")))?,
+            )
+        }
+        None => None,
+    };
     let ops_thread = {
         let ops_server = ops_server.clone();
         std::thread::Builder::new()
@@ -180,6 +202,10 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     );
     ops_server.unblock();
     let _ = ops_thread.join();
+    if let (Some(server), Some(thread)) = (api_server, api_thread) {
+        server.unblock();
+        let _ = thread.join();
+    }
     match Arc::try_unwrap(server) {
         Ok(server) => server.stop(),
         Err(server) => server.request_stop(),

@@ -124,6 +124,9 @@ fn no_config_at_all_starts_on_defaults_and_answers_local_names_offline() {
             &format!("127.0.0.1:{ops}"),
             "--cores",
             "1",
+            // The API's default port (8080) is often taken on a shared machine.
+            "--api-address",
+            "",
         ])
         .stderr(Stdio::null())
         .spawn()

@@ -303,6 +303,10 @@ pub struct Kudurru {
     pub addr: SocketAddr,
     /// Ops listener.
     pub ops: SocketAddr,
+    /// HTTP API listener.
+    pub api: SocketAddr,
+    /// Its data directory (tokens), private to this instance.
+    pub data_dir: PathBuf,
 }
 
 /// How to start kudurru for a test.
@@ -357,6 +361,24 @@ impl Kudurru {
         let mut child = self.child.take().expect("running");
         signal(&child, libc::SIGTERM);
         wait_timeout(&mut child, Duration::from_secs(15)).expect("kudurru exits after SIGTERM")
+    }
+
+    /// Creates an API token with `role` (and `--ttl`, if given) through `kudurru token create`.
+    pub fn token(&self, role: &str, ttl: Option<&str>) -> String {
+        let mut cmd = Command::new(kudurru_bin());
+        cmd.args(["token", "create", "--role", role, "--data-dir"])
+            .arg(&self.data_dir)
+            .env_remove("KUDURRU_SETTINGS_FILE");
+        if let Some(ttl) = ttl {
+            cmd.args(["--ttl", ttl]);
+        }
+        let out = cmd.output().expect("kudurru token runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 
     /// The process id.
@@ -430,6 +452,16 @@ impl KudurruBuilder {
 
     /// The command that would run, for tests that expect a start failure.
     pub fn command(&self, port: u16, ops_port: u16) -> Command {
+        self.command_with_api(port, ops_port, None)
+    }
+
+    /// The command with the API on `api` (port, data directory); `None` runs no API.
+    pub fn command_with_api(
+        &self,
+        port: u16,
+        ops_port: u16,
+        api: Option<(u16, &std::path::Path)>,
+    ) -> Command {
         let mut cmd = Command::new(kudurru_bin());
         cmd.arg("serve")
             .arg("--cores")
@@ -438,6 +470,17 @@ impl KudurruBuilder {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--ops-address")
             .arg(format!("127.0.0.1:{ops_port}"));
+        match api {
+            Some((api_port, data_dir)) => {
+                cmd.arg("--api-address")
+                    .arg(format!("127.0.0.1:{api_port}"))
+                    .arg("--data-dir")
+                    .arg(data_dir);
+            }
+            None => {
+                cmd.arg("--api-address").arg("");
+            }
+        }
         if let Some(level) = &self.log_level {
             cmd.arg("--log-level").arg(level);
         }
@@ -462,7 +505,10 @@ impl KudurruBuilder {
         for _ in 0..5 {
             let port = free_port();
             let ops_port = free_port();
-            let mut command = self.command(port, ops_port);
+            let api_port = free_port();
+            let data_dir = std::env::temp_dir()
+                .join(format!("kudurru-e2e-data-{}-{port}", std::process::id()));
+            let mut command = self.command_with_api(port, ops_port, Some((api_port, &data_dir)));
             command.stdout(Stdio::null());
             if let Some(path) = &self.stderr {
                 command.stderr(std::fs::File::create(path).expect("stderr file"));
@@ -472,6 +518,8 @@ impl KudurruBuilder {
                 child: Some(child),
                 addr: ([127, 0, 0, 1], port).into(),
                 ops: ([127, 0, 0, 1], ops_port).into(),
+                api: ([127, 0, 0, 1], api_port).into(),
+                data_dir: data_dir.clone(),
             };
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {

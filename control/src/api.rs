@@ -1,0 +1,617 @@
+//! The HTTP API on `api.address`: JSON under `/api/v1/`, bearer tokens with roles.
+//!
+//! ```text
+//! request ─▶ route? (404 / 405) ─▶ token? (401) ─▶ role grants? (403)
+//!         ─▶ body: ≤ 64 KiB (413), application/json (415), a JSON object (400)
+//!         ─▶ handler ─▶ 200 JSON | error JSON {code, message} (400 names the key, 409 locked)
+//! ```
+//! `PATCH /settings` validates the whole result before anything changes, writes the settings
+//! file atomically (temp, fsync, rename, mode 0640; other keys kept) and applies it through the
+//! same subscribers as a file reload. Without a settings file the change stays in memory
+//! (`persisted: false`). `PATCH /node/config` changes node-scope keys in memory only.
+
+use std::io::Read as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::config::{ConfigError, KEYS, KeyInfo, Scope, find_key};
+use crate::layers::{FileLayer, Layer};
+use crate::ops::OpsState;
+use crate::reload::Reloadable;
+use crate::tokens::{Permission, Refusal, TokenStore, write_atomically};
+
+/// Largest request body accepted.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The routes: (method, path, permission). The OpenAPI document lists exactly these (a test
+/// checks it).
+pub const ROUTES: &[(&str, &str, Permission)] = &[
+    ("GET", "/api/v1/settings", Permission::SettingsRead),
+    ("PATCH", "/api/v1/settings", Permission::SettingsWrite),
+    ("GET", "/api/v1/node/config", Permission::SettingsRead),
+    ("PATCH", "/api/v1/node/config", Permission::NodeWrite),
+    ("GET", "/api/v1/upstreams", Permission::UpstreamsRead),
+];
+
+/// An API response: status and JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// JSON body.
+    pub body: Value,
+}
+
+fn ok(body: Value) -> Reply {
+    Reply { status: 200, body }
+}
+
+fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
+    Reply {
+        status,
+        body: json!({ "code": code, "message": message.into() }),
+    }
+}
+
+/// What the API serves from.
+pub struct Api {
+    /// The effective configuration.
+    pub reloadable: Arc<Reloadable>,
+    /// Tokens.
+    pub tokens: TokenStore,
+    /// Counters (upstreams).
+    pub ops: Arc<OpsState>,
+}
+
+/// A request, already read.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// `GET`, `PATCH`, …
+    pub method: String,
+    /// The path (query string removed).
+    pub path: String,
+    /// `Authorization` header.
+    pub authorization: Option<String>,
+    /// `Content-Type` header.
+    pub content_type: Option<String>,
+    /// The body; `None` when it was longer than [`MAX_BODY`].
+    pub body: Option<Vec<u8>>,
+}
+
+impl Api {
+    /// Answers one request.
+    pub fn handle(&self, request: &Request) -> Reply {
+        let Some(&(_, _, permission)) = ROUTES
+            .iter()
+            .find(|(m, p, _)| *p == request.path && *m == request.method)
+        else {
+            return if ROUTES.iter().any(|(_, p, _)| *p == request.path) {
+                error(
+                    405,
+                    "method_not_allowed",
+                    format!("{} is not allowed on {}", request.method, request.path),
+                )
+            } else {
+                error(404, "not_found", format!("no route {}", request.path))
+            };
+        };
+        let max_lifetime = self.reloadable.current().validated.token_max_lifetime;
+        let token = request
+            .authorization
+            .as_deref()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim);
+        let Some(token) = token else {
+            return error(
+                401,
+                "unauthorized",
+                "send Authorization: Bearer <token> (kudurru token create)",
+            );
+        };
+        let role = match self.tokens.verify(token, max_lifetime) {
+            Ok(role) => role,
+            Err(Refusal::Unauthorized(why)) => return error(401, "unauthorized", why),
+        };
+        if !role.grants(permission) {
+            return error(
+                403,
+                "forbidden",
+                format!("role {} lacks {}", role.name(), permission.name()),
+            );
+        }
+        match (request.method.as_str(), request.path.as_str()) {
+            ("GET", "/api/v1/settings") => self.get_keys(Scope::Cluster),
+            ("GET", "/api/v1/node/config") => self.get_keys(Scope::Node),
+            ("GET", "/api/v1/upstreams") => self.upstreams(),
+            ("PATCH", path) => match json_body(request) {
+                Ok(patch) if path == "/api/v1/settings" => self.patch_settings(&patch),
+                Ok(patch) => self.patch_node(&patch),
+                Err(reply) => reply,
+            },
+            _ => error(404, "not_found", format!("no route {}", request.path)),
+        }
+    }
+
+    fn get_keys(&self, scope: Scope) -> Reply {
+        let running = self.reloadable.current();
+        let mut values = Map::new();
+        let mut sources = Map::new();
+        let mut restart = Vec::new();
+        let full = serde_json::to_value(&running.config).unwrap_or(Value::Null);
+        for key in KEYS.iter().filter(|k| k.scope == scope) {
+            insert_path(
+                &mut values,
+                key.key,
+                lookup(&full, key.key).cloned().unwrap_or(Value::Null),
+            );
+            sources.insert(key.key.into(), running.sources.of(key.key).label().into());
+            if key.restart_required {
+                restart.push(key.key);
+            }
+        }
+        let mut body = json!({ "values": values, "sources": sources, "restartRequired": restart });
+        if scope == Scope::Cluster {
+            body["settingsFile"] = self
+                .reloadable
+                .settings_path()
+                .map_or(Value::Null, |p| p.display().to_string().into());
+        }
+        ok(body)
+    }
+
+    fn upstreams(&self) -> Reply {
+        use std::sync::atomic::Ordering::Relaxed;
+        let settings = self.ops.settings.load();
+        let m = &self.ops.metrics;
+        let list: Vec<Value> = settings
+            .upstreams
+            .iter()
+            .take(kudurru_transports::metrics::MAX_UPSTREAMS)
+            .enumerate()
+            .map(|(i, spec)| {
+                let sum = |f: &dyn Fn(&kudurru_transports::CoreMetrics) -> u64| -> u64 {
+                    m.iter().map(|c| f(c)).sum()
+                };
+                let queries = sum(&|c| c.upstreams[i].queries.load(Relaxed));
+                let errors = sum(&|c| c.upstreams[i].errors.iter().map(|e| e.load(Relaxed)).sum());
+                let answered: u64 = sum(&|c| {
+                    c.upstreams[i].latency_buckets.iter().map(|b| b.load(Relaxed)).sum()
+                });
+                let latency_us = sum(&|c| c.upstreams[i].latency_sum_us.load(Relaxed));
+                json!({
+                    "upstream": spec.to_string(),
+                    "queries": queries,
+                    "errors": errors,
+                    "answered": answered,
+                    "mismatchedReplies": sum(&|c| c.upstreams[i].mismatched.load(Relaxed)),
+                    "tcpRetries": sum(&|c| c.upstreams[i].tcp_retries.load(Relaxed)),
+                    "meanLatencyMs": if answered > 0 { latency_us as f64 / answered as f64 / 1000.0 } else { 0.0 },
+                    "healthy": queries == 0 || errors * 2 < queries,
+                })
+            })
+            .collect();
+        ok(json!({ "upstreams": list }))
+    }
+
+    fn patch_settings(&self, patch: &Map<String, Value>) -> Reply {
+        let keys = match patched_keys(patch, Scope::Cluster) {
+            Ok(keys) => keys,
+            Err(reply) => return reply,
+        };
+        if let Some(reply) = self.locked(&keys) {
+            return reply;
+        }
+        let path = self.reloadable.settings_path();
+        // The document to change: the file as it is now, or the in-memory settings.
+        let (current, _) = self.reloadable.overlays();
+        let mut document: toml::Table = match &path {
+            Some(path) => match std::fs::read_to_string(path) {
+                Ok(text) => match text.parse() {
+                    Ok(table) => table,
+                    Err(e) => {
+                        return error(
+                            409,
+                            "settings_file_invalid",
+                            format!(
+                                "{} does not parse ({e}); fix it before patching",
+                                path.display()
+                            ),
+                        );
+                    }
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => toml::Table::new(),
+                Err(e) => {
+                    return error(
+                        409,
+                        "settings_file_unreadable",
+                        format!("{}: {e}", path.display()),
+                    );
+                }
+            },
+            None => current.map(|layer| to_table(&layer)).unwrap_or_default(),
+        };
+        if let Err(reply) = merge(&mut document, patch, "") {
+            return reply;
+        }
+        let text = toml::to_string(&document).unwrap_or_default();
+        let file_path = path.clone().unwrap_or_else(|| "(api)".into());
+        let layer = match FileLayer::parse_settings(&file_path, &text) {
+            Ok(layer) => layer,
+            Err(e) => return config_error(&e),
+        };
+        let node = self.reloadable.overlays().1;
+        if let Err(e) = self.reloadable.check(Some(&layer), node.as_ref()) {
+            return config_error(&e);
+        }
+        let persisted = match &path {
+            Some(path) => match persist(path, &text) {
+                Ok(()) => true,
+                Err(e) => {
+                    return error(
+                        500,
+                        "persist_failed",
+                        format!("cannot write {}: {e}", path.display()),
+                    );
+                }
+            },
+            None => false,
+        };
+        match self.reloadable.apply(Some(&layer)) {
+            Ok(changed) => ok(json!({
+                "persisted": persisted,
+                "changed": changed,
+                "restartRequired": restart_bound(&keys),
+            })),
+            Err(e) => config_error(&e),
+        }
+    }
+
+    fn patch_node(&self, patch: &Map<String, Value>) -> Reply {
+        let keys = match patched_keys(patch, Scope::Node) {
+            Ok(keys) => keys,
+            Err(reply) => return reply,
+        };
+        if let Some(reply) = self.locked(&keys) {
+            return reply;
+        }
+        let (_, node) = self.reloadable.overlays();
+        let mut document = node.map(|layer| to_table(&layer)).unwrap_or_default();
+        if let Err(reply) = merge(&mut document, patch, "") {
+            return reply;
+        }
+        let text = toml::to_string(&document).unwrap_or_default();
+        let layer = match FileLayer::parse(Path::new("(api node config)"), &text) {
+            Ok(layer) => layer,
+            Err(e) => return config_error(&e),
+        };
+        let settings = self.reloadable.overlays().0;
+        if let Err(e) = self.reloadable.check(settings.as_ref(), Some(&layer)) {
+            return config_error(&e);
+        }
+        match self.reloadable.apply_node(layer) {
+            Ok(changed) => ok(json!({
+                "persisted": false,
+                "changed": changed,
+                "restartRequired": restart_bound(&keys),
+            })),
+            Err(e) => config_error(&e),
+        }
+    }
+
+    /// 409 when a patched key is held by the environment or a flag (a higher layer).
+    fn locked(&self, keys: &[&'static KeyInfo]) -> Option<Reply> {
+        let running = self.reloadable.current();
+        keys.iter().find_map(|k| {
+            let source = running.sources.of(k.key);
+            matches!(source, Layer::Env | Layer::Flag).then(|| {
+                error(
+                    409,
+                    "locked",
+                    format!(
+                        "{} is set by the {} ({}); that layer wins over the API",
+                        k.key,
+                        if source == Layer::Env {
+                            "environment"
+                        } else {
+                            "command line"
+                        },
+                        if source == Layer::Env {
+                            k.env_var()
+                        } else {
+                            "flag".into()
+                        }
+                    ),
+                )
+            })
+        })
+    }
+}
+
+fn restart_bound(keys: &[&'static KeyInfo]) -> Vec<&'static str> {
+    keys.iter()
+        .filter(|k| k.restart_required)
+        .map(|k| k.key)
+        .collect()
+}
+
+fn config_error(e: &ConfigError) -> Reply {
+    let key = match e {
+        ConfigError::Value { key, .. } | ConfigError::NotSharable { key, .. } => Some(*key),
+        _ => None,
+    };
+    let mut reply = error(400, "invalid_value", e.to_string());
+    if let Some(key) = key {
+        reply.body["key"] = key.into();
+    }
+    reply
+}
+
+fn persist(path: &Path, text: &str) -> std::io::Result<()> {
+    write_atomically(path, text.as_bytes(), 0o640)
+}
+
+fn json_body(request: &Request) -> Result<Map<String, Value>, Reply> {
+    let Some(body) = &request.body else {
+        return Err(error(
+            413,
+            "too_large",
+            format!("bodies are limited to {MAX_BODY} bytes"),
+        ));
+    };
+    let json_type = request
+        .content_type
+        .as_deref()
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+    if !json_type {
+        return Err(error(
+            415,
+            "unsupported_media_type",
+            "send Content-Type: application/json",
+        ));
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(error(
+            400,
+            "invalid_json",
+            "the body must be a JSON object of keys",
+        )),
+        Err(e) => Err(error(400, "invalid_json", e.to_string())),
+    }
+}
+
+/// The keys a patch sets (leaves of nested objects, or dotted names at the top level), each
+/// checked against `scope`.
+fn patched_keys(patch: &Map<String, Value>, scope: Scope) -> Result<Vec<&'static KeyInfo>, Reply> {
+    let mut keys = Vec::new();
+    let mut stack: Vec<(String, &Map<String, Value>)> = vec![(String::new(), patch)];
+    while let Some((prefix, map)) = stack.pop() {
+        for (name, value) in map {
+            let path = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}.{name}")
+            };
+            match (find_key(&path), value) {
+                (Some(key), _) => keys.push(key),
+                (None, Value::Object(inner))
+                    if KEYS.iter().any(|k| k.key.starts_with(&format!("{path}."))) =>
+                {
+                    stack.push((path, inner));
+                }
+                (None, _) => {
+                    return Err(error(
+                        400,
+                        "unknown_key",
+                        format!("no key {path:?} (see docs/configuration.md)"),
+                    )
+                    .with_key(&path));
+                }
+            }
+        }
+    }
+    for key in &keys {
+        if key.host_only {
+            return Err(error(
+                400,
+                "host_only",
+                format!(
+                    "{} can only be set on the host (node file, environment or flags)",
+                    key.key
+                ),
+            )
+            .with_key(key.key));
+        }
+        if key.scope != scope {
+            let (code, hint) = match scope {
+                Scope::Cluster => ("node_scope", "use /api/v1/node/config"),
+                Scope::Node => ("cluster_scope", "use /api/v1/settings"),
+            };
+            return Err(error(
+                400,
+                code,
+                format!(
+                    "{} is not {}-scope; {hint}",
+                    key.key,
+                    if scope == Scope::Cluster {
+                        "cluster"
+                    } else {
+                        "node"
+                    }
+                ),
+            )
+            .with_key(key.key));
+        }
+    }
+    Ok(keys)
+}
+
+impl Reply {
+    fn with_key(mut self, key: &str) -> Self {
+        self.body["key"] = key.into();
+        self
+    }
+}
+
+/// Merges a JSON patch into a TOML document; dotted names at any level are split.
+fn merge(table: &mut toml::Table, patch: &Map<String, Value>, prefix: &str) -> Result<(), Reply> {
+    for (name, value) in patch {
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        if let (None, Value::Object(inner)) = (find_key(&path), value) {
+            merge(table, inner, &path)?;
+            continue;
+        }
+        let key = find_key(&path).map_or(path.as_str(), |k| k.key);
+        let toml_value = to_toml(value).ok_or_else(|| {
+            error(
+                400,
+                "invalid_value",
+                format!("{key}: null and nested values are not settings"),
+            )
+            .with_key(key)
+        })?;
+        let mut segments: Vec<&str> = key.split('.').collect();
+        let last = segments.pop().unwrap_or(key);
+        let mut current = &mut *table;
+        for segment in segments {
+            current = match current
+                .entry(segment)
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            {
+                toml::Value::Table(inner) => inner,
+                other => {
+                    *other = toml::Value::Table(toml::Table::new());
+                    match other {
+                        toml::Value::Table(inner) => inner,
+                        _ => unreachable!("just replaced by a table"),
+                    }
+                }
+            };
+        }
+        current.insert(last.to_owned(), toml_value);
+    }
+    Ok(())
+}
+
+fn to_toml(value: &Value) -> Option<toml::Value> {
+    Some(match value {
+        Value::Bool(b) => toml::Value::Boolean(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => toml::Value::Integer(i),
+            None => toml::Value::Float(n.as_f64()?),
+        },
+        Value::String(s) => toml::Value::String(s.clone()),
+        Value::Array(items) => {
+            toml::Value::Array(items.iter().map(to_toml).collect::<Option<_>>()?)
+        }
+        Value::Null | Value::Object(_) => return None,
+    })
+}
+
+/// The keys a layer sets, as a TOML document.
+fn to_table(layer: &FileLayer) -> toml::Table {
+    let full =
+        toml::Value::try_from(&layer.config).unwrap_or(toml::Value::Table(toml::Table::new()));
+    let mut out = toml::Table::new();
+    for key in &layer.keys {
+        let mut value = Some(&full);
+        for segment in key.key.split('.') {
+            value = value.and_then(|v| v.get(segment));
+        }
+        if let Some(value) = value {
+            let mut segments: Vec<&str> = key.key.split('.').collect();
+            let last = segments.pop().unwrap_or(key.key);
+            let mut current = &mut out;
+            for segment in segments {
+                current = current
+                    .entry(segment)
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                    .as_table_mut()
+                    .expect("sections are tables");
+            }
+            current.insert(last.to_owned(), value.clone());
+        }
+    }
+    out
+}
+
+fn lookup<'v>(value: &'v Value, key: &str) -> Option<&'v Value> {
+    key.split('.').try_fold(value, |v, segment| v.get(segment))
+}
+
+fn insert_path(map: &mut Map<String, Value>, key: &str, value: Value) {
+    let mut segments: Vec<&str> = key.split('.').collect();
+    let last = segments.pop().unwrap_or(key);
+    let mut current = map;
+    for segment in segments {
+        current = current
+            .entry(segment)
+            .or_insert_with(|| Value::Object(Map::new()))
+            .as_object_mut()
+            .expect("sections are objects");
+    }
+    current.insert(last.to_owned(), value);
+}
+
+/// Binds the API listener; the error names the address.
+pub fn bind(addr: std::net::SocketAddr) -> Result<tiny_http::Server, String> {
+    tiny_http::Server::http(addr).map_err(|e| format!("cannot bind API listener {addr}: {e}"))
+}
+
+/// Serves requests until the server is unblocked.
+pub fn serve(server: Arc<tiny_http::Server>, api: Arc<Api>) {
+    for mut request in server.incoming_requests() {
+        let header = |name: &str| {
+            request
+                .headers()
+                .iter()
+                .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+                .map(|h| h.value.as_str().to_owned())
+        };
+        let mut parsed = Request {
+            method: request.method().as_str().to_ascii_uppercase(),
+            path: request.url().split('?').next().unwrap_or("").to_owned(),
+            authorization: header("Authorization"),
+            content_type: header("Content-Type"),
+            body: None,
+        };
+        let mut body = Vec::new();
+        let read = request
+            .as_reader()
+            .take(MAX_BODY as u64 + 1)
+            .read_to_end(&mut body);
+        if read.is_ok() && body.len() <= MAX_BODY {
+            parsed.body = Some(body);
+        }
+        let reply = api.handle(&parsed);
+        let text = serde_json::to_string(&reply.body).unwrap_or_default() + "\n";
+        let response = tiny_http::Response::from_string(text)
+            .with_status_code(reply.status)
+            .with_header(
+                tiny_http::Header::from_bytes("Content-Type", "application/json")
+                    .expect("static header is valid"),
+            );
+        let _ = request.respond(response);
+    }
+}
+
+/// A token lifetime from `--ttl`, capped by `auth.tokens.maxLifetime`.
+pub fn token_ttl(requested: Option<Duration>, max_lifetime: Duration) -> Result<Duration, String> {
+    match requested {
+        None => Ok(max_lifetime),
+        Some(ttl) if ttl > max_lifetime => Err(format!(
+            "--ttl {} is longer than auth.tokens.maxLifetime ({})",
+            humantime::format_duration(ttl),
+            humantime::format_duration(max_lifetime)
+        )),
+        Some(ttl) => Ok(ttl),
+    }
+}

@@ -1,0 +1,344 @@
+//! API bearer tokens: roles, permissions, and the hashed token file in the data directory.
+//!
+//! A token reads `kdr_<id>_<secret>`: the id (8 hex digits) names the entry, the secret (32
+//! random bytes, hex) is never stored, only its SHA-256, compared in constant time. The file
+//! (`<storage.dataDir>/tokens.json`, mode 0600) is written atomically by `kudurru token
+//! create/revoke` and re-read by the server when it changes, so the CLI and a running server
+//! share it without a database lock (redb admits one process per file).
+
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::layers::sha256;
+
+/// The token file's name inside the data directory.
+pub const FILE: &str = "tokens.json";
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    /// Read settings and node config.
+    SettingsRead,
+    /// Change cluster settings.
+    SettingsWrite,
+    /// Change node config.
+    NodeWrite,
+    /// Read upstream health and counters.
+    UpstreamsRead,
+    /// Read diagnoses and doctor.
+    InfoRead,
+    /// Refresh block lists.
+    ListsRefresh,
+    /// Delete query-log entries.
+    QuerylogDelete,
+}
+
+impl Permission {
+    /// The name used in errors and docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SettingsRead => "settings.read",
+            Self::SettingsWrite => "settings.write",
+            Self::NodeWrite => "node.write",
+            Self::UpstreamsRead => "upstreams.read",
+            Self::InfoRead => "info.read",
+            Self::ListsRefresh => "lists.refresh",
+            Self::QuerylogDelete => "querylog.delete",
+        }
+    }
+}
+
+/// Token roles, each a superset of the one before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads everything.
+    Viewer,
+    /// Also changes cluster settings and refreshes lists.
+    Operator,
+    /// Also changes node config and deletes query-log data.
+    Admin,
+}
+
+impl Role {
+    /// Parses `viewer`, `operator` or `admin`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "viewer" => Ok(Self::Viewer),
+            "operator" => Ok(Self::Operator),
+            "admin" => Ok(Self::Admin),
+            other => Err(format!(
+                "unknown role {other:?}: expected viewer, operator or admin"
+            )),
+        }
+    }
+
+    /// The role's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Viewer => "viewer",
+            Self::Operator => "operator",
+            Self::Admin => "admin",
+        }
+    }
+
+    /// Whether the role grants `permission`.
+    pub fn grants(self, permission: Permission) -> bool {
+        use Permission::*;
+        let least = match permission {
+            SettingsRead | UpstreamsRead | InfoRead => Self::Viewer,
+            SettingsWrite | ListsRefresh => Self::Operator,
+            NodeWrite | QuerylogDelete => Self::Admin,
+        };
+        self >= least
+    }
+}
+
+/// One stored token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// Public id.
+    pub id: String,
+    /// Hex SHA-256 of the secret.
+    pub sha256: String,
+    /// Role.
+    pub role: Role,
+    /// Unix seconds.
+    pub created: u64,
+    /// Unix seconds after which the token is refused.
+    pub expires: u64,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Document {
+    tokens: Vec<Entry>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Equal in time independent of where the inputs differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Why a request's token was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No usable token (missing, malformed, unknown, revoked, expired, or no token file).
+    Unauthorized(&'static str),
+}
+
+/// The token file of a data directory, cached by content hash.
+#[derive(Debug)]
+pub struct TokenStore {
+    path: PathBuf,
+    cache: Mutex<Option<([u8; 32], Vec<Entry>)>>,
+}
+
+impl TokenStore {
+    /// The store in `data_dir`.
+    pub fn new(data_dir: &Path) -> Self {
+        Self {
+            path: data_dir.join(FILE),
+            cache: Mutex::new(None),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn load(&self) -> Result<Vec<Entry>, String> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(format!("cannot read {}: {e}", self.path.display())),
+        };
+        let hash = sha256(&bytes);
+        let mut cache = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((cached, entries)) = cache.as_ref()
+            && *cached == hash
+        {
+            return Ok(entries.clone());
+        }
+        let doc: Document = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{} is not a token file: {e}", self.path.display()))?;
+        *cache = Some((hash, doc.tokens.clone()));
+        Ok(doc.tokens)
+    }
+
+    fn save(&self, entries: Vec<Entry>) -> Result<(), String> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        let text =
+            serde_json::to_vec_pretty(&Document { tokens: entries }).map_err(|e| e.to_string())?;
+        write_atomically(&self.path, &text, 0o600)
+            .map_err(|e| format!("cannot write {}: {e}", self.path.display()))
+    }
+
+    /// Creates a token with `role` valid for `ttl`; returns the token text (shown once).
+    pub fn create(&self, role: Role, ttl: Duration) -> Result<(String, Entry), String> {
+        let mut entries = self.load()?;
+        let id = hex(&rand::random::<[u8; 4]>());
+        let secret = hex(&rand::random::<[u8; 32]>());
+        let created = now_unix();
+        let entry = Entry {
+            id: id.clone(),
+            sha256: hex(&sha256(secret.as_bytes())),
+            role,
+            created,
+            expires: created.saturating_add(ttl.as_secs().max(1)),
+        };
+        entries.push(entry.clone());
+        self.save(entries)?;
+        Ok((format!("kdr_{id}_{secret}"), entry))
+    }
+
+    /// Removes the token `id`; `false` when there was none.
+    pub fn revoke(&self, id: &str) -> Result<bool, String> {
+        let mut entries = self.load()?;
+        let before = entries.len();
+        entries.retain(|e| e.id != id);
+        if entries.len() == before {
+            return Ok(false);
+        }
+        self.save(entries)?;
+        Ok(true)
+    }
+
+    /// Every stored token.
+    pub fn list(&self) -> Result<Vec<Entry>, String> {
+        self.load()
+    }
+
+    /// The role of a presented token, if it is known and current. `max_lifetime` caps every
+    /// token's age, whatever expiry it was created with.
+    pub fn verify(&self, token: &str, max_lifetime: Duration) -> Result<Role, Refusal> {
+        let rest = token
+            .strip_prefix("kdr_")
+            .ok_or(Refusal::Unauthorized("malformed token"))?;
+        let (id, secret) = rest
+            .split_once('_')
+            .ok_or(Refusal::Unauthorized("malformed token"))?;
+        let entries = self
+            .load()
+            .map_err(|_| Refusal::Unauthorized("the token file cannot be read"))?;
+        let digest = hex(&sha256(secret.as_bytes()));
+        let mut found = None;
+        for entry in &entries {
+            // Every entry is compared, so timing does not tell which ids exist.
+            let matched = constant_time_eq(entry.id.as_bytes(), id.as_bytes())
+                & constant_time_eq(entry.sha256.as_bytes(), digest.as_bytes());
+            if matched {
+                found = Some(entry);
+            }
+        }
+        let entry = found.ok_or(Refusal::Unauthorized("unknown or revoked token"))?;
+        let now = now_unix();
+        if now >= entry.expires || now >= entry.created.saturating_add(max_lifetime.as_secs()) {
+            return Err(Refusal::Unauthorized("token expired"));
+        }
+        Ok(entry.role)
+    }
+}
+
+/// Writes `bytes` to `path` atomically with `mode`: a temporary file in the same directory,
+/// fsync, rename, fsync of the directory.
+pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, path)?;
+    if let Ok(dir) = std::fs::File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_grant_supersets() {
+        assert!(Role::Viewer.grants(Permission::SettingsRead));
+        assert!(!Role::Viewer.grants(Permission::SettingsWrite));
+        assert!(Role::Operator.grants(Permission::SettingsWrite));
+        assert!(!Role::Operator.grants(Permission::NodeWrite));
+        assert!(Role::Admin.grants(Permission::QuerylogDelete));
+        assert_eq!(Role::parse("admin"), Ok(Role::Admin));
+        assert!(Role::parse("root").is_err());
+    }
+
+    #[test]
+    fn tokens_are_stored_hashed_verified_expired_and_revoked() {
+        let dir = std::env::temp_dir().join(format!("kudurru-tokens-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = TokenStore::new(&dir);
+        let year = Duration::from_secs(365 * 86400);
+        let (token, entry) = store
+            .create(Role::Operator, Duration::from_secs(3600))
+            .unwrap();
+        let text = std::fs::read_to_string(store.path()).unwrap();
+        let secret = token.rsplit('_').next().unwrap();
+        assert!(!text.contains(secret), "never stored in plain text");
+        assert!(text.contains(&entry.sha256));
+        let mode = std::fs::metadata(store.path())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(store.verify(&token, year), Ok(Role::Operator));
+        let mut wrong = token.clone();
+        wrong.pop();
+        wrong.push(if token.ends_with('0') { '1' } else { '0' });
+        assert!(store.verify(&wrong, year).is_err());
+        assert!(store.verify("Bearer x", year).is_err());
+        assert!(store.verify("kdr_nothing", year).is_err());
+        assert_eq!(
+            store.verify(&token, Duration::ZERO),
+            Err(Refusal::Unauthorized("token expired")),
+            "auth.tokens.maxLifetime caps every token"
+        );
+        assert!(store.revoke(&entry.id).unwrap());
+        assert!(!store.revoke(&entry.id).unwrap());
+        assert_eq!(
+            store.verify(&token, year),
+            Err(Refusal::Unauthorized("unknown or revoked token"))
+        );
+    }
+}

@@ -1,0 +1,325 @@
+//! The HTTP API through a real client (curl): tokens and roles, every error status, PATCH
+//! persisted into the settings file and re-read, node config in memory, upstream counters.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+use kudurru_e2e::{Kudurru, TestUpstream, dig, unique_name};
+
+/// (status, body) of one curl request.
+fn curl(
+    k: &Kudurru,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<(&str, &str)>,
+) -> (u16, serde_json::Value) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "-X", method, "-w", "\n%{http_code}"])
+        .arg(format!("http://{}{path}", k.api));
+    if let Some(token) = token {
+        cmd.arg("-H").arg(format!("Authorization: Bearer {token}"));
+    }
+    if let Some((content_type, data)) = body {
+        cmd.arg("-H")
+            .arg(format!("Content-Type: {content_type}"))
+            .arg("--data-binary")
+            .arg(data);
+    }
+    let out = cmd.output().expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').expect("status line");
+    (
+        status.parse().unwrap(),
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn code(reply: &(u16, serde_json::Value)) -> (u16, &str) {
+    (reply.0, reply.1["code"].as_str().unwrap_or(""))
+}
+
+const JSON: &str = "application/json";
+
+#[test]
+fn the_api_with_tokens_roles_persistence_and_errors() {
+    let upstream = TestUpstream::start();
+    let dir = std::env::temp_dir().join(format!("kudurru-api-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("settings.toml");
+    std::fs::write(
+        &file,
+        "# managed by kudurru\n[cache]\nminTTL = 0\nnegativeMaxTTL = 600\n",
+    )
+    .unwrap();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_SETTINGS_FILE", file.to_str().unwrap())
+        .env("KUDURRU_CACHE__SERVFAILTTL", "3")
+        .start();
+    let viewer = k.token("viewer", None);
+    let operator = k.token("operator", None);
+    let admin = k.token("admin", None);
+    let short = k.token("viewer", Some("1s"));
+
+    // 401: no token, a wrong one, an expired one.
+    assert_eq!(
+        code(&curl(&k, "GET", "/api/v1/settings", None, None)),
+        (401, "unauthorized")
+    );
+    assert_eq!(
+        code(&curl(
+            &k,
+            "GET",
+            "/api/v1/settings",
+            Some("kdr_00000000_00"),
+            None
+        )),
+        (401, "unauthorized")
+    );
+    thread::sleep(Duration::from_millis(2100));
+    let expired = curl(&k, "GET", "/api/v1/settings", Some(&short), None);
+    assert_eq!(code(&expired), (401, "unauthorized"));
+    assert_eq!(expired.1["message"], "token expired");
+
+    // GET: values, sources, the settings file.
+    let (status, settings) = curl(&k, "GET", "/api/v1/settings", Some(&viewer), None);
+    assert_eq!(status, 200);
+    assert_eq!(settings["values"]["cache"]["negativeMaxTTL"], 600);
+    assert_eq!(settings["sources"]["cache.negativeMaxTTL"], "settings-file");
+    assert_eq!(settings["sources"]["cache.servfailTTL"], "env");
+    assert_eq!(settings["settingsFile"], file.to_str().unwrap());
+    assert!(
+        settings["values"].get("server").is_none()
+            || settings["values"]["server"].get("listen").is_none(),
+        "node keys are not settings"
+    );
+
+    // 403: a viewer cannot write; an operator cannot change node config.
+    let patch = r#"{"cache": {"maxTTL": 90}}"#;
+    assert_eq!(
+        code(&curl(
+            &k,
+            "PATCH",
+            "/api/v1/settings",
+            Some(&viewer),
+            Some((JSON, patch))
+        )),
+        (403, "forbidden")
+    );
+    assert_eq!(
+        code(&curl(
+            &k,
+            "PATCH",
+            "/api/v1/node/config",
+            Some(&operator),
+            Some((JSON, r#"{"log":{"level":"debug"}}"#))
+        )),
+        (403, "forbidden")
+    );
+
+    // 415, 413, 400 for bad JSON, unknown keys, bad values, node-scope keys; 409 for a locked key.
+    assert_eq!(
+        code(&curl(
+            &k,
+            "PATCH",
+            "/api/v1/settings",
+            Some(&operator),
+            Some(("text/plain", patch))
+        ))
+        .0,
+        415
+    );
+    let huge = format!("{{\"x\": \"{}\"}}", "a".repeat(70_000));
+    assert_eq!(
+        code(&curl(
+            &k,
+            "PATCH",
+            "/api/v1/settings",
+            Some(&operator),
+            Some((JSON, &huge))
+        ))
+        .0,
+        413
+    );
+    assert_eq!(
+        code(&curl(
+            &k,
+            "PATCH",
+            "/api/v1/settings",
+            Some(&operator),
+            Some((JSON, "{nope"))
+        )),
+        (400, "invalid_json")
+    );
+    let unknown = curl(
+        &k,
+        "PATCH",
+        "/api/v1/settings",
+        Some(&operator),
+        Some((JSON, r#"{"cache":{"maxTTTL":5}}"#)),
+    );
+    assert_eq!(code(&unknown), (400, "unknown_key"));
+    assert_eq!(unknown.1["key"], "cache.maxTTTL");
+    let bad = curl(
+        &k,
+        "PATCH",
+        "/api/v1/settings",
+        Some(&operator),
+        Some((JSON, r#"{"cache.servfailTTL": 1000}"#)),
+    );
+    assert_eq!(
+        code(&bad),
+        (409, "locked"),
+        "the environment holds cache.servfailTTL"
+    );
+    let bad = curl(
+        &k,
+        "PATCH",
+        "/api/v1/settings",
+        Some(&operator),
+        Some((JSON, r#"{"cache":{"minTTL": 500, "maxTTL": 100}}"#)),
+    );
+    assert_eq!(code(&bad), (400, "invalid_value"));
+    assert_eq!(bad.1["key"], "cache.minTTL");
+    assert_eq!(
+        code(&curl(
+            &k,
+            "PATCH",
+            "/api/v1/settings",
+            Some(&operator),
+            Some((JSON, r#"{"tcp":{"maxConnectionsPerCore": 5}}"#))
+        )),
+        (400, "node_scope")
+    );
+    assert_eq!(
+        code(&curl(&k, "GET", "/api/v1/nope", Some(&viewer), None)).0,
+        404
+    );
+    assert_eq!(
+        code(&curl(&k, "DELETE", "/api/v1/settings", Some(&admin), None)).0,
+        405
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "# managed by kudurru\n[cache]\nminTTL = 0\nnegativeMaxTTL = 600\n",
+        "refused patches change nothing"
+    );
+
+    // PATCH persisted: the file keeps the other keys, mode 0640, and the change is live.
+    let (status, reply) = curl(
+        &k,
+        "PATCH",
+        "/api/v1/settings",
+        Some(&operator),
+        Some((JSON, patch)),
+    );
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["persisted"], true);
+    assert_eq!(reply["changed"], serde_json::json!(["cache.maxTTL"]));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("maxTTL = 90") && text.contains("negativeMaxTTL = 600"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
+    assert_eq!(dig(k.addr, &[&unique_name("api"), "A"]).answers[0].1, 90);
+    let (_, settings) = curl(&k, "GET", "/api/v1/settings", Some(&viewer), None);
+    assert_eq!(settings["values"]["cache"]["maxTTL"], 90, "re-read");
+    // The watcher sees the file it wrote; nothing is applied twice.
+    thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        k.metric("kudurru_settings_reloads_total{result=\"applied\"}"),
+        Some(1.0)
+    );
+
+    // Node config: in memory only; host-only keys refused; log.level is live.
+    let (status, node) = curl(&k, "GET", "/api/v1/node/config", Some(&viewer), None);
+    assert_eq!(status, 200);
+    assert_eq!(node["sources"]["log.level"], "flag");
+    assert_eq!(
+        code(&curl(
+            &k,
+            "PATCH",
+            "/api/v1/node/config",
+            Some(&admin),
+            Some((JSON, r#"{"log":{"level":"debug"}}"#))
+        )),
+        (409, "locked"),
+        "the test passes --log-level"
+    );
+    assert_eq!(
+        code(&curl(
+            &k,
+            "PATCH",
+            "/api/v1/node/config",
+            Some(&admin),
+            Some((JSON, r#"{"server":{"listen":["127.0.0.1:1"]}}"#))
+        )),
+        (400, "host_only")
+    );
+    assert_eq!(
+        code(&curl(
+            &k,
+            "PATCH",
+            "/api/v1/node/config",
+            Some(&admin),
+            Some((JSON, r#"{"cache":{"maxTTL":5}}"#))
+        )),
+        (400, "cluster_scope")
+    );
+    let (status, reply) = curl(
+        &k,
+        "PATCH",
+        "/api/v1/node/config",
+        Some(&admin),
+        Some((JSON, r#"{"tcp":{"maxConnectionsPerCore":8}}"#)),
+    );
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["persisted"], false);
+    assert_eq!(
+        reply["restartRequired"],
+        serde_json::json!(["tcp.maxConnectionsPerCore"])
+    );
+
+    // Upstreams: counters per upstream.
+    let (status, ups) = curl(&k, "GET", "/api/v1/upstreams", Some(&viewer), None);
+    assert_eq!(status, 200);
+    assert_eq!(ups["upstreams"][0]["upstream"], upstream.udp_url());
+    assert!(ups["upstreams"][0]["queries"].as_u64().unwrap() >= 1);
+    assert_eq!(ups["upstreams"][0]["healthy"], true);
+}
+
+#[test]
+fn log_level_changes_live_through_the_node_api() {
+    let dir = std::env::temp_dir().join(format!("kudurru-api-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("kudurru.log");
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .log_level(None)
+        .stderr_to(&log)
+        .start();
+    let admin = k.token("admin", None);
+    dig(k.addr, &["localhost", "A"]);
+    assert!(!std::fs::read_to_string(&log).unwrap().contains("DEBUG"));
+    let (status, reply) = curl(
+        &k,
+        "PATCH",
+        "/api/v1/node/config",
+        Some(&admin),
+        Some((JSON, r#"{"log":{"level":"debug"}}"#)),
+    );
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["changed"], serde_json::json!(["log.level"]));
+    let (_, node) = curl(&k, "GET", "/api/v1/node/config", Some(&admin), None);
+    assert_eq!(node["sources"]["log.level"], "api");
+    assert!(
+        std::fs::read_to_string(&log).unwrap().contains("DEBUG"),
+        "debug lines appear"
+    );
+}
