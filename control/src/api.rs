@@ -34,6 +34,8 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
     ("GET", "/api/v1/node/config", Permission::SettingsRead),
     ("PATCH", "/api/v1/node/config", Permission::NodeWrite),
     ("GET", "/api/v1/upstreams", Permission::UpstreamsRead),
+    ("GET", "/api/v1/info/messages", Permission::InfoRead),
+    ("GET", "/api/v1/doctor", Permission::InfoRead),
 ];
 
 /// An API response: status and JSON body.
@@ -43,16 +45,23 @@ pub struct Reply {
     pub status: u16,
     /// JSON body.
     pub body: Value,
+    /// The `Allow` header of a 405 (RFC 9110 §15.5.6).
+    pub allow: Option<String>,
 }
 
 fn ok(body: Value) -> Reply {
-    Reply { status: 200, body }
+    Reply {
+        status: 200,
+        body,
+        allow: None,
+    }
 }
 
 fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
     Reply {
         status,
         body: json!({ "code": code, "message": message.into() }),
+        allow: None,
     }
 }
 
@@ -88,14 +97,21 @@ impl Api {
             .iter()
             .find(|(m, p, _)| *p == request.path && *m == request.method)
         else {
-            return if ROUTES.iter().any(|(_, p, _)| *p == request.path) {
-                error(
+            let allowed: Vec<&str> = ROUTES
+                .iter()
+                .filter(|(_, p, _)| *p == request.path)
+                .map(|(m, _, _)| *m)
+                .collect();
+            return if allowed.is_empty() {
+                error(404, "not_found", format!("no route {}", request.path))
+            } else {
+                let mut reply = error(
                     405,
                     "method_not_allowed",
                     format!("{} is not allowed on {}", request.method, request.path),
-                )
-            } else {
-                error(404, "not_found", format!("no route {}", request.path))
+                );
+                reply.allow = Some(allowed.join(", "));
+                reply
             };
         };
         let max_lifetime = self.reloadable.current().validated.token_max_lifetime;
@@ -126,6 +142,8 @@ impl Api {
             ("GET", "/api/v1/settings") => self.get_keys(Scope::Cluster),
             ("GET", "/api/v1/node/config") => self.get_keys(Scope::Node),
             ("GET", "/api/v1/upstreams") => self.upstreams(),
+            ("GET", "/api/v1/info/messages") => ok(json!({ "messages": self.messages() })),
+            ("GET", "/api/v1/doctor") => self.doctor(),
             ("PATCH", path) => match json_body(request) {
                 Ok(patch) if path == "/api/v1/settings" => self.patch_settings(&patch),
                 Ok(patch) => self.patch_node(&patch),
@@ -160,6 +178,214 @@ impl Api {
                 .map_or(Value::Null, |p| p.display().to_string().into());
         }
         ok(body)
+    }
+
+    /// Diagnoses of the running configuration, most severe first.
+    pub fn messages(&self) -> Vec<Value> {
+        let running = self.reloadable.current();
+        let stats = &self.reloadable.stats;
+        let mut out = Vec::new();
+        let mut push = |severity: &str, code: &str, message: String| {
+            out.push(json!({ "severity": severity, "code": code, "message": message }));
+        };
+        if let Some(e) = stats.last_error.lock().ok().and_then(|e| e.clone()) {
+            push(
+                "error",
+                "settings_rejected",
+                format!("the last settings reload was refused, the previous settings stay: {e}"),
+            );
+        }
+        let pending = stats
+            .pending_restart
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default();
+        if !pending.is_empty() {
+            push(
+                "warning",
+                "restart_pending",
+                format!(
+                    "changed but restart-bound, not applied until a restart: {}",
+                    pending.join(", ")
+                ),
+            );
+        }
+        let public = running
+            .validated
+            .listeners
+            .iter()
+            .any(|l| !l.addr.ip().is_loopback());
+        if public && !running.validated.settings.ratelimit.enabled() {
+            push("warning", "ratelimit_off", "a listener is on a non-loopback address and the rate limiter is off (ratelimit.qps = 0)".into());
+        }
+        if !running.validated.ops_address.ip().is_loopback() {
+            push(
+                "warning",
+                "ops_not_loopback",
+                format!(
+                    "the unauthenticated ops listener is on {}",
+                    running.validated.ops_address
+                ),
+            );
+        }
+        if self.reloadable.settings_path().is_none() {
+            push(
+                "info",
+                "no_settings_file",
+                "no settings file: PATCH /api/v1/settings changes stay in memory".into(),
+            );
+        }
+        out.sort_by_key(|m| match m["severity"].as_str() {
+            Some("error") => 0,
+            Some("warning") => 1,
+            _ => 2,
+        });
+        out
+    }
+
+    fn doctor(&self) -> Reply {
+        use std::os::unix::fs::PermissionsExt as _;
+        let running = self.reloadable.current();
+        let mut checks = Vec::new();
+        let mut check = |name: &str, status: &str, message: String| {
+            checks.push(json!({ "name": name, "status": status, "message": message }));
+        };
+        let node = running.sources.of("server.listen");
+        check(
+            "config_source",
+            "ok",
+            format!(
+                "listeners from {}; {} keys set outside the defaults",
+                node.label(),
+                KEYS.iter()
+                    .filter(|k| running.sources.of(k.key) != Layer::Default)
+                    .count()
+            ),
+        );
+        match (
+            self.reloadable.settings_path(),
+            self.reloadable
+                .stats
+                .last_error
+                .lock()
+                .ok()
+                .and_then(|e| e.clone()),
+        ) {
+            (_, Some(e)) => check("settings_file", "fail", format!("last reload refused: {e}")),
+            (Some(path), None) if path.exists() => {
+                check("settings_file", "ok", format!("{} applied", path.display()))
+            }
+            (Some(path), None) => check(
+                "settings_file",
+                "warn",
+                format!("{} does not exist (an empty layer)", path.display()),
+            ),
+            (None, None) => check(
+                "settings_file",
+                "warn",
+                "none: settings changed through the API are not persisted".into(),
+            ),
+        }
+        check(
+            "api",
+            "ok",
+            format!("serving; tokens in {}", self.tokens.path().display()),
+        );
+        match self.tokens.list() {
+            Ok(list) if list.is_empty() => check(
+                "tokens",
+                "warn",
+                "no tokens: create one with `kudurru token create --role admin`".into(),
+            ),
+            Ok(list) => {
+                let roles: Vec<&str> = list.iter().map(|e| e.role.name()).collect();
+                check(
+                    "tokens",
+                    "ok",
+                    format!("{} tokens ({})", list.len(), roles.join(", ")),
+                );
+            }
+            Err(e) => check("tokens", "fail", e),
+        }
+        let dir = &running.validated.data_dir;
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.permissions().mode() & 0o002 != 0 => check(
+                "data_dir",
+                "fail",
+                format!("{} is world-writable", dir.display()),
+            ),
+            Ok(meta) if meta.permissions().readonly() => check(
+                "data_dir",
+                "fail",
+                format!("{} is read-only", dir.display()),
+            ),
+            Ok(_) => match tempfile_probe(dir) {
+                Ok(()) => check("data_dir", "ok", format!("{} is writable", dir.display())),
+                Err(e) => check(
+                    "data_dir",
+                    "fail",
+                    format!("{} is not writable: {e}", dir.display()),
+                ),
+            },
+            Err(e) => check("data_dir", "warn", format!("{}: {e}", dir.display())),
+        }
+        let exposed: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                name.ends_with(".redb") || name == crate::tokens::FILE
+            })
+            .filter(|entry| {
+                entry
+                    .metadata()
+                    .is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
+            })
+            .map(|entry| entry.path().display().to_string())
+            .collect();
+        if exposed.is_empty() {
+            check(
+                "databases",
+                "ok",
+                "no database or token file is world-readable".into(),
+            );
+        } else {
+            check(
+                "databases",
+                "warn",
+                format!("world-readable (chmod 600 them): {}", exposed.join(", ")),
+            );
+        }
+        let messages = self.messages();
+        let worst = messages
+            .first()
+            .and_then(|m| m["severity"].as_str())
+            .unwrap_or("info");
+        let status = match worst {
+            "error" => "fail",
+            "warning" => "warn",
+            _ => "ok",
+        };
+        check(
+            "diagnoses",
+            status,
+            format!("{} messages (GET /api/v1/info/messages)", messages.len()),
+        );
+        let ready = (self.ops.ready)();
+        let lameduck = self.ops.lameduck.load(std::sync::atomic::Ordering::Relaxed);
+        match (ready, lameduck) {
+            (true, false) => check("readiness", "ok", "every core serves every listener".into()),
+            (true, true) => check(
+                "readiness",
+                "warn",
+                "in lameduck: the health name answers SERVFAIL".into(),
+            ),
+            (false, _) => check("readiness", "fail", "not every core is serving yet".into()),
+        }
+        let count = |s: &str| checks.iter().filter(|c| c["status"] == s).count();
+        let counts = json!({ "ok": count("ok"), "warn": count("warn"), "fail": count("fail") });
+        ok(json!({ "checks": checks, "counts": counts }))
     }
 
     fn upstreams(&self) -> Reply {
@@ -328,6 +554,13 @@ impl Api {
             })
         })
     }
+}
+
+/// Creates and removes a file in `dir`.
+fn tempfile_probe(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".doctor-{}", std::process::id()));
+    std::fs::write(&probe, b"")?;
+    std::fs::remove_file(&probe)
 }
 
 fn restart_bound(keys: &[&'static KeyInfo]) -> Vec<&'static str> {
@@ -593,12 +826,17 @@ pub fn serve(server: Arc<tiny_http::Server>, api: Arc<Api>) {
         }
         let reply = api.handle(&parsed);
         let text = serde_json::to_string(&reply.body).unwrap_or_default() + "\n";
-        let response = tiny_http::Response::from_string(text)
+        let mut response = tiny_http::Response::from_string(text)
             .with_status_code(reply.status)
             .with_header(
                 tiny_http::Header::from_bytes("Content-Type", "application/json")
                     .expect("static header is valid"),
             );
+        if let Some(allow) = &reply.allow
+            && let Ok(header) = tiny_http::Header::from_bytes("Allow", allow.as_bytes())
+        {
+            response = response.with_header(header);
+        }
         let _ = request.respond(response);
     }
 }

@@ -27,6 +27,12 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// The HTTP API's OpenAPI document (JSON), as docs/openapi.json holds it.
+    Api {
+        /// What to print.
+        #[command(subcommand)]
+        command: ApiCommand,
+    },
     /// API tokens.
     Token {
         /// What to do.
@@ -39,6 +45,13 @@ pub enum Command {
         #[command(subcommand)]
         command: SettingsCommand,
     },
+}
+
+/// `kudurru api …`.
+#[derive(Debug, Subcommand)]
+pub enum ApiCommand {
+    /// Print the OpenAPI 3.0 document.
+    Openapi,
 }
 
 /// `kudurru settings …`.

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod lameduck;
 pub mod layers;
+pub mod openapi;
 pub mod ops;
 pub mod reload;
 pub mod serve;

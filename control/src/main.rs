@@ -1,8 +1,10 @@
 //! The `kudurru` binary: parse flags, dispatch, map errors to exit codes.
 
 use clap::Parser;
-use kudurru_control::cli::{Cli, Command, ConfigCommand, SettingsCommand, TokenCommand};
-use kudurru_control::{api, config, lameduck, layers, serve, tokens};
+use kudurru_control::cli::{
+    ApiCommand, Cli, Command, ConfigCommand, SettingsCommand, TokenCommand,
+};
+use kudurru_control::{api, config, lameduck, layers, openapi, serve, tokens};
 
 fn main() {
     let cli = Cli::parse();
@@ -42,6 +44,12 @@ fn main() {
                 serve::exit::CONFIG
             }
         },
+        Command::Api {
+            command: ApiCommand::Openapi,
+        } => {
+            print!("{}", openapi::render());
+            serve::exit::OK
+        }
         Command::Token { command } => match token(command) {
             Ok(text) => {
                 print!("{text}");

@@ -74,6 +74,10 @@ pub struct ReloadStats {
     pub applied: AtomicU64,
     /// Reloads refused: the file did not parse or validate (the last good settings stay).
     pub rejected: AtomicU64,
+    /// Why the last reload was refused; cleared by the next good one.
+    pub last_error: Mutex<Option<String>>,
+    /// Restart-bound keys whose configured value differs from the running one.
+    pub pending_restart: Mutex<Vec<&'static str>>,
 }
 
 /// The effective configuration and what to tell when it changes.
@@ -134,9 +138,13 @@ impl Reloadable {
             .read_settings()
             .and_then(|file| self.apply(file.as_ref()));
         match result {
-            Ok(keys) => keys,
+            Ok(keys) => {
+                *lock(&self.stats.last_error) = None;
+                keys
+            }
             Err(e) => {
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                *lock(&self.stats.last_error) = Some(e.to_string());
                 tracing::error!(error = %e, "settings not applied; the last good settings stay");
                 Vec::new()
             }
@@ -185,6 +193,7 @@ impl Reloadable {
         // The whole file must be valid, restart-bound keys included.
         config.validate()?;
         let mut hot = Vec::new();
+        let mut pending = Vec::new();
         for key in KEYS {
             if key.get(&config) == key.get(&old.config) {
                 continue;
@@ -197,6 +206,7 @@ impl Reloadable {
                     "setting changed; it takes effect after a restart"
                 );
                 key.copy(&mut config, &old.config);
+                pending.push(key.key);
             } else {
                 hot.push(key.key);
             }
@@ -205,6 +215,7 @@ impl Reloadable {
             sources = sources.with(key.key, old.sources.of(key.key));
         }
         let validated = config.validate()?;
+        *lock(&self.stats.pending_restart) = pending;
         let new = Arc::new(Running {
             config,
             sources,
@@ -238,6 +249,10 @@ impl Reloadable {
         }
         Ok(hot)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Watches the settings file; dropping the handle stops the watcher thread.

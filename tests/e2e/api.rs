@@ -323,3 +323,120 @@ fn log_level_changes_live_through_the_node_api() {
         "debug lines appear"
     );
 }
+
+/// schemathesis: from the environment, PATH, or the venv `.ci/test-deps` creates.
+fn schemathesis() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("KUDURRU_SCHEMATHESIS") {
+        return path.into();
+    }
+    let venv = std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
+        .join(".cache/kudurru/venv/bin/st");
+    if venv.exists() {
+        return venv;
+    }
+    "st".into()
+}
+
+#[test]
+fn the_openapi_document_holds_against_the_running_server() {
+    // A bounded schemathesis run (30 examples per operation) with an admin token:
+    // every response must match the document (status, content type, schema, Allow on 405) and
+    // schema-invalid requests must be refused. Not checked: that every schema-valid PATCH is
+    // accepted, since cross-key rules (cache.minTTL <= cache.maxTTL) and URL syntax are the
+    // validator's, not the schema's.
+    let dir = std::env::temp_dir().join(format!("kudurru-api-st-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("settings.toml");
+    std::fs::write(&file, "").unwrap();
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .env("KUDURRU_SETTINGS_FILE", file.to_str().unwrap())
+        .start();
+    let admin = k.token("admin", None);
+    let doc = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+    let out = Command::new(schemathesis())
+        .args(["run", doc, "--url"])
+        .arg(format!("http://{}", k.api))
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {admin}"))
+        .args([
+            "-n",
+            "30",
+            "--seed",
+            "1",
+            "--checks",
+            "all",
+        ])
+        .args(["--exclude-checks", "positive_data_acceptance"])
+        .output()
+        .expect("schemathesis runs (.ci/test-deps installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("No issues found"), "{text}");
+    assert_eq!(
+        k.metric("kudurru_dns_responses_total{rcode=\"none\"}"),
+        Some(0.0),
+        "the server kept serving"
+    );
+    assert_eq!(dig(k.addr, &["localhost", "A"]).status, "NOERROR");
+}
+
+#[test]
+fn doctor_and_messages_report_what_an_operator_must_fix() {
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()]).start();
+    let viewer = k.token("viewer", None);
+    let (status, doctor) = curl(&k, "GET", "/api/v1/doctor", Some(&viewer), None);
+    assert_eq!(status, 200);
+    let check = |doctor: &serde_json::Value, name: &str| -> String {
+        doctor["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["status"].as_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(check(&doctor, "databases"), "ok");
+    assert_eq!(check(&doctor, "tokens"), "ok");
+    assert_eq!(check(&doctor, "readiness"), "ok");
+    assert_eq!(
+        check(&doctor, "settings_file"),
+        "warn",
+        "no settings file: API changes are not persisted"
+    );
+
+    // A world-readable database file in the data directory.
+    let db = k.data_dir.join("querylog.redb");
+    std::fs::write(&db, b"").unwrap();
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (_, doctor) = curl(&k, "GET", "/api/v1/doctor", Some(&viewer), None);
+    assert_eq!(check(&doctor, "databases"), "warn");
+    assert!(doctor.to_string().contains("querylog.redb"));
+    assert!(doctor["counts"]["warn"].as_u64().unwrap() >= 2);
+
+    // Lameduck shows in readiness; messages list diagnoses by severity.
+    let (status, _) = (
+        Command::new("curl")
+            .args(["-sS", "-X", "POST"])
+            .arg(format!("http://{}/lameduck", k.ops))
+            .status()
+            .unwrap(),
+        (),
+    );
+    assert!(status.success());
+    let (_, doctor) = curl(&k, "GET", "/api/v1/doctor", Some(&viewer), None);
+    assert_eq!(check(&doctor, "readiness"), "warn");
+    let (status, messages) = curl(&k, "GET", "/api/v1/info/messages", Some(&viewer), None);
+    assert_eq!(status, 200);
+    let codes: Vec<&str> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["code"].as_str().unwrap())
+        .collect();
+    assert!(codes.contains(&"no_settings_file"), "{codes:?}");
+}

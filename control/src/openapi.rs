@@ -1,0 +1,334 @@
+//! The OpenAPI 3.0 document of the HTTP API, generated from the route table and the key table,
+//! so it cannot drift from the code. `kudurru api openapi` prints it; docs/openapi.json is that
+//! output (a test compares them) and the end-to-end suite runs schemathesis against it.
+
+use serde_json::{Map, Value, json};
+
+use crate::api::ROUTES;
+use crate::config::{KEYS, KeyInfo, Scope};
+
+/// Documented ranges of keys whose validation is a plain range (the validator is the authority;
+/// cross-key rules such as minTTL <= maxTTL cannot be written in a schema).
+fn range(key: &str) -> Option<(u64, Option<u64>)> {
+    Some(match key {
+        "cache.maxEntries" | "tcp.maxConnectionsPerCore" | "tcp.maxPipelined" => (1, None),
+        "cache.servfailTTL" => (1, Some(300)),
+        "edns.udpPayload" => (512, Some(4096)),
+        "ratelimit.qps" => (0, Some(1_000_000)),
+        "ratelimit.burst" => (1, Some(1_000_000)),
+        "ratelimit.ipv4Prefix" => (0, Some(32)),
+        "ratelimit.ipv6Prefix" => (0, Some(128)),
+        "ratelimit.tableSize" => (64, Some(1 << 24)),
+        _ => return None,
+    })
+}
+
+fn value_schema(key: &KeyInfo) -> Value {
+    if let Some((min, max)) = range(key.key) {
+        let mut schema = json!({ "type": "integer", "minimum": min });
+        if let Some(max) = max {
+            schema["maximum"] = max.into();
+        }
+        return schema;
+    }
+    match key.kind {
+        "duration" if key.key == "shutdown.drainDelay" => {
+            json!({ "type": "string", "pattern": "^[0-9]+(ms|s|m|h|d)$" })
+        }
+        "duration" => json!({ "type": "string", "pattern": "^[1-9][0-9]*(ms|s|m|h|d)$" }),
+        "integer" | "seconds" => json!({ "type": "integer", "minimum": 0 }),
+        "list of integers" => {
+            json!({ "type": "array", "items": { "type": "integer", "minimum": 0 } })
+        }
+        kind if kind.starts_with("list of") => {
+            json!({ "type": "array", "items": { "type": "string" } })
+        }
+        _ => json!({ "type": "string" }),
+    }
+}
+
+/// Nested object schema of `keys` (sections become objects).
+fn keys_schema<'k>(keys: impl Iterator<Item = &'k KeyInfo>) -> Value {
+    let mut root = Map::new();
+    for key in keys {
+        let mut segments: Vec<&str> = key.key.split('.').collect();
+        let last = segments.pop().unwrap_or(key.key);
+        let mut current = &mut root;
+        for segment in segments {
+            let section = current.entry(segment).or_insert_with(
+                || json!({ "type": "object", "additionalProperties": false, "properties": {} }),
+            );
+            current = section["properties"]
+                .as_object_mut()
+                .expect("sections have properties");
+        }
+        let mut schema = value_schema(key);
+        schema["description"] = format!(
+            "{}{}",
+            key.description,
+            if key.restart_required {
+                " (restart)"
+            } else {
+                " (hot)"
+            }
+        )
+        .into();
+        current.insert(last.to_owned(), schema);
+    }
+    json!({ "type": "object", "additionalProperties": false, "properties": root })
+}
+
+fn error_response(description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
+    })
+}
+
+fn read_schema(with_file: bool) -> Value {
+    let mut schema = json!({
+        "type": "object",
+        "required": ["values", "sources", "restartRequired"],
+        "properties": {
+            "values": { "type": "object" },
+            "sources": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "string",
+                    "enum": ["default", "node-file", "settings-file", "api", "env", "flag"]
+                }
+            },
+            "restartRequired": { "type": "array", "items": { "type": "string" } }
+        }
+    });
+    if with_file {
+        schema["properties"]["settingsFile"] = json!({ "type": "string", "nullable": true });
+        schema["required"]
+            .as_array_mut()
+            .expect("array")
+            .push("settingsFile".into());
+    }
+    schema
+}
+
+fn patch_result() -> Value {
+    json!({
+        "type": "object",
+        "required": ["persisted", "changed", "restartRequired"],
+        "properties": {
+            "persisted": { "type": "boolean" },
+            "changed": { "type": "array", "items": { "type": "string" } },
+            "restartRequired": { "type": "array", "items": { "type": "string" } }
+        }
+    })
+}
+
+fn upstreams_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["upstreams"],
+        "properties": { "upstreams": { "type": "array", "items": {
+            "type": "object",
+            "required": ["upstream", "queries", "errors", "answered", "mismatchedReplies", "tcpRetries", "meanLatencyMs", "healthy"],
+            "properties": {
+                "upstream": { "type": "string" },
+                "queries": { "type": "integer" },
+                "errors": { "type": "integer" },
+                "answered": { "type": "integer" },
+                "mismatchedReplies": { "type": "integer" },
+                "tcpRetries": { "type": "integer" },
+                "meanLatencyMs": { "type": "number" },
+                "healthy": { "type": "boolean" }
+            }
+        } } }
+    })
+}
+
+fn checks_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["checks", "counts"],
+        "properties": {
+            "checks": { "type": "array", "items": {
+                "type": "object",
+                "required": ["name", "status", "message"],
+                "properties": {
+                    "name": { "type": "string" },
+                    "status": { "type": "string", "enum": ["ok", "warn", "fail"] },
+                    "message": { "type": "string" }
+                }
+            } },
+            "counts": {
+                "type": "object",
+                "required": ["ok", "warn", "fail"],
+                "properties": {
+                    "ok": { "type": "integer" }, "warn": { "type": "integer" }, "fail": { "type": "integer" }
+                }
+            }
+        }
+    })
+}
+
+fn messages_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["messages"],
+        "properties": { "messages": { "type": "array", "items": {
+            "type": "object",
+            "required": ["severity", "code", "message"],
+            "properties": {
+                "severity": { "type": "string", "enum": ["info", "warning", "error"] },
+                "code": { "type": "string" },
+                "message": { "type": "string" }
+            }
+        } } }
+    })
+}
+
+fn operation(method: &str, path: &str, permission: &str) -> Value {
+    let (summary, ok_schema, body) = match (method, path) {
+        ("GET", "/api/v1/settings") => (
+            "Effective cluster-scope settings with their sources",
+            read_schema(true),
+            None,
+        ),
+        ("PATCH", "/api/v1/settings") => (
+            "Change cluster-scope settings: validated whole, persisted to the settings file, applied",
+            patch_result(),
+            Some(keys_schema(
+                KEYS.iter()
+                    .filter(|k| k.scope == Scope::Cluster && !k.host_only),
+            )),
+        ),
+        ("GET", "/api/v1/node/config") => (
+            "Effective node-scope configuration with sources",
+            read_schema(false),
+            None,
+        ),
+        ("PATCH", "/api/v1/node/config") => (
+            "Change node-scope keys in memory (host-only keys refused)",
+            patch_result(),
+            Some(keys_schema(
+                KEYS.iter()
+                    .filter(|k| k.scope == Scope::Node && !k.host_only),
+            )),
+        ),
+        ("GET", "/api/v1/upstreams") => (
+            "Counters, latency and health per upstream",
+            upstreams_schema(),
+            None,
+        ),
+        ("GET", "/api/v1/info/messages") => (
+            "Diagnoses of the running configuration",
+            messages_schema(),
+            None,
+        ),
+        ("GET", "/api/v1/doctor") => ("Self-checks: each ok, warn or fail", checks_schema(), None),
+        _ => ("", json!({}), None),
+    };
+    let mut responses = json!({
+        "200": { "description": "OK", "content": { "application/json": { "schema": ok_schema } } },
+        "401": error_response("Missing, unknown, revoked or expired token"),
+        "403": error_response(&format!("The token's role lacks {permission}")),
+    });
+    let mut op = json!({
+        "summary": summary,
+        "description": format!("Needs permission `{permission}`."),
+        "security": [{ "bearer": [] }],
+    });
+    if let Some(schema) = body {
+        for (status, why) in [
+            (
+                "400",
+                "Invalid JSON, unknown key, wrong scope, host-only key or invalid value (the key is named)",
+            ),
+            (
+                "409",
+                "The key is held by the environment or a flag, or the settings file does not parse",
+            ),
+            ("413", "Body larger than 64 KiB"),
+            ("415", "Content-Type is not application/json"),
+        ] {
+            responses[status] = error_response(why);
+        }
+        op["requestBody"] =
+            json!({ "required": true, "content": { "application/json": { "schema": schema } } });
+    }
+    op["responses"] = responses;
+    op
+}
+
+/// The whole document.
+pub fn document() -> Value {
+    let mut paths = Map::new();
+    for &(method, path, permission) in ROUTES {
+        let entry = paths.entry(path).or_insert_with(|| json!({}));
+        entry[method.to_ascii_lowercase()] = operation(method, path, permission.name());
+    }
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "kudurru API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "JSON API of a kudurru node. Bearer tokens from `kudurru token create`; roles viewer < operator < admin."
+        },
+        "paths": paths,
+        "components": {
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+            "schemas": { "Error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": { "type": "string" },
+                    "message": { "type": "string" },
+                    "key": { "type": "string" }
+                }
+            } }
+        }
+    })
+}
+
+/// The document as docs/openapi.json holds it.
+pub fn render() -> String {
+    serde_json::to_string_pretty(&document()).unwrap_or_default() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docs_openapi_json_matches_the_code() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json"))
+                .unwrap();
+        assert_eq!(
+            doc,
+            render(),
+            "docs/openapi.json is stale: regenerate with `kudurru api openapi > docs/openapi.json`"
+        );
+    }
+
+    #[test]
+    fn every_route_is_documented_with_its_errors() {
+        let doc = document();
+        for &(method, path, _) in ROUTES {
+            let op = &doc["paths"][path][method.to_ascii_lowercase()];
+            assert!(op.is_object(), "{method} {path}");
+            for status in ["200", "401", "403"] {
+                assert!(
+                    op["responses"][status].is_object(),
+                    "{method} {path} {status}"
+                );
+            }
+            if method == "PATCH" {
+                for status in ["400", "409", "413", "415"] {
+                    assert!(
+                        op["responses"][status].is_object(),
+                        "{method} {path} {status}"
+                    );
+                }
+            }
+        }
+    }
+}
