@@ -195,7 +195,7 @@ impl Reloadable {
         let mut hot = Vec::new();
         let mut pending = Vec::new();
         for key in KEYS {
-            if key.get(&config) == key.get(&old.config) {
+            if same_value(key, &key.get(&config), &key.get(&old.config)) {
                 continue;
             }
             if key.restart_required {
@@ -249,6 +249,18 @@ impl Reloadable {
         }
         Ok(hot)
     }
+}
+
+/// Whether two texts of `key` mean the same value (`0s` and `0ms` are one duration).
+fn same_value(key: &crate::config::KeyInfo, a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    key.kind == "duration"
+        && matches!(
+            (humantime::parse_duration(a), humantime::parse_duration(b)),
+            (Ok(x), Ok(y)) if x == y
+        )
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -343,6 +355,19 @@ fn relevant(event: &notify::Event, name: Option<&std::ffi::OsStr>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn equal_durations_written_differently_are_no_change() {
+        let key = crate::config::find_key("shutdown.drainDelay").unwrap();
+        assert!(same_value(key, "0s", "0ms"));
+        assert!(same_value(key, "1m", "60s"));
+        assert!(!same_value(key, "1s", "2s"));
+        let other = crate::config::find_key("server.version").unwrap();
+        assert!(
+            !same_value(other, "1s", "1000ms"),
+            "only durations are normalised"
+        );
+    }
 
     #[test]
     fn the_hot_keys_are_exactly_the_keys_not_marked_restart_required() {

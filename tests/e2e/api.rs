@@ -359,14 +359,7 @@ fn the_openapi_document_holds_against_the_running_server() {
         .arg(format!("http://{}", k.api))
         .arg("-H")
         .arg(format!("Authorization: Bearer {admin}"))
-        .args([
-            "-n",
-            "30",
-            "--seed",
-            "1",
-            "--checks",
-            "all",
-        ])
+        .args(["-n", "30", "--seed", "1", "--checks", "all"])
         .args(["--exclude-checks", "positive_data_acceptance"])
         .output()
         .expect("schemathesis runs (.ci/test-deps installs it)");
