@@ -152,7 +152,8 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     });
     reloadable.subscribe("data plane settings", move |change| {
         // Cores pick the new snapshot up between queries: cache capacity (maintenance, once a
-        // second), TTL clamps (next insert), limiter (next query), upstream set (next attempt).
+        // second), TTL clamps (next insert), limiter (next query), upstream set (next resolution; one in
+        // flight finishes on the set it started with).
         settings.store(Arc::new(change.new.validated.settings.clone()));
     });
     let _watcher = match reloadable.settings_path() {
