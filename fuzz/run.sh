@@ -15,7 +15,7 @@ for target in $targets; do
   set +e +o pipefail
   cargo fuzz run -s none "$target" "corpus/$target" "seeds/$target" -- \
     -max_total_time="$seconds" -print_final_stats=1 2>&1 | tee "target/$target.log" \
-    | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::average_exec_per_sec|INFO: seed corpus|==[0-9]+==|thread .* panicked|SUMMARY|Done)'
+    | grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|INFO: seed corpus|==[0-9]+==|thread .* panicked|SUMMARY|Done)'
   status=${PIPESTATUS[0]}
   set -e -o pipefail
   if [ "$status" -ne 0 ]; then

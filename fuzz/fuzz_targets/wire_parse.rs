@@ -1,6 +1,6 @@
 //! Arbitrary bytes through kudurru's query scanner and the ingress stage: never panics; what
-//! scans agrees with `domain` on the question; every response written parses and answers the
-//! query's ID.
+//! scans agrees with `domain` on the question and re-encodes to a query that scans to the same
+//! key; every response written parses and answers the query's ID.
 #![no_main]
 
 use domain::base::Message;
@@ -21,6 +21,12 @@ fuzz_target!(|data: &[u8]| {
             .expect("a scanned query has one question");
         assert_eq!(question.qtype().to_int(), query.qtype());
         assert_eq!(question.qclass().to_int(), query.qclass());
+        // Re-encoded (as kudurru sends it upstream) it scans back to the same key.
+        let mut again = Vec::new();
+        wire::write_upstream_query(query.key(), query.id(), &mut again);
+        let reparsed = Query::parse(&again).expect("a re-encoded query scans");
+        assert_eq!(reparsed.key(), query.key());
+        assert_eq!(reparsed.id(), query.id());
     }
     let local = LocalNames::new(ServerIdentity {
         identity: "fuzz".into(),
