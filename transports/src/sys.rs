@@ -351,3 +351,51 @@ fn std_to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t
     let storage = unsafe { std::ptr::read(sock.as_ptr().cast::<libc::sockaddr_storage>()) };
     (storage, sock.len())
 }
+
+/// Waits until one of `fds` is readable or `timeout` passes (nanosecond resolution, `ppoll`);
+/// returns how many are readable. For callers that block their thread on purpose, such as the
+/// load generator's UDP loop: a glommio wait would add its reactor's wake-up delay.
+pub fn poll_readable(fds: &[RawFd], timeout: std::time::Duration) -> io::Result<usize> {
+    let mut polled: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let spec = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `polled` holds `fds.len()` initialised pollfds and `spec` a valid timespec; both
+    // outlive the call; a null signal mask keeps the current one.
+    let rc = unsafe {
+        libc::ppoll(
+            polled.as_mut_ptr(),
+            polled.len() as libc::nfds_t,
+            &spec,
+            std::ptr::null(),
+        )
+    };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        return if err.kind() == io::ErrorKind::Interrupted {
+            Ok(0)
+        } else {
+            Err(err)
+        };
+    }
+    Ok(rc as usize)
+}
+
+/// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`), how late the kernel may fire
+/// its timers to batch wake-ups (50 µs by default): a load generator wants its sends on time.
+pub fn set_timer_slack(nanoseconds: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and only changes this thread.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, nanoseconds as libc::c_ulong) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

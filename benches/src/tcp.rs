@@ -1,0 +1,256 @@
+//! A TCP flow (RFC 7766): one persistent connection at a time, queries pipelined on it up to
+//! `--streams` in flight, replies matched in any order.
+//!
+//! ```text
+//! flow task (writer): schedule ─▶ frames ─▶ socket      reader task: socket ─▶ frames ─▶ check
+//!        ▲                                                     │
+//!        └──────────── wake (an answer freed room) ────────────┘
+//! ```
+//! A connection that fails or closes loses the queries in flight on it (counted as `closed`);
+//! the flow reconnects and goes on. A write that cannot finish within `--timeout` (a target
+//! that stopped reading) ends the connection the same way.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use futures_lite::io::ReadHalf;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use glommio::net::TcpStream;
+use kudurru_core::FrameBuffer;
+
+use crate::inflight::InFlight;
+use crate::queries::{Asked, QueryMix};
+use crate::run::{Clock, Flow, Load, sleep_until};
+use crate::tally::{ErrorKind, Progress, Tally};
+
+/// Queries written per write call at most.
+const FRAMES_PER_WRITE: usize = 64;
+/// Pause before reconnecting after a failed connect.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+/// Longest sleep, so an interrupt is noticed promptly.
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// State the writer and the reader of one flow share (one core, no await while borrowed).
+struct Shared {
+    inflight: InFlight,
+    tally: Tally,
+    closed: bool,
+}
+
+/// Runs `future` until `deadline`; `None` when the deadline passed first.
+async fn until<T>(deadline: Instant, future: impl Future<Output = T>) -> Option<T> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    futures_lite::future::or(async { Some(future.await) }, async {
+        glommio::timer::sleep(left).await;
+        None
+    })
+    .await
+}
+
+/// Waits for a wake from the reader, at most until `deadline_ns`.
+async fn wait(clock: Clock, wake: &LocalReceiver<()>, deadline_ns: u64) {
+    let deadline = clock.instant(deadline_ns).min(Instant::now() + MAX_SLEEP);
+    let _ = until(deadline, wake.recv()).await;
+}
+
+/// Runs one TCP flow to its end and returns what it counted.
+pub(crate) async fn flow(flow: Flow) -> Result<Tally, String> {
+    let plan = flow.plan.clone();
+    let mut rng = flow.rng();
+    let shared = Rc::new(RefCell::new(Shared {
+        inflight: InFlight::new(&mut rng),
+        tally: Tally::new(),
+        closed: false,
+    }));
+    let mut cursor = flow.first_question();
+    let mut next = 0u64;
+    let scheduled = match plan.load {
+        Load::Open { rate } => flow.scheduled(rate),
+        Load::Closed { .. } => 0,
+    };
+    let timeout_ns = plan.timeout.as_nanos() as u64;
+    let duration_ns = plan.duration.as_nanos() as u64;
+    let mut frames = Vec::with_capacity(FRAMES_PER_WRITE * 64);
+    let mut query = Vec::with_capacity(512);
+    let mut sending = true;
+    sleep_until(flow.clock, 0).await;
+    'connections: loop {
+        let now = flow.clock.now_ns();
+        if sending && !flow.sending(now) {
+            sending = false;
+            shared.borrow_mut().tally.sending_ns = now.min(duration_ns);
+        }
+        if !sending {
+            break;
+        }
+        let connect_deadline = Instant::now() + plan.timeout;
+        let Some(Ok(stream)) = until(connect_deadline, TcpStream::connect(plan.target.addr)).await
+        else {
+            shared.borrow_mut().tally.error(ErrorKind::Connect, 1);
+            Progress::add(&flow.progress.failed, 1);
+            let pause = flow
+                .clock
+                .instant(duration_ns)
+                .min(Instant::now() + RECONNECT_PAUSE);
+            glommio::timer::sleep(pause.saturating_duration_since(Instant::now())).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (reader, mut writer) = futures_lite::io::split(stream);
+        let (wake_tx, wake_rx) = local_channel::new_bounded(1);
+        shared.borrow_mut().closed = false;
+        let reader = glommio::spawn_local(read_replies(
+            reader,
+            shared.clone(),
+            plan.mix.clone(),
+            flow.clock,
+            flow.progress.clone(),
+            wake_tx,
+        ));
+        loop {
+            let now = flow.clock.now_ns();
+            if sending && !flow.sending(now) {
+                sending = false;
+                shared.borrow_mut().tally.sending_ns = now.min(duration_ns);
+            }
+            let next_expiry = {
+                let mut state = shared.borrow_mut();
+                let expired = state.inflight.expire(now, timeout_ns) as u64;
+                state.tally.timeouts += expired;
+                Progress::add(&flow.progress.failed, expired);
+                if state.closed {
+                    break;
+                }
+                if !sending && state.inflight.outstanding() == 0 {
+                    break 'connections;
+                }
+                state.inflight.next_expiry(timeout_ns).unwrap_or(u64::MAX)
+            };
+            if !sending {
+                wait(flow.clock, &wake_rx, next_expiry).await;
+                continue;
+            }
+            // Frame what is due.
+            frames.clear();
+            let mut written = 0u64;
+            let mut fresh = 0u64;
+            {
+                let mut state = shared.borrow_mut();
+                let state = &mut *state;
+                while (written as usize) < FRAMES_PER_WRITE {
+                    let stamp = match plan.load {
+                        Load::Open { rate } => {
+                            let due = flow.intended_ns(rate, next);
+                            if due > now || next >= scheduled {
+                                break;
+                            }
+                            next += 1;
+                            if state.inflight.outstanding() >= plan.streams {
+                                state.tally.error(ErrorKind::Backlog, 1);
+                                Progress::add(&flow.progress.failed, 1);
+                                continue;
+                            }
+                            due
+                        }
+                        Load::Closed { concurrency } => {
+                            let limit = flow.concurrency(concurrency).min(plan.streams);
+                            if state.inflight.outstanding() >= limit {
+                                break;
+                            }
+                            now
+                        }
+                    };
+                    let asked = plan.mix.pick(&mut rng, &mut cursor);
+                    let Some(id) = state.inflight.start(asked, stamp) else {
+                        state.tally.error(ErrorKind::IdsExhausted, 1);
+                        break;
+                    };
+                    plan.mix.write_query(asked, id, &mut query);
+                    frames.extend_from_slice(&(query.len() as u16).to_be_bytes());
+                    frames.extend_from_slice(&query);
+                    written += 1;
+                    fresh += u64::from(matches!(asked, Asked::Fresh(_)));
+                }
+            }
+            if written == 0 {
+                let mut wake = next_expiry.min(duration_ns);
+                if let Load::Open { rate } = plan.load
+                    && next < scheduled
+                {
+                    wake = wake.min(flow.intended_ns(rate, next));
+                }
+                wait(flow.clock, &wake_rx, wake).await;
+                continue;
+            }
+            let write_deadline = Instant::now() + plan.timeout;
+            let ok = matches!(
+                until(write_deadline, async {
+                    writer.write_all(&frames).await?;
+                    writer.flush().await
+                })
+                .await,
+                Some(Ok(()))
+            );
+            {
+                let mut state = shared.borrow_mut();
+                // Counted as sent even when the write failed part-way: the queries were offered
+                // and are lost with the connection below.
+                state.tally.sent += written;
+                state.tally.fresh += fresh;
+                Progress::add(&flow.progress.sent, written);
+                if !ok {
+                    state.closed = true;
+                }
+            }
+        }
+        drop(reader);
+        let mut state = shared.borrow_mut();
+        let lost = state.inflight.abandon_all() as u64;
+        state.tally.error(ErrorKind::Closed, lost);
+        Progress::add(&flow.progress.failed, lost);
+    }
+    // Open loop: queries due while no connection was up were offered but never sent (after an
+    // interrupt the rest of the schedule was never due).
+    if matches!(plan.load, Load::Open { .. }) && !flow.stop.load(Ordering::Relaxed) {
+        let unsent = scheduled.saturating_sub(next);
+        shared.borrow_mut().tally.error(ErrorKind::Backlog, unsent);
+    }
+    Ok(std::mem::take(&mut shared.borrow_mut().tally))
+}
+
+/// Reads replies off one connection until it closes (then wakes the writer one last time).
+async fn read_replies(
+    mut reader: ReadHalf<TcpStream>,
+    shared: Rc<RefCell<Shared>>,
+    mix: Arc<QueryMix>,
+    clock: Clock,
+    progress: Arc<Progress>,
+    wake: LocalSender<()>,
+) {
+    let mut buffer = FrameBuffer::new();
+    loop {
+        let n = match reader.read(buffer.spare()).await {
+            Ok(0) | Err(_) => {
+                shared.borrow_mut().closed = true;
+                let _ = wake.try_send(());
+                return;
+            }
+            Ok(n) => n,
+        };
+        buffer.filled(n);
+        let arrived = clock.now_ns();
+        let mut state = shared.borrow_mut();
+        let state = &mut *state;
+        let before = state.tally.answered;
+        while let Some(message) = buffer.next_frame() {
+            let outcome = state.inflight.finish(&message, &mix);
+            state.tally.record(outcome, arrived);
+        }
+        Progress::add(&progress.answered, state.tally.answered - before);
+        let _ = wake.try_send(());
+    }
+}
