@@ -151,13 +151,11 @@ impl Flow {
         now_ns < self.plan.duration.as_nanos() as u64 && !self.stop.load(Ordering::Relaxed)
     }
 
-    /// A generator seeded for this flow.
+    /// A generator seeded for this flow. Its state starts at a hashed, not merely shifted,
+    /// value: splitmix64 walks one fixed cycle, so seeds a multiple of its step apart would
+    /// replay each other's sequence (and ask each other's fresh names).
     pub(crate) fn rng(&self) -> Rng {
-        Rng::new(
-            self.plan
-                .seed
-                .wrapping_add((self.index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-        )
+        Rng::new(Rng::new(self.plan.seed ^ self.index as u64).next_u64())
     }
 
     /// Where this flow starts in the fixed questions (flows spread over the list).
@@ -341,6 +339,20 @@ mod tests {
         // 250 per second per flow: every 4 ms, flow 1 offset by 1 ms.
         assert_eq!(f.intended_ns(1000.0, 0), 1_000_000);
         assert_eq!(f.intended_ns(1000.0, 1), 5_000_000);
+    }
+
+    #[test]
+    fn flows_draw_unrelated_sequences() {
+        let sequences: Vec<Vec<u64>> = (0..4)
+            .map(|i| {
+                let mut rng = flow(i, 4, Duration::ZERO).rng();
+                (0..64).map(|_| rng.next_u64()).collect()
+            })
+            .collect();
+        let mut all: Vec<u64> = sequences.concat();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 4 * 64, "no value shared between flows");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! 127.0.0.1; the default public upstreams are never used.
 
 mod api;
+mod bench;
 mod lifecycle;
 mod ratelimit;
 mod reload;

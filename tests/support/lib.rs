@@ -63,6 +63,162 @@ pub fn kudurru_bin() -> PathBuf {
     .clone()
 }
 
+/// A binary of the bench crate (`kudurru-bench`, `kudurru-echo`), built once per test process.
+pub fn bench_bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "--quiet", "-p", "kudurru-bench", "--bins"])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the bench binaries failed");
+    });
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"));
+    target.join("debug").join(name)
+}
+
+/// What [`ScriptedResponder`] does with the Nth query it receives (counting from 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Script {
+    /// Answer only every `n`th query; drop the others.
+    AnswerEvery(usize),
+    /// Answer all, but every `n`th with another ID.
+    WrongIdEvery(usize),
+    /// Answer all, but every `n`th with another question type.
+    WrongQuestionEvery(usize),
+}
+
+/// A responder for load-generator tests, UDP and TCP on one port: it echoes each query as a
+/// NOERROR response, following its [`Script`], and counts what it did.
+pub struct ScriptedResponder {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    received: Arc<std::sync::atomic::AtomicUsize>,
+    answered: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl ScriptedResponder {
+    /// Starts the responder on a free loopback port.
+    pub fn start(script: Script) -> Self {
+        use std::sync::atomic::AtomicUsize;
+        let (addr, udp, tcp) = loop {
+            let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+            if let Ok(udp) = UdpSocket::bind(addr)
+                && let Ok(tcp) = TcpListener::bind(addr)
+            {
+                break (addr, udp, tcp);
+            }
+        };
+        udp.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        tcp.set_nonblocking(true).unwrap();
+        let received = Arc::new(AtomicUsize::new(0));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        // The Nth query overall (UDP and TCP share the count); `None`: drop it.
+        let reply = {
+            let (received, answered) = (received.clone(), answered.clone());
+            move |query: &[u8]| -> Option<Vec<u8>> {
+                let n = received.fetch_add(1, Ordering::SeqCst) + 1;
+                if query.len() < 12 {
+                    return None;
+                }
+                let mut out = query.to_vec();
+                out[2] |= 0x80;
+                out[3] = 0x80;
+                match script {
+                    Script::AnswerEvery(every) if n % every != 0 => return None,
+                    Script::WrongIdEvery(every) if n % every == 0 => out[0] ^= 0x80,
+                    Script::WrongQuestionEvery(every) if n % every == 0 => {
+                        // The last two bytes of the question are the class; the two before
+                        // them the type (queries without OPT end with the question).
+                        let at = out.len() - 3;
+                        out[at] ^= 0x40;
+                    }
+                    _ => {}
+                }
+                answered.fetch_add(1, Ordering::SeqCst);
+                Some(out)
+            }
+        };
+        {
+            let (stop, reply) = (stop.clone(), reply.clone());
+            thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((n, peer)) = udp.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    if let Some(out) = reply(&buf[..n]) {
+                        let _ = udp.send_to(&out, peer);
+                    }
+                }
+            });
+        }
+        {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((mut stream, _)) = tcp.accept() else {
+                        thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    let reply = reply.clone();
+                    thread::spawn(move || {
+                        let _ = stream.set_nonblocking(false);
+                        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                        loop {
+                            let mut len = [0u8; 2];
+                            if stream.read_exact(&mut len).is_err() {
+                                return;
+                            }
+                            let mut message = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                            if stream.read_exact(&mut message).is_err() {
+                                return;
+                            }
+                            if let Some(out) = reply(&message) {
+                                let mut frame = (out.len() as u16).to_be_bytes().to_vec();
+                                frame.extend_from_slice(&out);
+                                if stream.write_all(&frame).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        Self {
+            addr,
+            received,
+            answered,
+            stop,
+        }
+    }
+
+    /// Queries received so far.
+    pub fn received(&self) -> usize {
+        self.received.load(Ordering::SeqCst)
+    }
+
+    /// Replies sent so far (mangled ones included).
+    pub fn answered(&self) -> usize {
+        self.answered.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ScriptedResponder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
 /// A loopback port free for UDP and TCP on 127.0.0.1 and ::1 right now, never handed out twice
 /// by this process (tests run in parallel threads).
 ///
@@ -205,6 +361,19 @@ impl TestUpstream {
             .get(&(name.to_ascii_lowercase(), transport))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Distinct names asked (over either transport) that end in `suffix` (presentation form,
+    /// lowercase, trailing dot).
+    pub fn names_under(&self, suffix: &str) -> usize {
+        let seen = self.seen.lock().unwrap();
+        let names: std::collections::HashSet<&str> = seen
+            .counts
+            .keys()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| name.ends_with(suffix))
+            .collect();
+        names.len()
     }
 
     /// Queries for `name` over both transports.

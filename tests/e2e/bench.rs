@@ -1,0 +1,321 @@
+//! kudurru-bench against a scripted responder (exact counts) and against the real server
+//! (its counts agree with the server's own metrics and the upstream's log).
+
+use std::process::Command;
+
+use kudurru_e2e::{Kudurru, Script, ScriptedResponder, TestUpstream, bench_bin};
+use serde_json::Value;
+
+/// Runs kudurru-bench with `args` and returns its JSON report (stdout holds only the JSON with
+/// `--json -`) and its standard error.
+fn bench(args: &[&str]) -> (Value, String) {
+    let output = Command::new(bench_bin("kudurru-bench"))
+        .args(args)
+        .args(["--json", "-"])
+        .output()
+        .expect("kudurru-bench runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "kudurru-bench failed: {stderr}");
+    let report = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    });
+    (report, stderr)
+}
+
+fn count(report: &Value, key: &str) -> u64 {
+    report[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} in {report}"))
+}
+
+fn errors(report: &Value) -> u64 {
+    report["errors"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum()
+}
+
+/// Open loop at 400 queries/s for 1.5 s: exactly 600 queries on the schedule.
+const OPEN_LOOP: [&str; 6] = ["--rate", "400", "--duration", "1500ms", "--timeout", "1s"];
+
+fn every_other_unanswered(scheme: &str) {
+    let responder = ScriptedResponder::start(Script::AnswerEvery(2));
+    let target = format!("{scheme}://{}", responder.addr);
+    // 200 queries/s per connection, half of them waiting out the 1 s timeout: room for 100
+    // in flight and more.
+    let mut args = vec![target.as_str(), "--connections", "2", "--streams", "300"];
+    args.extend(OPEN_LOOP);
+    let (report, stderr) = bench(&args);
+    let sent = count(&report, "sent");
+    assert_eq!(sent, 600, "the open-loop schedule: {report}");
+    assert_eq!(
+        sent as usize,
+        responder.received(),
+        "every query sent arrived"
+    );
+    let answered = count(&report, "answered");
+    assert_eq!(answered as usize, responder.answered());
+    assert_eq!(answered, 300, "every other query answered: {report}");
+    assert_eq!(count(&report, "timeouts"), 300, "{report}");
+    assert_eq!(report["rcodes"]["NOERROR"], 300);
+    assert_eq!(errors(&report), 0, "{report}");
+    assert_eq!(report["mismatches"]["unknown_id"], 0);
+    assert_eq!(report["mismatches"]["question"], 0);
+    assert!(
+        !stderr.contains('\r'),
+        "no progress line when stderr is not a terminal"
+    );
+}
+
+#[test]
+fn bench_udp_every_other_query_unanswered_is_half_timeouts() {
+    every_other_unanswered("udp");
+}
+
+#[test]
+fn bench_tcp_every_other_query_unanswered_is_half_timeouts() {
+    every_other_unanswered("tcp");
+}
+
+#[test]
+fn bench_counts_replies_with_the_wrong_question_and_never_accepts_them() {
+    let responder = ScriptedResponder::start(Script::WrongQuestionEvery(3));
+    let target = format!("udp://{}", responder.addr);
+    let (report, _) = bench(&[
+        &target,
+        "--rate",
+        "300",
+        "--duration",
+        "1s",
+        "--timeout",
+        "1s",
+    ]);
+    assert_eq!(count(&report, "sent"), 300);
+    assert_eq!(report["mismatches"]["question"], 100, "{report}");
+    assert_eq!(count(&report, "answered"), 200);
+    assert_eq!(
+        count(&report, "timeouts"),
+        100,
+        "the mangled ones stay unanswered"
+    );
+}
+
+#[test]
+fn bench_counts_replies_with_an_unknown_id_and_never_accepts_them() {
+    let responder = ScriptedResponder::start(Script::WrongIdEvery(4));
+    let target = format!("tcp://{}", responder.addr);
+    let (report, _) = bench(&[
+        &target,
+        "--rate",
+        "400",
+        "--duration",
+        "1s",
+        "--timeout",
+        "1s",
+        "--connections",
+        "1",
+        "--streams",
+        "500",
+    ]);
+    assert_eq!(count(&report, "sent"), 400);
+    let m = &report["mismatches"];
+    // A flipped ID usually matches nothing in flight; if it hits another query in flight,
+    // that query's question differs. Either way it is a mismatch, never an answer.
+    let mismatched = m["unknown_id"].as_u64().unwrap() + m["question"].as_u64().unwrap();
+    assert_eq!(mismatched, 100, "{report}");
+    assert_eq!(count(&report, "answered"), 300);
+    assert_eq!(count(&report, "timeouts"), 100);
+}
+
+fn against_kudurru(scheme: &str, transport: &str) {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let target = format!("{scheme}://{}", k.addr);
+    let suffix = format!("{transport}.bench-e2e.example.");
+    let (report, _) = bench(&[
+        &target,
+        "--concurrency",
+        "8",
+        "--connections",
+        "2",
+        "--streams",
+        "4",
+        "--duration",
+        "1s",
+        "--pool",
+        "40",
+        "--suffix",
+        &suffix,
+    ]);
+    let sent = count(&report, "sent");
+    assert!(sent > 100, "{report}");
+    assert_eq!(count(&report, "answered"), sent, "{report}");
+    assert_eq!(report["rcodes"]["NOERROR"].as_u64(), Some(sent));
+    assert_eq!(count(&report, "timeouts") + errors(&report), 0, "{report}");
+    let series = format!("kudurru_dns_queries_total{{transport=\"{transport}\",core=\"0\"}}");
+    assert_eq!(
+        k.metric(&series),
+        Some(sent as f64),
+        "the server counted exactly the queries the bench sent"
+    );
+    assert_eq!(
+        upstream.names_under(&suffix),
+        40,
+        "each pool name went upstream"
+    );
+    for i in [0, 17, 39] {
+        assert_eq!(
+            upstream.total(&format!("p{i}.{suffix}")),
+            1,
+            "asked upstream once"
+        );
+    }
+}
+
+#[test]
+fn bench_udp_counts_agree_with_the_server() {
+    against_kudurru("udp", "udp");
+}
+
+#[test]
+fn bench_tcp_counts_agree_with_the_server() {
+    against_kudurru("tcp", "tcp");
+}
+
+#[test]
+fn bench_fresh_names_are_cache_misses() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let target = format!("udp://{}", k.addr);
+    let suffix = "fresh.bench-e2e.example.";
+    let (report, _) = bench(&[
+        &target,
+        "--rate",
+        "400",
+        "--duration",
+        "1s",
+        "--pool",
+        "5",
+        "--suffix",
+        suffix,
+        "--miss-ratio",
+        "0.5",
+    ]);
+    let (sent, fresh) = (count(&report, "sent"), count(&report, "fresh"));
+    assert_eq!(count(&report, "answered"), sent, "{report}");
+    assert!((140..=260).contains(&fresh), "about half of 400: {report}");
+    // Every fresh name went upstream once, the five pool names once each.
+    assert_eq!(report["rcodes"]["NOERROR"].as_u64(), Some(sent), "{report}");
+    assert_eq!(upstream.names_under(suffix) as u64, fresh + 5, "{report}");
+}
+
+#[test]
+fn bench_unreachable_tcp_target_counts_connect_errors() {
+    // A port from below the ephemeral range that nothing here binds.
+    let addr = format!("tcp://127.0.0.1:{}", kudurru_e2e::free_port());
+    let (report, _) = bench(&[&addr, "--rate", "100", "--duration", "500ms"]);
+    assert_eq!(count(&report, "sent"), 0);
+    assert!(
+        report["errors"]["connect"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert_eq!(
+        report["errors"]["backlog"], 50,
+        "every scheduled query is accounted for"
+    );
+}
+
+#[test]
+fn bench_refuses_bad_arguments_with_specific_errors() {
+    let dir = std::env::temp_dir().join(format!("kudurru-bench-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("queries.txt");
+    std::fs::write(&file, "a.example A\nb.example NOPE\n").unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["tls://127.0.0.1"],
+            "`tls://` targets are not supported yet",
+        ),
+        (&["udp:127.0.0.1"], "has no scheme"),
+        (
+            &["udp://127.0.0.1:9", "--queries", file.to_str().unwrap()],
+            "queries.txt:2: unknown query type `NOPE`",
+        ),
+        (
+            &["udp://127.0.0.1:9", "--miss-ratio", "2"],
+            "--miss-ratio 2 is outside 0..1",
+        ),
+        (
+            &[
+                "udp://127.0.0.1:9",
+                "--concurrency",
+                "1",
+                "--connections",
+                "4",
+            ],
+            "--concurrency 1 is below the 4 flows",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = Command::new(bench_bin("kudurru-bench"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} should fail");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bench_compare_prints_ratios_of_two_reports() {
+    let responder = ScriptedResponder::start(Script::AnswerEvery(1));
+    let target = format!("udp://{}", responder.addr);
+    let dir = std::env::temp_dir().join(format!("kudurru-bench-cmp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |rate: &str, name: &str| {
+        let path = dir.join(name);
+        let status = Command::new(bench_bin("kudurru-bench"))
+            .args([&target, "--rate", rate, "--duration", "1s", "--json"])
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        path
+    };
+    let (a, b) = (run("100", "a.json"), run("300", "b.json"));
+    let output = Command::new(bench_bin("kudurru-bench"))
+        .arg("--compare")
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    let ratio = |row: &str| -> f64 {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(row))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("no {row} row in {text}"))
+    };
+    assert_eq!(ratio("sent"), 3.0, "{text}");
+    assert!((ratio("answered/s") - 3.0).abs() < 0.01, "{text}");
+    assert!(text.contains(&a.display().to_string()));
+    let not_a_report = dir.join("x.json");
+    std::fs::write(&not_a_report, "{}").unwrap();
+    let output = Command::new(bench_bin("kudurru-bench"))
+        .arg("--compare")
+        .args([&a, &not_a_report])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not a kudurru-bench report"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
