@@ -20,8 +20,10 @@ struct Slot {
     /// queries already answered.
     generation: u32,
     busy: bool,
-    /// When the query counts as sent, in nanoseconds since the run's start (the intended send
-    /// time in an open loop).
+    /// When the query was due, in nanoseconds since the run's start: the intended send time
+    /// in an open loop, the send itself in a closed loop.
+    due_ns: u64,
+    /// When it was actually sent (timeouts count from here).
     sent_ns: u64,
     asked: Asked,
 }
@@ -35,7 +37,9 @@ pub enum Outcome {
         rcode: u8,
         /// TC was set.
         truncated: bool,
-        /// When its query counted as sent.
+        /// When its query was due.
+        due_ns: u64,
+        /// When its query was sent.
         sent_ns: u64,
         /// What it asked.
         asked: Asked,
@@ -71,6 +75,7 @@ impl InFlight {
                 Slot {
                     generation: 0,
                     busy: false,
+                    due_ns: 0,
                     sent_ns: 0,
                     asked: Asked::Fixed(0),
                 };
@@ -88,12 +93,14 @@ impl InFlight {
         self.outstanding
     }
 
-    /// Registers a query about to be sent; its ID, or `None` when all 65536 are in flight.
-    pub fn start(&mut self, asked: Asked, sent_ns: u64) -> Option<u16> {
+    /// Registers a query about to be sent, due at `due_ns` and sent at `sent_ns`; its ID, or
+    /// `None` when all 65536 are in flight.
+    pub fn start(&mut self, asked: Asked, due_ns: u64, sent_ns: u64) -> Option<u16> {
         let id = self.free.pop_front()?;
         let slot = &mut self.slots[usize::from(id)];
         slot.generation = slot.generation.wrapping_add(1);
         slot.busy = true;
+        slot.due_ns = due_ns;
         slot.sent_ns = sent_ns;
         slot.asked = asked;
         self.order.push_back((id, slot.generation));
@@ -133,6 +140,7 @@ impl InFlight {
         Outcome::Answered {
             rcode: reply[3] & 0x0f,
             truncated: reply[2] & 0x02 != 0,
+            due_ns: slot.due_ns,
             sent_ns: slot.sent_ns,
             asked: slot.asked,
         }
@@ -202,7 +210,7 @@ mod tests {
     fn an_answer_frees_its_id_once() {
         let mix = mix();
         let mut inflight = InFlight::new(&mut Rng::new(3));
-        let id = inflight.start(Asked::Fixed(2), 1_000).unwrap();
+        let id = inflight.start(Asked::Fixed(2), 500, 1_000).unwrap();
         assert_eq!(inflight.outstanding(), 1);
         let reply = reply_to(&mix, Asked::Fixed(2), id, 3);
         assert_eq!(
@@ -210,6 +218,7 @@ mod tests {
             Outcome::Answered {
                 rcode: 3,
                 truncated: false,
+                due_ns: 500,
                 sent_ns: 1_000,
                 asked: Asked::Fixed(2)
             }
@@ -226,7 +235,7 @@ mod tests {
     fn mismatches_are_counted_and_the_query_keeps_waiting() {
         let mix = mix();
         let mut inflight = InFlight::new(&mut Rng::new(3));
-        let id = inflight.start(Asked::Fixed(1), 0).unwrap();
+        let id = inflight.start(Asked::Fixed(1), 0, 0).unwrap();
         let wrong_question = reply_to(&mix, Asked::Fixed(0), id, 0);
         assert_eq!(
             inflight.finish(&wrong_question, &mix),
@@ -256,9 +265,9 @@ mod tests {
     fn expiry_skips_answered_queries_and_stops_at_the_first_young_one() {
         let mix = mix();
         let mut inflight = InFlight::new(&mut Rng::new(9));
-        let a = inflight.start(Asked::Fixed(0), 100).unwrap();
-        let _b = inflight.start(Asked::Fixed(1), 200).unwrap();
-        let _c = inflight.start(Asked::Fixed(2), 300).unwrap();
+        let a = inflight.start(Asked::Fixed(0), 100, 100).unwrap();
+        let _b = inflight.start(Asked::Fixed(1), 200, 200).unwrap();
+        let _c = inflight.start(Asked::Fixed(2), 300, 300).unwrap();
         inflight.finish(&reply_to(&mix, Asked::Fixed(0), a, 0), &mix);
         assert_eq!(inflight.next_expiry(50), Some(250));
         assert_eq!(inflight.expire(249, 50), 0);
@@ -272,9 +281,9 @@ mod tests {
     fn ids_run_out_only_after_65536_and_are_reused_last() {
         let mut inflight = InFlight::new(&mut Rng::new(5));
         let ids: Vec<u16> = (0..IDS)
-            .map(|_| inflight.start(Asked::Fixed(0), 0).unwrap())
+            .map(|_| inflight.start(Asked::Fixed(0), 0, 0).unwrap())
             .collect();
-        assert_eq!(inflight.start(Asked::Fixed(0), 0), None);
+        assert_eq!(inflight.start(Asked::Fixed(0), 0, 0), None);
         let mut sorted = ids.clone();
         sorted.sort_unstable();
         sorted.dedup();
@@ -285,7 +294,7 @@ mod tests {
         );
         inflight.cancel(ids[7]);
         inflight.cancel(ids[3]);
-        assert_eq!(inflight.start(Asked::Fixed(0), 0), Some(ids[7]));
-        assert_eq!(inflight.start(Asked::Fixed(0), 0), Some(ids[3]));
+        assert_eq!(inflight.start(Asked::Fixed(0), 0, 0), Some(ids[7]));
+        assert_eq!(inflight.start(Asked::Fixed(0), 0, 0), Some(ids[3]));
     }
 }

@@ -6,8 +6,10 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use hdrhistogram::Histogram;
+
 use crate::run::{Load, Outcome, Plan};
-use crate::tally::{ErrorKind, Tally};
+use crate::tally::ErrorKind;
 
 /// Version of the JSON layout; bumped when a field changes meaning.
 pub const FORMAT: u32 = 1;
@@ -75,8 +77,11 @@ pub struct Report {
     pub errors: BTreeMap<String, u64>,
     /// Replies that matched no query.
     pub mismatches: Mismatches,
-    /// Latency of answers.
+    /// Latency of answers from when their query was due (the intended send time in an open
+    /// loop: stalls of the target or the generator show here).
     pub latency: Latency,
+    /// Latency of answers from when their query was actually sent (what dnsperf reports).
+    pub service_latency: Latency,
 }
 
 /// Replies that matched no query in flight.
@@ -183,7 +188,8 @@ impl Report {
                 question: tally.question_mismatch,
                 malformed: tally.malformed,
             },
-            latency: latency(tally),
+            latency: latency(&tally.latency),
+            service_latency: latency(&tally.service),
         }
     }
 
@@ -247,12 +253,24 @@ impl Report {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         let _ = writeln!(s, "  rcodes      {}", rcodes.join(", "));
+        for (name, l) in [
+            ("latency µs", &self.latency),
+            ("service µs", &self.service_latency),
+        ] {
+            let _ = writeln!(
+                s,
+                "  {name}  min {:.1}  mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}  stddev {:.1}",
+                l.min_us,
+                l.mean_us,
+                l.p50_us,
+                l.p90_us,
+                l.p99_us,
+                l.p99_9_us,
+                l.max_us,
+                l.stddev_us
+            );
+        }
         let l = &self.latency;
-        let _ = writeln!(
-            s,
-            "  latency µs  min {:.1}  mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}  stddev {:.1}",
-            l.min_us, l.mean_us, l.p50_us, l.p90_us, l.p99_us, l.p99_9_us, l.max_us, l.stddev_us
-        );
         if !l.percentiles.is_empty() {
             let _ = writeln!(
                 s,
@@ -271,8 +289,7 @@ impl Report {
     }
 }
 
-fn latency(tally: &Tally) -> Latency {
-    let h = &tally.latency;
+fn latency(h: &Histogram<u64>) -> Latency {
     if h.is_empty() {
         return Latency {
             min_us: 0.0,
@@ -362,6 +379,7 @@ mod tests {
     use crate::inflight::Outcome as Reply;
     use crate::queries::{Asked, QueryMix, Shape, pool};
     use crate::run::Outcome;
+    use crate::tally::Tally;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -390,6 +408,7 @@ mod tests {
         Reply::Answered {
             rcode,
             truncated: false,
+            due_ns: 0,
             sent_ns: 0,
             asked: Asked::Fixed(0),
         }

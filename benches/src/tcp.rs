@@ -165,7 +165,7 @@ pub(crate) async fn flow(flow: Flow) -> Result<Tally, String> {
                         }
                     };
                     let asked = plan.mix.pick(&mut rng, &mut cursor);
-                    let Some(id) = state.inflight.start(asked, stamp) else {
+                    let Some(id) = state.inflight.start(asked, stamp, now) else {
                         state.tally.error(ErrorKind::IdsExhausted, 1);
                         break;
                     };

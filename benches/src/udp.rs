@@ -169,7 +169,7 @@ impl UdpFlow {
                     }
                 };
                 let asked = mix.pick(&mut self.rng, &mut self.cursor);
-                let Some(id) = self.inflight.start(asked, stamp) else {
+                let Some(id) = self.inflight.start(asked, stamp, now) else {
                     self.tally.error(ErrorKind::IdsExhausted, 1);
                     if matches!(plan.load, Load::Closed { .. }) {
                         break;
