@@ -83,6 +83,30 @@ fn bench_tcp_every_other_query_unanswered_is_half_timeouts() {
 }
 
 #[test]
+fn bench_cores_split_the_schedule_and_merge_their_counts() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
+    let responder = ScriptedResponder::start(Script::AnswerEvery(1));
+    let target = format!("udp://{}", responder.addr);
+    let cores_arg = cores.to_string();
+    let (report, _) = bench(&[
+        &target,
+        "--cores",
+        &cores_arg,
+        "--connections",
+        "3",
+        "--rate",
+        "600",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(report["cores"], cores);
+    assert_eq!(count(&report, "sent"), 600, "{report}");
+    assert_eq!(responder.received(), 600);
+    assert_eq!(count(&report, "answered"), 600);
+    assert_eq!(count(&report, "timeouts") + errors(&report), 0);
+}
+
+#[test]
 fn bench_counts_replies_with_the_wrong_question_and_never_accepts_them() {
     let responder = ScriptedResponder::start(Script::WrongQuestionEvery(3));
     let target = format!("udp://{}", responder.addr);
@@ -236,7 +260,11 @@ fn bench_refuses_bad_arguments_with_specific_errors() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("queries.txt");
     std::fs::write(&file, "a.example A\nb.example NOPE\n").unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["udp://127.0.0.1:9", "--cores", "1000"],
+            "--cores 1000: only",
+        ),
         (
             &["tls://127.0.0.1"],
             "`tls://` targets are not supported yet",
