@@ -39,6 +39,12 @@ pub enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Certificates for DNS-over-TLS listeners.
+    Cert {
+        /// What to do.
+        #[command(subcommand)]
+        command: CertCommand,
+    },
     /// Effective settings and where they come from.
     Settings {
         /// What to do.
@@ -52,6 +58,24 @@ pub enum Command {
 pub enum ApiCommand {
     /// Print the OpenAPI 3.0 document.
     Openapi,
+}
+
+/// `kudurru cert …`.
+#[derive(Debug, Subcommand)]
+pub enum CertCommand {
+    /// Write a self-signed certificate and key (PEM) for local use and tests; clients must be
+    /// told to trust it (kdig +tls-ca=FILE, curl --cacert FILE) or not to verify.
+    Generate {
+        /// Where to write the certificate (tls.certFile).
+        #[arg(long)]
+        cert: PathBuf,
+        /// Where to write the private key (tls.keyFile), mode 0600.
+        #[arg(long)]
+        key: PathBuf,
+        /// Names the certificate is valid for (DNS names or IP addresses; repeatable).
+        #[arg(long = "name", default_values = ["localhost", "127.0.0.1", "::1"])]
+        names: Vec<String>,
+    },
 }
 
 /// `kudurru settings …`.
@@ -128,6 +152,12 @@ pub struct ServeArgs {
     /// Data directory (storage.dataDir).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<String>,
+    /// PEM certificate chain for tls:// listeners (tls.certFile).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<String>,
+    /// PEM private key for tls:// listeners (tls.keyFile).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<String>,
 }
 
 /// `kudurru token …`: API tokens in the data directory (the server picks changes up at once).

@@ -50,6 +50,8 @@ pub struct Config {
     pub edns: EdnsSection,
     /// `tcp.*`.
     pub tcp: TcpSection,
+    /// `tls.*`: certificate for DNS-over-TLS listeners.
+    pub tls: TlsSection,
     /// `ratelimit.*`.
     pub ratelimit: RateLimitSection,
     /// `shutdown.*`.
@@ -133,6 +135,28 @@ pub struct TcpSection {
     pub max_connections_per_core: usize,
     /// Queries in flight per connection.
     pub max_pipelined: usize,
+}
+
+/// `tls.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct TlsSection {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: String,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: String,
+    /// Handshake deadline.
+    pub handshake_timeout: String,
+}
+
+impl Default for TlsSection {
+    fn default() -> Self {
+        Self {
+            cert_file: String::new(),
+            key_file: String::new(),
+            handshake_timeout: "5s".into(),
+        }
+    }
 }
 
 /// `ratelimit.*`.
@@ -270,6 +294,7 @@ impl Default for Config {
             cache: CacheSection::default(),
             edns: EdnsSection::default(),
             tcp: TcpSection::default(),
+            tls: TlsSection::default(),
             ratelimit: RateLimitSection::default(),
             shutdown: ShutdownSection::default(),
             ops: OpsSection::default(),
@@ -506,7 +531,7 @@ pub static KEYS: &[KeyInfo] = &[
         Node,
         true,
         true,
-        "client listeners: udp://H:P, tcp://H:P, or H:P for both (IPv4 or [IPv6])",
+        "client listeners: udp://H:P, tcp://H:P, H:P for both, tls://H:P for DNS over TLS (IPv4 or [IPv6])",
         |c| c.server.listen,
         parse_strings,
         |v: &Vec<String>| join(v)
@@ -708,6 +733,39 @@ pub static KEYS: &[KeyInfo] = &[
         |c| c.tcp.max_pipelined,
         parse_num,
         show_num
+    ),
+    key!(
+        "tls.certFile",
+        "path",
+        Node,
+        true,
+        true,
+        "PEM certificate chain (leaf first) for tls:// listeners; the file is re-read when it changes",
+        |c| c.tls.cert_file,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "tls.keyFile",
+        "path",
+        Node,
+        true,
+        true,
+        "PEM private key for tls.certFile; re-read when it changes (a bad pair keeps the old one)",
+        |c| c.tls.key_file,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "tls.handshakeTimeout",
+        "duration",
+        Cluster,
+        false,
+        true,
+        "a DNS-over-TLS client that has not finished its TLS handshake after this long is closed",
+        |c| c.tls.handshake_timeout,
+        parse_string,
+        show_string
     ),
     key!(
         "ratelimit.qps",
@@ -1023,7 +1081,7 @@ impl Config {
                     ConfigError::value(
                         "server.listen",
                         url,
-                        "expected udp://H:P, tcp://H:P or H:P with an IP address",
+                        "expected udp://H:P, tcp://H:P, tls://H:P or H:P with an IP address",
                     )
                 })
             })
@@ -1085,6 +1143,21 @@ impl Config {
         let upstream_timeout = duration("upstream.timeout", &self.upstream.timeout)?;
         let resolve_timeout = duration("upstream.resolveTimeout", &self.upstream.resolve_timeout)?;
         let tcp_idle_timeout = duration("tcp.idleTimeout", &self.tcp.idle_timeout)?;
+        let tls_handshake_timeout = duration("tls.handshakeTimeout", &self.tls.handshake_timeout)?;
+        if listeners.iter().any(|l| l.tls) {
+            for (key, path) in [
+                ("tls.certFile", &self.tls.cert_file),
+                ("tls.keyFile", &self.tls.key_file),
+            ] {
+                if path.is_empty() {
+                    return Err(ConfigError::value(
+                        key,
+                        "",
+                        "a tls:// listener needs a certificate: set tls.certFile and tls.keyFile (kudurru cert generate writes a self-signed pair)",
+                    ));
+                }
+            }
+        }
         let shutdown_grace = duration("server.shutdownGrace", &self.server.shutdown_grace)?;
         let drain_delay = humantime::parse_duration(&self.shutdown.drain_delay).map_err(|e| {
             ConfigError::value("shutdown.drainDelay", &self.shutdown.drain_delay, e)
@@ -1181,6 +1254,7 @@ impl Config {
             tcp_idle_timeout,
             tcp_max_connections: self.tcp.max_connections_per_core,
             tcp_max_pipelined: self.tcp.max_pipelined,
+            tls_handshake_timeout,
             shutdown_grace,
             ratelimit,
             ratelimit_table_size: self.ratelimit.table_size,
@@ -1282,8 +1356,17 @@ impl RateLimitSection {
     }
 }
 
-/// Parses `udp://H:P`, `tcp://H:P` or `H:P` (both).
+/// Parses `udp://H:P`, `tcp://H:P`, `H:P` (both; port 53 by default) or `tls://H:P` (DNS over
+/// TLS, port 853 by default).
 pub fn parse_listener(url: &str) -> Option<ListenerSpec> {
+    if let Some(rest) = url.strip_prefix("tls://") {
+        return parse_host_port(rest, 853).map(|addr| ListenerSpec {
+            addr,
+            udp: false,
+            tcp: false,
+            tls: true,
+        });
+    }
     let (udp, tcp, rest) = if let Some(rest) = url.strip_prefix("udp://") {
         (true, false, rest)
     } else if let Some(rest) = url.strip_prefix("tcp://") {
@@ -1293,7 +1376,12 @@ pub fn parse_listener(url: &str) -> Option<ListenerSpec> {
     } else {
         (true, true, url)
     };
-    parse_host_port(rest, 53).map(|addr| ListenerSpec { addr, udp, tcp })
+    parse_host_port(rest, 53).map(|addr| ListenerSpec {
+        addr,
+        udp,
+        tcp,
+        tls: false,
+    })
 }
 
 fn hostname() -> String {

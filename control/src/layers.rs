@@ -298,6 +298,12 @@ fn apply_flags(config: &mut Config, args: &ServeArgs) -> Result<Vec<&'static str
     if let Some(dir) = &args.data_dir {
         put("storage.dataDir", dir.clone())?;
     }
+    if let Some(file) = &args.tls_cert {
+        put("tls.certFile", file.clone())?;
+    }
+    if let Some(file) = &args.tls_key {
+        put("tls.keyFile", file.clone())?;
+    }
     Ok(set)
 }
 

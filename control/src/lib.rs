@@ -5,6 +5,7 @@
 //! `main.rs` stays thin; everything testable lives here.
 
 pub mod api;
+pub mod certs;
 pub mod cli;
 pub mod config;
 pub mod lameduck;

@@ -2,9 +2,9 @@
 
 use clap::Parser;
 use kudurru_control::cli::{
-    ApiCommand, Cli, Command, ConfigCommand, SettingsCommand, TokenCommand,
+    ApiCommand, CertCommand, Cli, Command, ConfigCommand, SettingsCommand, TokenCommand,
 };
-use kudurru_control::{api, config, lameduck, layers, openapi, serve, tokens};
+use kudurru_control::{api, certs, config, lameduck, layers, openapi, serve, tokens};
 
 fn main() {
     let cli = Cli::parse();
@@ -57,6 +57,18 @@ fn main() {
             }
             Err(e) => {
                 eprintln!("kudurru token: {e}");
+                serve::exit::CONFIG
+            }
+        },
+        Command::Cert {
+            command: CertCommand::Generate { cert, key, names },
+        } => match write_certificate(&cert, &key, &names) {
+            Ok(()) => {
+                println!("wrote {} and {}", cert.display(), key.display());
+                serve::exit::OK
+            }
+            Err(e) => {
+                eprintln!("kudurru cert generate: {e}");
                 serve::exit::CONFIG
             }
         },
@@ -126,4 +138,25 @@ fn token(command: TokenCommand) -> Result<String, String> {
             })
             .collect()),
     }
+}
+
+/// Writes a self-signed pair: the key with mode 0600, created fresh (never through a link).
+fn write_certificate(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    names: &[String],
+) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let (cert_pem, key_pem) = certs::generate(names).map_err(|e| e.to_string())?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(key)
+        .map_err(|e| format!("{}: {e}", key.display()))?;
+    file.write_all(key_pem.as_bytes())
+        .map_err(|e| format!("{}: {e}", key.display()))?;
+    std::fs::write(cert, cert_pem).map_err(|e| format!("{}: {e}", cert.display()))
 }

@@ -230,7 +230,7 @@ pub fn render_metrics(state: &OpsState) -> String {
             let _ = writeln!(out, "{name}{{core=\"{core}\"}} {}", get(cm));
         }
     }
-    let plain: [(&str, &str, Counter); 5] = [
+    let plain: [(&str, &str, Counter); 7] = [
         (
             "kudurru_cross_core_lookups_total",
             "Cache misses sent to the owning core.",
@@ -255,6 +255,16 @@ pub fn render_metrics(state: &OpsState) -> String {
             "kudurru_tcp_timeouts_total",
             "Client TCP connections closed for idleness or slowness.",
             |c| c.tcp_timeouts.load(Relaxed),
+        ),
+        (
+            "kudurru_tls_handshakes_total",
+            "TLS handshakes completed on DNS-over-TLS listeners.",
+            |c| c.tls_handshakes.load(Relaxed),
+        ),
+        (
+            "kudurru_tls_handshake_failures_total",
+            "TLS handshakes that failed or did not finish within tls.handshakeTimeout.",
+            |c| c.tls_handshake_failures.load(Relaxed),
         ),
     ];
     for (name, help, get) in plain {

@@ -1,5 +1,6 @@
 //! `kudurru serve`: layer the configuration, start the cores, serve ops, stop on a signal.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -41,6 +42,9 @@ pub enum ServeError {
     /// The data plane did not start.
     #[error(transparent)]
     Start(#[from] StartError),
+    /// The DNS-over-TLS certificate could not be loaded.
+    #[error(transparent)]
+    Certificate(#[from] crate::certs::CertError),
     /// The ops listener did not start, or signals could not be installed.
     #[error("{0}")]
     Other(String),
@@ -50,7 +54,7 @@ impl ServeError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Self::Config(_) => exit::CONFIG,
+            Self::Config(_) | Self::Certificate(_) => exit::CONFIG,
             Self::Start(StartError::Bind { .. }) => exit::BIND,
             Self::Start(StartError::Memlock { .. } | StartError::IoUring { .. }) => exit::IO_URING,
             Self::Start(_) => exit::START,
@@ -119,11 +123,28 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     };
     let settings = Arc::new(ArcSwap::from_pointee(validated.settings.clone()));
     let lameduck = Arc::new(AtomicBool::new(false));
+    // DNS over TLS: the pair is loaded before anything binds (a bad file is a startup error),
+    // then watched; a bad replacement is logged and the loaded pair keeps serving.
+    let (tls, _cert_watch) = if validated.listeners.iter().any(|l| l.tls) {
+        let (cert, key) = (
+            PathBuf::from(&config.tls.cert_file),
+            PathBuf::from(&config.tls.key_file),
+        );
+        let tls: kudurru_transports::TlsConfig = Arc::new(ArcSwap::from_pointee(
+            crate::certs::server_config(&cert, &key)?,
+        ));
+        let watch = crate::certs::watch(&cert, &key, tls.clone()).map_err(ServeError::Other)?;
+        tracing::info!(cert = %cert.display(), key = %key.display(), "watching the TLS certificate");
+        (Some(tls), Some(watch))
+    } else {
+        (None, None)
+    };
     let server = kudurru_transports::start(ServerSpec {
         cpus: validated.cpus.clone(),
         listeners: validated.listeners.clone(),
         settings: settings.clone(),
         lameduck: lameduck.clone(),
+        tls,
     })?;
     for (kind, addr) in server.bound() {
         tracing::info!(%kind, %addr, "listening");

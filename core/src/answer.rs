@@ -493,6 +493,7 @@ pub(crate) mod tests {
     const UDP: wire::ReplyOptions = wire::ReplyOptions {
         payload: 1232,
         tcp_keepalive: None,
+        padding: false,
     };
 
     #[test]

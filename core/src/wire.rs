@@ -70,6 +70,9 @@ pub mod class {
 pub const OPTION_PADDING: u16 = 12;
 /// The EDNS option code for edns-tcp-keepalive (RFC 7828).
 pub const OPTION_TCP_KEEPALIVE: u16 = 11;
+/// Responses on encrypted transports are padded to a multiple of this many bytes when the
+/// client sent the padding option (RFC 8467 §4.1, the recommended Block-Length Padding).
+pub const RESPONSE_PADDING_BLOCK: usize = 468;
 
 /// How responses to one transport carry EDNS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +83,9 @@ pub struct ReplyOptions {
     /// edns-tcp-keepalive (RFC 7828 §3.3.2). Only on stream transports; `None` on UDP, where the
     /// option must not be sent.
     pub tcp_keepalive: Option<u16>,
+    /// Pad responses to [`RESPONSE_PADDING_BLOCK`] for clients that sent the padding option
+    /// (RFC 7830, RFC 8467): only on encrypted transports, where it hides the answer's size.
+    pub padding: bool,
 }
 
 impl ReplyOptions {
@@ -88,6 +94,7 @@ impl ReplyOptions {
         Self {
             payload,
             tcp_keepalive: None,
+            padding: false,
         }
     }
 
@@ -97,6 +104,15 @@ impl ReplyOptions {
         Self {
             payload,
             tcp_keepalive: Some(units),
+            padding: false,
+        }
+    }
+
+    /// Options for responses on an encrypted stream (DNS over TLS): as TCP, plus padding.
+    pub fn encrypted(payload: u16, idle_timeout: std::time::Duration) -> Self {
+        Self {
+            padding: true,
+            ..Self::tcp(payload, idle_timeout)
         }
     }
 }
@@ -500,13 +516,23 @@ pub fn start_response(query: &Query<'_>, rcode: u8, authoritative: bool, out: &m
 /// edns-tcp-keepalive when the client asked for it on a stream transport.
 pub fn push_reply_opt(out: &mut Vec<u8>, edns: Edns, options: &ReplyOptions) {
     push_opt(out, options.payload, 0, edns.dnssec_ok);
+    let rdlen_at = out.len() - 2;
     if let (true, Some(timeout)) = (edns.tcp_keepalive, options.tcp_keepalive) {
-        let rdlen_at = out.len() - 2;
         out.extend_from_slice(&OPTION_TCP_KEEPALIVE.to_be_bytes());
         out.extend_from_slice(&2u16.to_be_bytes());
         out.extend_from_slice(&timeout.to_be_bytes());
-        put_u16(out, rdlen_at, 6);
     }
+    let unpadded = out.len() + 4;
+    let pad = (RESPONSE_PADDING_BLOCK - unpadded % RESPONSE_PADDING_BLOCK) % RESPONSE_PADDING_BLOCK;
+    if edns.padding && options.padding && unpadded + pad <= usize::from(u16::MAX) {
+        // The padding option comes last, so the whole message, its own 4-byte header
+        // included, ends on a block boundary (RFC 7830 §3: zero-filled).
+        out.extend_from_slice(&OPTION_PADDING.to_be_bytes());
+        out.extend_from_slice(&(pad as u16).to_be_bytes());
+        out.resize(out.len() + pad, 0);
+    }
+    let rdlen = out.len() - rdlen_at - 2;
+    put_u16(out, rdlen_at, rdlen as u16);
     bump_count(out, ARCOUNT_AT);
 }
 
@@ -755,6 +781,51 @@ mod tests {
         let len_at = bad.len() - 4;
         bad[len_at..len_at + 2].copy_from_slice(&2u16.to_be_bytes());
         assert_eq!(Query::parse(&bad).unwrap_err(), QueryError::FormErr);
+    }
+
+    #[test]
+    fn rfc8467_responses_on_encrypted_transports_are_padded_to_468_when_asked() {
+        let mut m = query("a.test", rtype::A, Some((1232, 0, false)));
+        // Append a padding option (any length) to the OPT record.
+        m.extend_from_slice(&[0, 12, 0, 3, 0, 0, 0]);
+        let rdlen_at = m.len() - 9;
+        m[rdlen_at..rdlen_at + 2].copy_from_slice(&7u16.to_be_bytes());
+        let q = Query::parse(&m).unwrap();
+        assert!(q.edns().unwrap().padding);
+        let idle = std::time::Duration::from_secs(10);
+        let mut out = Vec::new();
+        write_error(
+            &q,
+            rcode::SERVFAIL,
+            &ReplyOptions::encrypted(1232, idle),
+            &mut out,
+        );
+        assert_eq!(out.len(), RESPONSE_PADDING_BLOCK);
+        // The OPT is last: its RDATA is one padding option of zeros filling the block.
+        let opt_rdata_at = out.len() - (RESPONSE_PADDING_BLOCK - m.len() + 7);
+        let rdlen = u16::from_be_bytes([out[opt_rdata_at - 2], out[opt_rdata_at - 1]]);
+        assert_eq!(usize::from(rdlen), out.len() - opt_rdata_at);
+        assert_eq!(&out[opt_rdata_at..opt_rdata_at + 2], &[0, 12]);
+        assert!(out[opt_rdata_at + 4..].iter().all(|&b| b == 0));
+        let parsed = domain::base::Message::from_octets(out.clone()).unwrap();
+        assert_eq!(parsed.header_counts().arcount(), 1);
+        // Not over plain TCP, and not when the client did not ask.
+        write_error(
+            &q,
+            rcode::SERVFAIL,
+            &ReplyOptions::tcp(1232, idle),
+            &mut out,
+        );
+        assert!(out.ends_with(&[0, 0]), "no padding over TCP");
+        let plain = query("a.test", rtype::A, Some((1232, 0, false)));
+        let q = Query::parse(&plain).unwrap();
+        write_error(
+            &q,
+            rcode::SERVFAIL,
+            &ReplyOptions::encrypted(1232, idle),
+            &mut out,
+        );
+        assert_eq!(out.len(), plain.len());
     }
 
     #[test]

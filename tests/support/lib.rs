@@ -31,6 +31,7 @@ use kudurru_core::wire::{self, Query, ReplyOptions, rcode, rtype};
 const UDP: ReplyOptions = ReplyOptions {
     payload: 1232,
     tcp_keepalive: None,
+    padding: false,
 };
 
 /// The kudurru binary, built once per test process with the same profile as the tests.

@@ -19,5 +19,5 @@ mod upstream;
 mod worker;
 
 pub use metrics::{CoreMetrics, Transport};
-pub use runtime::{ListenerSpec, Server, ServerSpec, StartError, start};
+pub use runtime::{ListenerSpec, Server, ServerSpec, StartError, TlsConfig, start};
 pub use settings::{Settings, SharedSettings};

@@ -13,17 +13,20 @@ pub enum Transport {
     Udp,
     /// DNS over TCP.
     Tcp,
+    /// DNS over TLS (RFC 7858).
+    Dot,
 }
 
 impl Transport {
     /// All transports, in metric order.
-    pub const ALL: [Self; 2] = [Self::Udp, Self::Tcp];
+    pub const ALL: [Self; 3] = [Self::Udp, Self::Tcp, Self::Dot];
 
     /// The metric label.
     pub fn label(self) -> &'static str {
         match self {
             Self::Udp => "udp",
             Self::Tcp => "tcp",
+            Self::Dot => "dot",
         }
     }
 }
@@ -122,7 +125,7 @@ pub struct RateLimitCounters {
 #[repr(align(128))]
 pub struct CoreMetrics {
     /// Queries received, by [`Transport`].
-    pub queries: [AtomicU64; 2],
+    pub queries: [AtomicU64; 3],
     /// Responses by rcode label ([`RCODE_LABELS`]).
     pub responses: [AtomicU64; 8],
     /// Cache counters.
@@ -139,6 +142,10 @@ pub struct CoreMetrics {
     pub tcp_refused: AtomicU64,
     /// TCP connections closed for idleness or slowness.
     pub tcp_timeouts: AtomicU64,
+    /// TLS handshakes completed (DNS over TLS).
+    pub tls_handshakes: AtomicU64,
+    /// TLS handshakes that failed or did not finish within `tls.handshakeTimeout`.
+    pub tls_handshake_failures: AtomicU64,
     /// Per upstream (by index in the current upstream set).
     pub upstreams: [UpstreamCounters; MAX_UPSTREAMS],
 }

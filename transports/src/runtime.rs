@@ -45,7 +45,13 @@ pub struct ListenerSpec {
     pub udp: bool,
     /// DNS over TCP on it.
     pub tcp: bool,
+    /// DNS over TLS (RFC 7858) on it, a TCP socket of its own.
+    pub tls: bool,
 }
+
+/// The TLS server configuration DNS-over-TLS listeners use, swapped whole when the certificate
+/// files change (each handshake takes the current one).
+pub type TlsConfig = Arc<arc_swap::ArcSwap<rustls::ServerConfig>>;
 
 /// What the data plane is started with.
 pub struct ServerSpec {
@@ -57,6 +63,8 @@ pub struct ServerSpec {
     pub settings: SharedSettings,
     /// Lameduck: while set, the health name answers SERVFAIL (the ops listener flips it).
     pub lameduck: Arc<AtomicBool>,
+    /// Certificate and key for `tls` listeners (required when there is one).
+    pub tls: Option<TlsConfig>,
 }
 
 /// Why the data plane did not start.
@@ -97,6 +105,14 @@ pub enum StartError {
         cpu: usize,
         /// The OS error.
         source: io::Error,
+    },
+    /// A `tls` listener without a certificate.
+    #[error(
+        "cannot serve DNS over TLS on {addr}: no certificate configured (tls.certFile, tls.keyFile)"
+    )]
+    NoCertificate {
+        /// The listener.
+        addr: SocketAddr,
     },
     /// Any other executor start failure.
     #[error("cannot start the executor on cpu {cpu}: {message}")]
@@ -151,6 +167,7 @@ struct CoreStart {
     cpu: usize,
     udp: Vec<OwnedFd>,
     tcp: Vec<OwnedFd>,
+    tls: Vec<OwnedFd>,
 }
 
 /// Binds the listeners and starts one pinned executor per CPU.
@@ -163,14 +180,21 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             cpu,
             udp: Vec::new(),
             tcp: Vec::new(),
+            tls: Vec::new(),
         })
         .collect();
     let mut bound = Vec::new();
     for listener in &spec.listeners {
+        if listener.tls && spec.tls.is_none() {
+            return Err(StartError::NoCertificate {
+                addr: listener.addr,
+            });
+        }
         let mut addr = listener.addr;
         for (enabled, kind, label) in [
             (listener.udp, SocketKind::Udp, "udp"),
             (listener.tcp, SocketKind::Tcp, "tcp"),
+            (listener.tls, SocketKind::Tcp, "tls"),
         ] {
             if !enabled {
                 continue;
@@ -185,9 +209,10 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             addr = at;
             bound.push((label, at));
             for (core, fd) in per_core.iter_mut().zip(fds) {
-                match kind {
-                    SocketKind::Udp => core.udp.push(fd),
-                    SocketKind::Tcp => core.tcp.push(fd),
+                match label {
+                    "udp" => core.udp.push(fd),
+                    "tcp" => core.tcp.push(fd),
+                    _ => core.tls.push(fd),
                 }
             }
         }
@@ -201,6 +226,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
         core.udp
             .iter()
             .chain(&core.tcp)
+            .chain(&core.tls)
             .map(AsRawFd::as_raw_fd)
             .collect()
     });
@@ -221,6 +247,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
     let mut threads = Vec::with_capacity(cores);
     for (index, core) in per_core.into_iter().enumerate() {
         let context = CoreContext {
+            tls: spec.tls.clone(),
             settings: spec.settings.clone(),
             metrics: metrics[index].clone(),
             ownership: ownership.clone(),
@@ -255,7 +282,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
                         return;
                     }
                 };
-                executor.run(run_core(context, core.udp, core.tcp));
+                executor.run(run_core(context, core.udp, core.tcp, core.tls));
             })
             .map_err(|e| StartError::Executor {
                 cpu: core.cpu,
@@ -328,6 +355,7 @@ struct CoreContext {
     /// One socket of each reuseport group, on core 0 only: where the steering program is attached.
     steering: Vec<RawFd>,
     cores: usize,
+    tls: Option<TlsConfig>,
 }
 
 async fn wait_for(flag: &AtomicBool) {
@@ -336,7 +364,12 @@ async fn wait_for(flag: &AtomicBool) {
     }
 }
 
-async fn run_core(context: CoreContext, udp: Vec<OwnedFd>, tcp: Vec<OwnedFd>) {
+async fn run_core(
+    context: CoreContext,
+    udp: Vec<OwnedFd>,
+    tcp: Vec<OwnedFd>,
+    tls_fds: Vec<OwnedFd>,
+) {
     let CoreContext {
         settings,
         metrics,
@@ -348,6 +381,7 @@ async fn run_core(context: CoreContext, udp: Vec<OwnedFd>, tcp: Vec<OwnedFd>) {
         lameduck,
         steering,
         cores,
+        tls,
     } = context;
     let (shard, senders, receivers) = match mesh {
         None => (0, None, None),
@@ -395,6 +429,15 @@ async fn run_core(context: CoreContext, udp: Vec<OwnedFd>, tcp: Vec<OwnedFd>) {
             worker.clone(),
             sys::glommio_tcp_listener(fd),
         )));
+    }
+    if let Some(config) = &tls {
+        for fd in tls_fds {
+            listeners.push(glommio::spawn_local(tcp::serve_tls(
+                worker.clone(),
+                sys::glommio_tcp_listener(fd),
+                config.clone(),
+            )));
+        }
     }
     let maintenance = {
         let worker = worker.clone();

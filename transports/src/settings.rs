@@ -31,6 +31,8 @@ pub struct Settings {
     pub tcp_max_connections: usize,
     /// Most queries in flight on one TCP connection (`tcp.maxPipelined`).
     pub tcp_max_pipelined: usize,
+    /// How long a DNS-over-TLS client may take to finish its handshake (`tls.handshakeTimeout`).
+    pub tls_handshake_timeout: Duration,
     /// How long shutdown waits for in-flight queries (`server.shutdownGrace`).
     pub shutdown_grace: Duration,
     /// The per-client rate limiter (`ratelimit.*`).

@@ -9,11 +9,17 @@
 //! so a client that does not read its answers stalls only itself. A client silent for
 //! `tcp.idleTimeout`, or that takes longer than that to send a frame it started, is closed.
 //! A `Drop` decision closes the connection (nothing is sent).
+//!
+//! DNS over TLS (RFC 7858) is the same connection loop on a rustls stream: the listener
+//! accepts, the handshake must finish within `tls.handshakeTimeout` (a client that stalls in
+//! it holds only its own task), then queries flow exactly as on TCP, with responses padded
+//! for clients that ask (RFC 8467).
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
-use futures_lite::io::{ReadHalf, WriteHalf};
+use futures_lite::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalSender};
 use glommio::net::{TcpListener, TcpStream};
@@ -22,11 +28,22 @@ use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
 use crate::metrics::{CoreMetrics, Transport};
+use crate::runtime::TlsConfig;
 use crate::upstream::until;
 use crate::worker::{Active, Worker};
 
 /// Accepts connections until the task is dropped.
 pub(crate) async fn serve(worker: Rc<Worker>, listener: TcpListener) {
+    accept_loop(worker, listener, None).await;
+}
+
+/// Accepts DNS-over-TLS connections until the task is dropped.
+pub(crate) async fn serve_tls(worker: Rc<Worker>, listener: TcpListener, tls: TlsConfig) {
+    accept_loop(worker, listener, Some(tls)).await;
+}
+
+/// The accept loop of a TCP or DoT listener. Both count against `tcp.maxConnectionsPerCore`.
+async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, tls: Option<TlsConfig>) {
     loop {
         let stream = match listener.accept().await {
             Ok(stream) => stream,
@@ -43,19 +60,56 @@ pub(crate) async fn serve(worker: Rc<Worker>, listener: TcpListener) {
         }
         worker.tcp_connections.set(worker.tcp_connections.get() + 1);
         let worker = worker.clone();
+        let tls = tls.clone();
         glommio::spawn_local(async move {
-            connection(&worker, stream).await;
+            let _ = stream.set_nodelay(true);
+            if let Ok(peer) = stream.peer_addr() {
+                match tls {
+                    None => connection(&worker, stream, peer, Transport::Tcp).await,
+                    Some(tls) => {
+                        if let Some(stream) = handshake(&worker, stream, &tls).await {
+                            connection(&worker, stream, peer, Transport::Dot).await;
+                        }
+                    }
+                }
+            }
             worker.tcp_connections.set(worker.tcp_connections.get() - 1);
         })
         .detach();
     }
 }
 
-async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let Ok(peer) = stream.peer_addr() else {
-        return;
-    };
+/// The server side of a TLS handshake, bounded by `tls.handshakeTimeout`; `None` (connection
+/// closed) when it fails or takes too long.
+async fn handshake(
+    worker: &Worker,
+    stream: TcpStream,
+    tls: &TlsConfig,
+) -> Option<futures_rustls::server::TlsStream<TcpStream>> {
+    let acceptor = futures_rustls::TlsAcceptor::from(tls.load_full());
+    let deadline = Instant::now() + worker.settings().tls_handshake_timeout;
+    match until(deadline, acceptor.accept(stream)).await {
+        Some(Ok(stream)) => {
+            CoreMetrics::bump(&worker.metrics.tls_handshakes);
+            Some(stream)
+        }
+        Some(Err(e)) => {
+            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
+            tracing::debug!(error = %e, "tls handshake failed");
+            None
+        }
+        None => {
+            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
+            tracing::debug!("tls handshake timed out");
+            None
+        }
+    }
+}
+
+async fn connection<S>(worker: &Rc<Worker>, stream: S, peer: SocketAddr, transport: Transport)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     let client = Client {
         addr: peer.ip(),
         datagram: false,
@@ -73,12 +127,17 @@ async fn connection(worker: &Rc<Worker>, stream: TcpStream) {
         let Some(message) = frames.next(worker, &mut reader).await else {
             break;
         };
-        worker.metrics.query(Transport::Tcp);
+        worker.metrics.query(transport);
         let Ok(permit) = permits.acquire_static_permit(1).await else {
             break;
         };
         let settings = worker.settings();
-        let options = ReplyOptions::tcp(settings.edns_payload, settings.tcp_idle_timeout);
+        let options = match transport {
+            Transport::Dot => {
+                ReplyOptions::encrypted(settings.edns_payload, settings.tcp_idle_timeout)
+            }
+            _ => ReplyOptions::tcp(settings.edns_payload, settings.tcp_idle_timeout),
+        };
         let stage = Stage {
             local: &settings.local,
             options: &options,
@@ -154,7 +213,11 @@ impl FrameReader {
     }
 
     /// The next message; `None` closes the connection (EOF, error, idle or slow client).
-    async fn next(&mut self, worker: &Worker, reader: &mut ReadHalf<TcpStream>) -> Option<Vec<u8>> {
+    async fn next<R: AsyncRead + Unpin>(
+        &mut self,
+        worker: &Worker,
+        reader: &mut ReadHalf<R>,
+    ) -> Option<Vec<u8>> {
         loop {
             if let Some(message) = self.frames.next_frame() {
                 return Some(message);
@@ -185,8 +248,8 @@ async fn send_frame(worker: &Worker, tx: &LocalSender<Vec<u8>>, message: &[u8]) 
     tx.send(frame).await.is_ok()
 }
 
-async fn write_frames(
-    mut writer: WriteHalf<TcpStream>,
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut writer: WriteHalf<W>,
     rx: local_channel::LocalReceiver<Vec<u8>>,
     worker: Rc<Worker>,
 ) {
@@ -203,7 +266,12 @@ async fn write_frames(
             }
         }
         let deadline = Instant::now() + worker.settings().tcp_idle_timeout;
-        match until(deadline, writer.write_all(&batch)).await {
+        // Flushed: a TLS stream holds written records until then.
+        let write = async {
+            writer.write_all(&batch).await?;
+            writer.flush().await
+        };
+        match until(deadline, write).await {
             Some(Ok(())) => {}
             Some(Err(_)) => break,
             None => {

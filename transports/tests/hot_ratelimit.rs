@@ -27,6 +27,7 @@ fn settings(ratelimit: RateLimit) -> Settings {
         tcp_idle_timeout: Duration::from_secs(2),
         tcp_max_connections: 16,
         tcp_max_pipelined: 8,
+        tls_handshake_timeout: Duration::from_secs(2),
         shutdown_grace: Duration::from_millis(100),
         ratelimit,
         ratelimit_table_size: 1024,
@@ -74,9 +75,11 @@ fn qps_burst_and_slip_apply_when_the_snapshot_changes() {
             addr: "127.0.0.1:0".parse().unwrap(),
             udp: true,
             tcp: false,
+            tls: false,
         }],
         settings: shared.clone(),
         lameduck: Arc::new(AtomicBool::new(false)),
+        tls: None,
     })
     .expect("data plane starts");
     let deadline = Instant::now() + Duration::from_secs(10);

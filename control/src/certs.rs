@@ -1,0 +1,173 @@
+//! Certificates for DNS-over-TLS listeners: a PEM pair loaded into a rustls server
+//! configuration, the files watched and re-read when they change, and a self-signed pair for
+//! local use (`kudurru cert generate`).
+//!
+//! ```text
+//! tls.certFile ─┐ (reload::watch: notify + poll + sha256)
+//! tls.keyFile ──┴▶ load both ─┬ valid: swap the TlsConfig (next handshake uses it) + log
+//!                             └ invalid: log why, keep serving the old pair
+//! ```
+//! TLS 1.3 and 1.2 (RFC 8310 §9 asks for at least 1.2), ALPN `dot` (RFC 7858 §3.2), session
+//! resumption by stateful cache and TLS 1.3 tickets. `ring` is the only crypto provider.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kudurru_transports::TlsConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// ALPN protocol of DNS over TLS (RFC 7858 §3.2, IANA).
+pub const ALPN_DOT: &[u8] = b"dot";
+
+/// Why a certificate pair could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertError {
+    /// A file could not be read or parsed as PEM.
+    #[error("{}: {message}", path.display())]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The certificate file holds no certificate.
+    #[error("{}: no CERTIFICATE block", path.display())]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
+    /// rustls refused the pair (for example, the key does not match the certificate).
+    #[error("certificate {} with key {}: {source}", cert.display(), key.display())]
+    Invalid {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// What rustls said.
+        source: rustls::Error,
+    },
+    /// A self-signed pair could not be generated.
+    #[error("cannot generate a certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+}
+
+/// The server configuration for the pair in `cert` and `key`.
+pub fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CertError> {
+    let pem_error = |path: &Path, e: rustls::pki_types::pem::Error| CertError::Pem {
+        path: path.to_owned(),
+        message: e.to_string(),
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| pem_error(cert, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_error(cert, e))?;
+    if chain.is_empty() {
+        return Err(CertError::NoCertificate {
+            path: cert.to_owned(),
+        });
+    }
+    let private_key = PrivateKeyDer::from_pem_file(key).map_err(|e| pem_error(key, e))?;
+    let invalid = |source| CertError::Invalid {
+        cert: cert.to_owned(),
+        key: key.to_owned(),
+        source,
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(invalid)?
+        .with_no_client_auth()
+        .with_single_cert(chain, private_key)
+        .map_err(invalid)?;
+    config.alpn_protocols = vec![ALPN_DOT.to_vec()];
+    config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(invalid)?;
+    Ok(config)
+}
+
+/// A self-signed certificate and its key, PEM, for `names` (DNS names or IP addresses).
+pub fn generate(names: &[String]) -> Result<(String, String), CertError> {
+    let pair = rcgen::generate_simple_self_signed(names.to_vec())?;
+    Ok((pair.cert.pem(), pair.signing_key.serialize_pem()))
+}
+
+/// Watches a certificate pair; dropping it stops watching.
+pub struct CertWatch {
+    _cert: crate::reload::Watcher,
+    _key: crate::reload::Watcher,
+}
+
+/// Re-reads `cert` and `key` whenever either changes and swaps a valid pair into `tls`; an
+/// invalid pair is logged and the old one keeps serving.
+pub fn watch(cert: &Path, key: &Path, tls: TlsConfig) -> Result<CertWatch, String> {
+    let reload = {
+        let (cert, key) = (cert.to_owned(), key.to_owned());
+        move || match server_config(&cert, &key) {
+            Ok(config) => {
+                tls.store(Arc::new(config));
+                tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "TLS certificate not reloaded; the previous one stays in use");
+            }
+        }
+    };
+    let hash = |path: &Path| std::fs::read(path).ok().map(|b| crate::layers::sha256(&b));
+    let reload = Arc::new(reload);
+    let on_cert = reload.clone();
+    Ok(CertWatch {
+        _cert: crate::reload::watch(cert, hash(cert), move || on_cert())?,
+        _key: crate::reload::watch(key, hash(key), move || reload())?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let (cert, key) = generate(&["localhost".into(), "127.0.0.1".into()]).unwrap();
+        let (c, k) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert).unwrap();
+        std::fs::write(&k, key).unwrap();
+        (c, k)
+    }
+
+    #[test]
+    fn a_generated_pair_loads_with_alpn_dot() {
+        let dir = tempdir("load");
+        let (cert, key) = write_pair(&dir, "a");
+        let config = server_config(&cert, &key).unwrap();
+        assert_eq!(config.alpn_protocols, vec![b"dot".to_vec()]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_pairs_are_refused_with_the_file_named() {
+        let dir = tempdir("bad");
+        let (cert_a, _) = write_pair(&dir, "a");
+        let (_, key_b) = write_pair(&dir, "b");
+        let mismatch = server_config(&cert_a, &key_b).unwrap_err();
+        assert!(matches!(mismatch, CertError::Invalid { .. }), "{mismatch}");
+        let empty = dir.join("empty.crt");
+        std::fs::write(&empty, "not pem\n").unwrap();
+        let e = server_config(&empty, &key_b).unwrap_err();
+        assert!(matches!(e, CertError::NoCertificate { .. }), "{e}");
+        assert!(e.to_string().contains("empty.crt"), "{e}");
+        let e = server_config(&dir.join("missing.crt"), &key_b).unwrap_err();
+        assert!(e.to_string().contains("missing.crt"), "{e}");
+        let e = server_config(&cert_a, &empty).unwrap_err();
+        assert!(e.to_string().contains("empty.crt"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempdir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("kudurru-certs-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
