@@ -220,6 +220,25 @@ impl Drop for ScriptedResponder {
     }
 }
 
+/// Writes a self-signed pair with `kudurru cert generate` into `dir`: (certificate, key).
+pub fn cert_pair(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    let status = Command::new(kudurru_bin())
+        .args(["cert", "generate", "--cert"])
+        .arg(&cert)
+        .arg("--key")
+        .arg(&key)
+        .stdout(Stdio::null())
+        .status()
+        .expect("kudurru cert generate runs");
+    assert!(status.success(), "kudurru cert generate failed");
+    (cert, key)
+}
+
 /// A loopback port free for UDP and TCP on 127.0.0.1 and ::1 right now, never handed out twice
 /// by this process (tests run in parallel threads).
 ///
@@ -477,6 +496,8 @@ pub struct Kudurru {
     pub api: SocketAddr,
     /// Its data directory (tokens), private to this instance.
     pub data_dir: PathBuf,
+    /// DNS-over-TLS listener, when the builder was given a certificate.
+    pub tls: Option<SocketAddr>,
 }
 
 /// How to start kudurru for a test.
@@ -487,6 +508,7 @@ pub struct KudurruBuilder {
     extra: Vec<String>,
     log_level: Option<String>,
     stderr: Option<PathBuf>,
+    tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Kudurru {
@@ -499,6 +521,7 @@ impl Kudurru {
             extra: Vec::new(),
             log_level: Some("warn".into()),
             stderr: None,
+            tls: None,
         }
     }
 
@@ -667,6 +690,12 @@ impl KudurruBuilder {
         cmd
     }
 
+    /// Also serves DNS over TLS (`tls://` on a free port) with this certificate and key.
+    pub fn tls(mut self, cert: &std::path::Path, key: &std::path::Path) -> Self {
+        self.tls = Some((cert.to_owned(), key.to_owned()));
+        self
+    }
+
     /// Starts kudurru and waits until `/healthz/ready` answers 200.
     ///
     /// A start that fails to bind (exit code 3) is retried on fresh ports: the probe sockets of
@@ -679,6 +708,17 @@ impl KudurruBuilder {
             let data_dir = std::env::temp_dir()
                 .join(format!("kudurru-e2e-data-{}-{port}", std::process::id()));
             let mut command = self.command_with_api(port, ops_port, Some((api_port, &data_dir)));
+            let tls = self.tls.as_ref().map(|(cert, key)| {
+                let tls_port = free_port();
+                command
+                    .arg("--listen")
+                    .arg(format!("tls://127.0.0.1:{tls_port}"))
+                    .arg("--tls-cert")
+                    .arg(cert)
+                    .arg("--tls-key")
+                    .arg(key);
+                SocketAddr::from(([127, 0, 0, 1], tls_port))
+            });
             command.stdout(Stdio::null());
             if let Some(path) = &self.stderr {
                 command.stderr(std::fs::File::create(path).expect("stderr file"));
@@ -690,6 +730,7 @@ impl KudurruBuilder {
                 ops: ([127, 0, 0, 1], ops_port).into(),
                 api: ([127, 0, 0, 1], api_port).into(),
                 data_dir: data_dir.clone(),
+                tls,
             };
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
