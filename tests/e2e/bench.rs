@@ -31,6 +31,12 @@ fn count(report: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("{key} in {report}"))
 }
 
+fn count_error(report: &Value, kind: &str) -> u64 {
+    report["errors"][kind]
+        .as_u64()
+        .unwrap_or_else(|| panic!("errors.{kind} in {report}"))
+}
+
 fn errors(report: &Value) -> u64 {
     report["errors"]
         .as_object()
@@ -51,8 +57,12 @@ fn every_other_unanswered(scheme: &str) {
     let mut args = vec![target.as_str(), "--connections", "2", "--streams", "300"];
     args.extend(OPEN_LOOP);
     let (report, stderr) = bench(&args);
+    // The schedule is 600; a writer that wakes after the run's end on a loaded machine counts
+    // what was still due as backlog.
     let sent = count(&report, "sent");
-    assert_eq!(sent, 600, "the open-loop schedule: {report}");
+    let backlog = count_error(&report, "backlog");
+    assert_eq!(sent + backlog, 600, "the open-loop schedule: {report}");
+    assert!(sent >= 500, "{report}");
     assert_eq!(
         sent as usize,
         responder.received(),
@@ -60,10 +70,10 @@ fn every_other_unanswered(scheme: &str) {
     );
     let answered = count(&report, "answered");
     assert_eq!(answered as usize, responder.answered());
-    assert_eq!(answered, 300, "every other query answered: {report}");
-    assert_eq!(count(&report, "timeouts"), 300, "{report}");
-    assert_eq!(report["rcodes"]["NOERROR"], 300);
-    assert_eq!(errors(&report), 0, "{report}");
+    assert_eq!(answered, sent / 2, "every other query answered: {report}");
+    assert_eq!(count(&report, "timeouts"), sent - sent / 2, "{report}");
+    assert_eq!(report["rcodes"]["NOERROR"].as_u64(), Some(sent / 2));
+    assert_eq!(errors(&report), backlog, "no other errors: {report}");
     assert_eq!(report["mismatches"]["unknown_id"], 0);
     assert_eq!(report["mismatches"]["question"], 0);
     assert!(
@@ -146,14 +156,19 @@ fn bench_counts_replies_with_an_unknown_id_and_never_accepts_them() {
         "--streams",
         "500",
     ]);
-    assert_eq!(count(&report, "sent"), 400);
+    // The schedule is 400; on a loaded machine the writer can wake after the run's end with
+    // some still due, and those are counted as backlog, never lost.
+    let sent = count(&report, "sent");
+    assert_eq!(sent + count_error(&report, "backlog"), 400, "{report}");
+    assert!(sent >= 300, "{report}");
+    assert_eq!(sent as usize, responder.received());
     let m = &report["mismatches"];
     // A flipped ID usually matches nothing in flight; if it hits another query in flight,
     // that query's question differs. Either way it is a mismatch, never an answer.
     let mismatched = m["unknown_id"].as_u64().unwrap() + m["question"].as_u64().unwrap();
-    assert_eq!(mismatched, 100, "{report}");
-    assert_eq!(count(&report, "answered"), 300);
-    assert_eq!(count(&report, "timeouts"), 100);
+    assert_eq!(mismatched, sent / 4, "every fourth reply: {report}");
+    assert_eq!(count(&report, "answered"), sent - sent / 4);
+    assert_eq!(count(&report, "timeouts"), sent / 4);
 }
 
 fn against_kudurru(scheme: &str, transport: &str) {

@@ -108,17 +108,6 @@ impl ScriptedResponder {
     /// Starts the responder on a free loopback port.
     pub fn start(script: Script) -> Self {
         use std::sync::atomic::AtomicUsize;
-        let (addr, udp, tcp) = loop {
-            let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-            if let Ok(udp) = UdpSocket::bind(addr)
-                && let Ok(tcp) = TcpListener::bind(addr)
-            {
-                break (addr, udp, tcp);
-            }
-        };
-        udp.set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        tcp.set_nonblocking(true).unwrap();
         let received = Arc::new(AtomicUsize::new(0));
         let answered = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -148,53 +137,9 @@ impl ScriptedResponder {
                 Some(out)
             }
         };
-        {
-            let (stop, reply) = (stop.clone(), reply.clone());
-            thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok((n, peer)) = udp.recv_from(&mut buf) else {
-                        continue;
-                    };
-                    if let Some(out) = reply(&buf[..n]) {
-                        let _ = udp.send_to(&out, peer);
-                    }
-                }
-            });
-        }
-        {
-            let stop = stop.clone();
-            thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok((mut stream, _)) = tcp.accept() else {
-                        thread::sleep(Duration::from_millis(5));
-                        continue;
-                    };
-                    let reply = reply.clone();
-                    thread::spawn(move || {
-                        let _ = stream.set_nonblocking(false);
-                        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                        loop {
-                            let mut len = [0u8; 2];
-                            if stream.read_exact(&mut len).is_err() {
-                                return;
-                            }
-                            let mut message = vec![0u8; usize::from(u16::from_be_bytes(len))];
-                            if stream.read_exact(&mut message).is_err() {
-                                return;
-                            }
-                            if let Some(out) = reply(&message) {
-                                let mut frame = (out.len() as u16).to_be_bytes().to_vec();
-                                frame.extend_from_slice(&out);
-                                if stream.write_all(&frame).is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    });
-                }
-            });
-        }
+        let addr = serve_loopback(stop.clone(), Udp::Inline, move |query, _| {
+            reply(query).into_iter().collect()
+        });
         Self {
             addr,
             received,
@@ -218,6 +163,96 @@ impl Drop for ScriptedResponder {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// How [`serve_loopback`] answers UDP messages.
+#[derive(Clone, Copy)]
+enum Udp {
+    /// On the receiving thread, in order (cheap; for load).
+    Inline,
+    /// On a thread per message (a slow reply holds up nothing else).
+    ThreadPerMessage,
+}
+
+/// Serves UDP and TCP (RFC 1035 framing, a thread per connection, 5 s read timeout) on one free
+/// 127.0.0.1 port until `stop` is set, sending what `reply(message, "udp" | "tcp")` returns.
+fn serve_loopback(
+    stop: Arc<AtomicBool>,
+    udp_mode: Udp,
+    reply: impl Fn(&[u8], &'static str) -> Vec<Vec<u8>> + Send + Sync + 'static,
+) -> SocketAddr {
+    // Bound directly, not probed first: a probe socket can live on for a moment in a child
+    // another test thread is forking, which would make a bind right after the probe fail.
+    let (addr, udp, tcp) = loop {
+        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        if let Ok(udp) = UdpSocket::bind(addr)
+            && let Ok(tcp) = TcpListener::bind(addr)
+        {
+            break (addr, udp, tcp);
+        }
+    };
+    udp.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let reply = Arc::new(reply);
+    {
+        let (stop, reply) = (stop.clone(), reply.clone());
+        let udp = Arc::new(udp);
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((n, peer)) = udp.recv_from(&mut buf) else {
+                    continue;
+                };
+                let answer = {
+                    let (udp, reply) = (udp.clone(), reply.clone());
+                    move |message: &[u8]| {
+                        for out in reply(message, "udp") {
+                            let _ = udp.send_to(&out, peer);
+                        }
+                    }
+                };
+                match udp_mode {
+                    Udp::Inline => answer(&buf[..n]),
+                    Udp::ThreadPerMessage => {
+                        let message = buf[..n].to_vec();
+                        thread::spawn(move || answer(&message));
+                    }
+                }
+            }
+        });
+    }
+    thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((mut stream, _)) = tcp.accept() else {
+                thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            let reply = reply.clone();
+            thread::spawn(move || {
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                loop {
+                    let mut len = [0u8; 2];
+                    if stream.read_exact(&mut len).is_err() {
+                        return;
+                    }
+                    let mut message = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                    if stream.read_exact(&mut message).is_err() {
+                        return;
+                    }
+                    for out in reply(&message, "tcp") {
+                        let mut frame = (out.len() as u16).to_be_bytes().to_vec();
+                        frame.extend_from_slice(&out);
+                        if stream.write_all(&frame).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
 }
 
 /// Writes a self-signed pair with `kudurru cert generate` into `dir`: (certificate, key).
@@ -299,73 +334,13 @@ pub struct TestUpstream {
 impl TestUpstream {
     /// Starts the upstream on a free loopback port.
     pub fn start() -> Self {
-        // Bound directly, not probed first: a probe socket can live on for a moment in a child
-        // another test thread is forking, which would make a bind right after the probe fail.
-        let (addr, udp, tcp) = loop {
-            let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-            if let Ok(udp) = UdpSocket::bind(addr)
-                && let Ok(tcp) = TcpListener::bind(addr)
-            {
-                break (addr, udp, tcp);
-            }
-        };
-        udp.set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        tcp.set_nonblocking(true).unwrap();
         let seen = Arc::new(Mutex::new(Seen::default()));
         let stop = Arc::new(AtomicBool::new(false));
-        {
-            let (seen, stop) = (seen.clone(), stop.clone());
-            thread::spawn(move || {
-                let udp = Arc::new(udp);
-                let mut buf = [0u8; 4096];
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok((n, peer)) = udp.recv_from(&mut buf) else {
-                        continue;
-                    };
-                    let message = buf[..n].to_vec();
-                    let (udp, seen) = (udp.clone(), seen.clone());
-                    thread::spawn(move || {
-                        for reply in respond(&message, "udp", &seen) {
-                            let _ = udp.send_to(&reply, peer);
-                        }
-                    });
-                }
-            });
-        }
-        {
-            let (seen, stop) = (seen.clone(), stop.clone());
-            thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok((mut stream, _)) = tcp.accept() else {
-                        thread::sleep(Duration::from_millis(5));
-                        continue;
-                    };
-                    let seen = seen.clone();
-                    thread::spawn(move || {
-                        let _ = stream.set_nonblocking(false);
-                        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                        loop {
-                            let mut len = [0u8; 2];
-                            if stream.read_exact(&mut len).is_err() {
-                                return;
-                            }
-                            let mut message = vec![0u8; usize::from(u16::from_be_bytes(len))];
-                            if stream.read_exact(&mut message).is_err() {
-                                return;
-                            }
-                            for reply in respond(&message, "tcp", &seen) {
-                                let mut frame = (reply.len() as u16).to_be_bytes().to_vec();
-                                frame.extend_from_slice(&reply);
-                                if stream.write_all(&frame).is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    });
-                }
-            });
-        }
+        // A thread per UDP message: `slow-` names must not hold up the others.
+        let addr = serve_loopback(stop.clone(), Udp::ThreadPerMessage, {
+            let seen = seen.clone();
+            move |message, transport| respond(message, transport, &seen)
+        });
         Self { addr, seen, stop }
     }
 
