@@ -1,24 +1,27 @@
-//! Certificates for DNS-over-TLS listeners: a PEM pair loaded into a rustls server
-//! configuration, the files watched and re-read when they change, and a self-signed pair for
-//! local use (`kudurru cert generate`).
+//! Certificates for the encrypted listeners (DNS over TLS and over HTTPS): a PEM pair loaded
+//! into rustls server configurations, the files watched and re-read when they change, and a
+//! self-signed pair for local use (`kudurru cert generate`).
 //!
 //! ```text
 //! tls.certFile ─┐ (reload::watch: notify + poll + sha256)
 //! tls.keyFile ──┴▶ load both ─┬ valid: swap the TlsConfig (next handshake uses it) + log
 //!                             └ invalid: log why, keep serving the old pair
 //! ```
-//! TLS 1.3 and 1.2 (RFC 8310 §9 asks for at least 1.2), ALPN `dot` (RFC 7858 §3.2), session
-//! resumption by stateful cache and TLS 1.3 tickets. `ring` is the only crypto provider.
+//! TLS 1.3 and 1.2 (RFC 8310 §9 asks for at least 1.2; RFC 8484 §5 and RFC 9113 §9.2 ask
+//! HTTP/2 for 1.2 or later), ALPN `dot` (RFC 7858 §3.2) for DoT and `h2`, `http/1.1` for DoH,
+//! session resumption by stateful cache and TLS 1.3 tickets. `ring` is the only crypto provider.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kudurru_transports::TlsConfig;
+use kudurru_transports::{TlsConfig, TlsServers};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// ALPN protocol of DNS over TLS (RFC 7858 §3.2, IANA).
 pub const ALPN_DOT: &[u8] = b"dot";
+/// ALPN protocols of DNS over HTTPS, preferred first: HTTP/2 (RFC 9113), then HTTP/1.1.
+pub const ALPN_HTTPS: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// Why a certificate pair could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -53,8 +56,19 @@ pub enum CertError {
     Generate(#[from] rcgen::Error),
 }
 
-/// The server configuration for the pair in `cert` and `key`.
-pub fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CertError> {
+/// The server configurations of every encrypted transport for the pair in `cert` and `key`.
+pub fn server_configs(cert: &Path, key: &Path) -> Result<TlsServers, CertError> {
+    let dot = server_config(cert, key)?;
+    let mut https = dot.clone();
+    https.alpn_protocols = ALPN_HTTPS.iter().map(|p| p.to_vec()).collect();
+    Ok(TlsServers {
+        dot: Arc::new(dot),
+        https: Arc::new(https),
+    })
+}
+
+/// The DNS-over-TLS server configuration for the pair in `cert` and `key`.
+fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CertError> {
     let pem_error = |path: &Path, e: rustls::pki_types::pem::Error| CertError::Pem {
         path: path.to_owned(),
         message: e.to_string(),
@@ -103,7 +117,7 @@ pub struct CertWatch {
 pub fn watch(cert: &Path, key: &Path, tls: TlsConfig) -> Result<CertWatch, String> {
     let reload = {
         let (cert, key) = (cert.to_owned(), key.to_owned());
-        move || match server_config(&cert, &key) {
+        move || match server_configs(&cert, &key) {
             Ok(config) => {
                 tls.store(Arc::new(config));
                 tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
@@ -138,11 +152,15 @@ mod tests {
     }
 
     #[test]
-    fn a_generated_pair_loads_with_alpn_dot() {
+    fn a_generated_pair_loads_with_alpn_per_transport() {
         let dir = tempdir("load");
         let (cert, key) = write_pair(&dir, "a");
-        let config = server_config(&cert, &key).unwrap();
-        assert_eq!(config.alpn_protocols, vec![b"dot".to_vec()]);
+        let configs = server_configs(&cert, &key).unwrap();
+        assert_eq!(configs.dot.alpn_protocols, vec![b"dot".to_vec()]);
+        assert_eq!(
+            configs.https.alpn_protocols,
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_LISTEN: &[&str] = &["127.0.0.1:5353", "[::1]:5353"];
 /// Default upstreams: well-known public resolvers (Cloudflare, Quad9), over UDP.
 pub const DEFAULT_UPSTREAMS: &[&str] = &["udp://1.1.1.1:53", "udp://9.9.9.9:53"];
+/// Path of a DNS-over-HTTPS listener given without one (RFC 8484 §3 example).
+pub const DEFAULT_DOH_PATH: &str = "/dns-query";
 /// Default ops listener (health, metrics); no authentication, so loopback only.
 pub const DEFAULT_OPS_ADDRESS: &str = "127.0.0.1:8081";
 /// Default HTTP API listener; token-authenticated, loopback by default.
@@ -531,7 +533,7 @@ pub static KEYS: &[KeyInfo] = &[
         Node,
         true,
         true,
-        "client listeners: udp://H:P, tcp://H:P, H:P for both, tls://H:P for DNS over TLS (IPv4 or [IPv6])",
+        "client listeners: udp://H:P, tcp://H:P, H:P for both, tls://H:P for DNS over TLS (port 853), https://H:P/path for DNS over HTTPS (port 443, path /dns-query); IPv4 or [IPv6]",
         |c| c.server.listen,
         parse_strings,
         |v: &Vec<String>| join(v)
@@ -707,7 +709,7 @@ pub static KEYS: &[KeyInfo] = &[
         Cluster,
         false,
         true,
-        "a client TCP connection idle this long is closed (RFC 7766 §6.2.3)",
+        "a client TCP, DoT or DoH connection idle this long is closed (RFC 7766 §6.2.3; HTTP/2 with GOAWAY)",
         |c| c.tcp.idle_timeout,
         parse_string,
         show_string
@@ -718,7 +720,7 @@ pub static KEYS: &[KeyInfo] = &[
         Node,
         false,
         true,
-        "client TCP connections each core accepts; more are closed at once",
+        "client TCP, DoT and DoH connections each core accepts (together); more are closed at once",
         |c| c.tcp.max_connections_per_core,
         parse_num,
         show_num
@@ -729,7 +731,7 @@ pub static KEYS: &[KeyInfo] = &[
         Cluster,
         false,
         true,
-        "queries in flight on one TCP connection; past this kudurru stops reading it",
+        "queries in flight on one TCP or DoT connection (past this kudurru stops reading it), and concurrent HTTP/2 streams on one DoH connection",
         |c| c.tcp.max_pipelined,
         parse_num,
         show_num
@@ -740,7 +742,7 @@ pub static KEYS: &[KeyInfo] = &[
         Node,
         true,
         true,
-        "PEM certificate chain (leaf first) for tls:// listeners; the file is re-read when it changes",
+        "PEM certificate chain (leaf first) for tls:// and https:// listeners; the file is re-read when it changes",
         |c| c.tls.cert_file,
         parse_string,
         show_string
@@ -762,7 +764,7 @@ pub static KEYS: &[KeyInfo] = &[
         Cluster,
         false,
         true,
-        "a DNS-over-TLS client that has not finished its TLS handshake after this long is closed",
+        "a DoT or DoH client that has not finished its TLS handshake after this long is closed",
         |c| c.tls.handshake_timeout,
         parse_string,
         show_string
@@ -1081,7 +1083,7 @@ impl Config {
                     ConfigError::value(
                         "server.listen",
                         url,
-                        "expected udp://H:P, tcp://H:P, tls://H:P or H:P with an IP address",
+                        "expected udp://H:P, tcp://H:P, tls://H:P, https://H:P/path or H:P with an IP address",
                     )
                 })
             })
@@ -1144,7 +1146,7 @@ impl Config {
         let resolve_timeout = duration("upstream.resolveTimeout", &self.upstream.resolve_timeout)?;
         let tcp_idle_timeout = duration("tcp.idleTimeout", &self.tcp.idle_timeout)?;
         let tls_handshake_timeout = duration("tls.handshakeTimeout", &self.tls.handshake_timeout)?;
-        if listeners.iter().any(|l| l.tls) {
+        if listeners.iter().any(ListenerSpec::needs_certificate) {
             for (key, path) in [
                 ("tls.certFile", &self.tls.cert_file),
                 ("tls.keyFile", &self.tls.key_file),
@@ -1153,7 +1155,7 @@ impl Config {
                     return Err(ConfigError::value(
                         key,
                         "",
-                        "a tls:// listener needs a certificate: set tls.certFile and tls.keyFile (kudurru cert generate writes a self-signed pair)",
+                        "a tls:// or https:// listener needs a certificate: set tls.certFile and tls.keyFile (kudurru cert generate writes a self-signed pair)",
                     ));
                 }
             }
@@ -1365,6 +1367,27 @@ pub fn parse_listener(url: &str) -> Option<ListenerSpec> {
             udp: false,
             tcp: false,
             tls: true,
+            https: None,
+        });
+    }
+    if let Some(rest) = url.strip_prefix("https://") {
+        // `H:P/path`: the path starts at the first slash (IPv6 hosts are bracketed, no slash).
+        let (host, path) = match rest.find('/') {
+            Some(at) => rest.split_at(at),
+            None => (rest, DEFAULT_DOH_PATH),
+        };
+        if !path
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#')
+        {
+            return None;
+        }
+        return parse_host_port(host, 443).map(|addr| ListenerSpec {
+            addr,
+            udp: false,
+            tcp: false,
+            tls: false,
+            https: Some(path.to_owned()),
         });
     }
     let (udp, tcp, rest) = if let Some(rest) = url.strip_prefix("udp://") {
@@ -1381,6 +1404,7 @@ pub fn parse_listener(url: &str) -> Option<ListenerSpec> {
         udp,
         tcp,
         tls: false,
+        https: None,
     })
 }
 
@@ -1435,6 +1459,40 @@ mod tests {
                 .all(|l| l.udp && l.tcp && l.addr.port() == 5353)
         );
         assert_eq!(v.settings.upstreams.len(), 2);
+    }
+
+    #[test]
+    fn listener_urls_name_their_transports_ports_and_paths() {
+        let l = |url: &str| parse_listener(url);
+        let plain = l("127.0.0.1:53").unwrap();
+        assert!(plain.udp && plain.tcp && !plain.tls && plain.https.is_none());
+        assert_eq!(l("tls://[::1]").unwrap().addr, "[::1]:853".parse().unwrap());
+        let doh = l("https://127.0.0.1").unwrap();
+        assert_eq!(doh.addr, "127.0.0.1:443".parse().unwrap());
+        assert_eq!(doh.https.as_deref(), Some(DEFAULT_DOH_PATH));
+        assert!(!doh.udp && !doh.tcp && !doh.tls && doh.needs_certificate());
+        let doh = l("https://[::1]:8443/resolve").unwrap();
+        assert_eq!(doh.addr, "[::1]:8443".parse().unwrap());
+        assert_eq!(doh.https.as_deref(), Some("/resolve"));
+        assert_eq!(l("https://127.0.0.1/").unwrap().https.as_deref(), Some("/"));
+        for bad in [
+            "https://127.0.0.1/a b",
+            "https://127.0.0.1/q?x=1",
+            "https://example.com/dns-query",
+            "https://127.0.0.1:99999",
+        ] {
+            assert!(l(bad).is_none(), "{bad}");
+        }
+        let e = Config {
+            server: ServerSection {
+                listen: vec!["https://127.0.0.1:8443".into()],
+                ..ServerSection::default()
+            },
+            ..Config::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().contains("needs a certificate"), "{e}");
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 
-use kudurru_transports::metrics::{LATENCY_BOUNDS, MAX_UPSTREAMS, RCODE_LABELS, UpstreamError};
+use kudurru_transports::metrics::{
+    DOH_STATUS_LABELS, HttpVersion, LATENCY_BOUNDS, MAX_UPSTREAMS, RCODE_LABELS, UpstreamError,
+};
 use kudurru_transports::{CoreMetrics, SharedSettings, Transport};
 
 /// What the ops listener reports on.
@@ -270,6 +272,33 @@ pub fn render_metrics(state: &OpsState) -> String {
     for (name, help, get) in plain {
         head(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {}", sum(m, get));
+    }
+    head(
+        &mut out,
+        "kudurru_doh_connections_total",
+        "counter",
+        "DNS-over-HTTPS connections accepted, by HTTP version (ALPN).",
+    );
+    for v in HttpVersion::ALL {
+        let _ = writeln!(
+            out,
+            "kudurru_doh_connections_total{{version=\"{}\"}} {}",
+            v.label(),
+            sum(m, |c| c.doh_connections[v as usize].load(Relaxed))
+        );
+    }
+    head(
+        &mut out,
+        "kudurru_doh_rejected_total",
+        "counter",
+        "DNS-over-HTTPS requests answered with an HTTP error, by status.",
+    );
+    for (i, status) in DOH_STATUS_LABELS.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "kudurru_doh_rejected_total{{status=\"{status}\"}} {}",
+            sum(m, |c| c.doh_rejected[i].load(Relaxed))
+        );
     }
 
     head(

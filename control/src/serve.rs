@@ -123,15 +123,19 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     };
     let settings = Arc::new(ArcSwap::from_pointee(validated.settings.clone()));
     let lameduck = Arc::new(AtomicBool::new(false));
-    // DNS over TLS: the pair is loaded before anything binds (a bad file is a startup error),
+    // DNS over TLS and HTTPS: the pair is loaded before anything binds (a bad file is a startup error),
     // then watched; a bad replacement is logged and the loaded pair keeps serving.
-    let (tls, _cert_watch) = if validated.listeners.iter().any(|l| l.tls) {
+    let (tls, _cert_watch) = if validated
+        .listeners
+        .iter()
+        .any(kudurru_transports::ListenerSpec::needs_certificate)
+    {
         let (cert, key) = (
             PathBuf::from(&config.tls.cert_file),
             PathBuf::from(&config.tls.key_file),
         );
         let tls: kudurru_transports::TlsConfig = Arc::new(ArcSwap::from_pointee(
-            crate::certs::server_config(&cert, &key)?,
+            crate::certs::server_configs(&cert, &key)?,
         ));
         let watch = crate::certs::watch(&cert, &key, tls.clone()).map_err(ServeError::Other)?;
         tracing::info!(cert = %cert.display(), key = %key.display(), "watching the TLS certificate");

@@ -16,6 +16,7 @@
 
 pub mod answer;
 pub mod cache;
+pub mod doh;
 pub mod framing;
 pub mod key;
 pub mod limiter;

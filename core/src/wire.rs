@@ -635,7 +635,7 @@ pub fn is_reply_to(reply: &[u8], id: u16) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A query for `name` (dotted, no trailing dot) with optional OPT.

@@ -4,6 +4,7 @@
 
 mod api;
 mod bench;
+mod doh;
 mod dot;
 mod lifecycle;
 mod ratelimit;

@@ -473,6 +473,8 @@ pub struct Kudurru {
     pub data_dir: PathBuf,
     /// DNS-over-TLS listener, when the builder was given a certificate.
     pub tls: Option<SocketAddr>,
+    /// DNS-over-HTTPS listener (path `/dns-query`), when the builder was given a certificate.
+    pub https: Option<SocketAddr>,
 }
 
 /// How to start kudurru for a test.
@@ -665,7 +667,8 @@ impl KudurruBuilder {
         cmd
     }
 
-    /// Also serves DNS over TLS (`tls://` on a free port) with this certificate and key.
+    /// Also serves DNS over TLS and DNS over HTTPS (`tls://` and `https://…/dns-query`, each on
+    /// a free port) with this certificate and key.
     pub fn tls(mut self, cert: &std::path::Path, key: &std::path::Path) -> Self {
         self.tls = Some((cert.to_owned(), key.to_owned()));
         self
@@ -683,16 +686,21 @@ impl KudurruBuilder {
             let data_dir = std::env::temp_dir()
                 .join(format!("kudurru-e2e-data-{}-{port}", std::process::id()));
             let mut command = self.command_with_api(port, ops_port, Some((api_port, &data_dir)));
-            let tls = self.tls.as_ref().map(|(cert, key)| {
-                let tls_port = free_port();
+            let encrypted = self.tls.as_ref().map(|(cert, key)| {
+                let (tls_port, https_port) = (free_port(), free_port());
                 command
                     .arg("--listen")
                     .arg(format!("tls://127.0.0.1:{tls_port}"))
+                    .arg("--listen")
+                    .arg(format!("https://127.0.0.1:{https_port}/dns-query"))
                     .arg("--tls-cert")
                     .arg(cert)
                     .arg("--tls-key")
                     .arg(key);
-                SocketAddr::from(([127, 0, 0, 1], tls_port))
+                (
+                    SocketAddr::from(([127, 0, 0, 1], tls_port)),
+                    SocketAddr::from(([127, 0, 0, 1], https_port)),
+                )
             });
             command.stdout(Stdio::null());
             if let Some(path) = &self.stderr {
@@ -705,7 +713,8 @@ impl KudurruBuilder {
                 ops: ([127, 0, 0, 1], ops_port).into(),
                 api: ([127, 0, 0, 1], api_port).into(),
                 data_dir: data_dir.clone(),
-                tls,
+                tls: encrypted.map(|(tls, _)| tls),
+                https: encrypted.map(|(_, https)| https),
             };
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {

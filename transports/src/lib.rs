@@ -12,6 +12,8 @@ pub mod settings;
 pub mod steering;
 pub mod sys;
 
+mod answer;
+mod doh;
 mod pool;
 mod tcp;
 mod udp;
@@ -19,5 +21,5 @@ mod upstream;
 mod worker;
 
 pub use metrics::{CoreMetrics, Transport};
-pub use runtime::{ListenerSpec, Server, ServerSpec, StartError, TlsConfig, start};
+pub use runtime::{ListenerSpec, Server, ServerSpec, StartError, TlsConfig, TlsServers, start};
 pub use settings::{Settings, SharedSettings};

@@ -15,11 +15,13 @@ pub enum Transport {
     Tcp,
     /// DNS over TLS (RFC 7858).
     Dot,
+    /// DNS over HTTPS (RFC 8484), HTTP/2 and HTTP/1.1.
+    Doh,
 }
 
 impl Transport {
     /// All transports, in metric order.
-    pub const ALL: [Self; 3] = [Self::Udp, Self::Tcp, Self::Dot];
+    pub const ALL: [Self; 4] = [Self::Udp, Self::Tcp, Self::Dot, Self::Doh];
 
     /// The metric label.
     pub fn label(self) -> &'static str {
@@ -27,9 +29,36 @@ impl Transport {
             Self::Udp => "udp",
             Self::Tcp => "tcp",
             Self::Dot => "dot",
+            Self::Doh => "doh",
         }
     }
 }
+
+/// HTTP versions of DNS-over-HTTPS connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpVersion {
+    /// HTTP/2 (ALPN `h2`).
+    H2,
+    /// HTTP/1.1 (ALPN `http/1.1`, or none).
+    Http1,
+}
+
+impl HttpVersion {
+    /// All versions, in metric order.
+    pub const ALL: [Self; 2] = [Self::H2, Self::Http1];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::H2 => "h2",
+            Self::Http1 => "http/1.1",
+        }
+    }
+}
+
+/// Every error status DNS over HTTPS answers with, the labels of
+/// `kudurru_doh_rejected_total{status=...}`.
+pub const DOH_STATUS_LABELS: [u16; 9] = [400, 404, 405, 408, 411, 413, 415, 431, 501];
 
 /// Labels of `kudurru_dns_responses_total{rcode=...}`; `none` counts drops (nothing sent).
 pub const RCODE_LABELS: [&str; 8] = [
@@ -125,7 +154,7 @@ pub struct RateLimitCounters {
 #[repr(align(128))]
 pub struct CoreMetrics {
     /// Queries received, by [`Transport`].
-    pub queries: [AtomicU64; 3],
+    pub queries: [AtomicU64; 4],
     /// Responses by rcode label ([`RCODE_LABELS`]).
     pub responses: [AtomicU64; 8],
     /// Cache counters.
@@ -146,6 +175,10 @@ pub struct CoreMetrics {
     pub tls_handshakes: AtomicU64,
     /// TLS handshakes that failed or did not finish within `tls.handshakeTimeout`.
     pub tls_handshake_failures: AtomicU64,
+    /// DNS-over-HTTPS connections accepted, by [`HttpVersion`].
+    pub doh_connections: [AtomicU64; 2],
+    /// DNS-over-HTTPS requests answered with an error status, by [`DOH_STATUS_LABELS`].
+    pub doh_rejected: [AtomicU64; 9],
     /// Per upstream (by index in the current upstream set).
     pub upstreams: [UpstreamCounters; MAX_UPSTREAMS],
 }
@@ -173,6 +206,15 @@ impl CoreMetrics {
     /// Counts a drop: nothing was sent.
     pub fn dropped(&self) {
         bump(&self.responses[RCODE_NONE]);
+    }
+
+    /// Counts a DNS-over-HTTPS request rejected with `status`.
+    pub fn doh_rejected(&self, status: u16) {
+        let slot = DOH_STATUS_LABELS
+            .iter()
+            .position(|&s| s == status)
+            .unwrap_or(DOH_STATUS_LABELS.len() - 1);
+        bump(&self.doh_rejected[slot]);
     }
 
     /// The counters of upstream `index`.

@@ -24,7 +24,7 @@ use crate::metrics::CoreMetrics;
 use crate::settings::SharedSettings;
 use crate::sys::{self, SocketKind};
 use crate::worker::{Ownership, ShardMessage, Worker};
-use crate::{steering, tcp, udp};
+use crate::{doh, steering, tcp, udp};
 
 /// Memory glommio registers for I/O per core. Small on purpose: with SO_REUSEPORT sockets the
 /// data path mostly bypasses these buffers, and registration counts against RLIMIT_MEMLOCK.
@@ -37,7 +37,7 @@ const MESH_CAPACITY: usize = 1024;
 const STOP_POLL: Duration = Duration::from_millis(20);
 
 /// A client-facing listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenerSpec {
     /// Address to bind.
     pub addr: SocketAddr,
@@ -47,11 +47,31 @@ pub struct ListenerSpec {
     pub tcp: bool,
     /// DNS over TLS (RFC 7858) on it, a TCP socket of its own.
     pub tls: bool,
+    /// DNS over HTTPS (RFC 8484, HTTP/2 and HTTP/1.1) on it at this path, a TCP socket of its
+    /// own.
+    pub https: Option<String>,
 }
 
-/// The TLS server configuration DNS-over-TLS listeners use, swapped whole when the certificate
-/// files change (each handshake takes the current one).
-pub type TlsConfig = Arc<arc_swap::ArcSwap<rustls::ServerConfig>>;
+impl ListenerSpec {
+    /// Whether the listener needs a certificate.
+    pub fn needs_certificate(&self) -> bool {
+        self.tls || self.https.is_some()
+    }
+}
+
+/// The TLS server configurations of the encrypted listeners, one per ALPN set, all from one
+/// certificate pair.
+#[derive(Debug)]
+pub struct TlsServers {
+    /// DNS over TLS: ALPN `dot`.
+    pub dot: Arc<rustls::ServerConfig>,
+    /// DNS over HTTPS: ALPN `h2` and `http/1.1`.
+    pub https: Arc<rustls::ServerConfig>,
+}
+
+/// The TLS configurations encrypted listeners use, swapped whole when the certificate files
+/// change (each handshake takes the current one).
+pub type TlsConfig = Arc<arc_swap::ArcSwap<TlsServers>>;
 
 /// What the data plane is started with.
 pub struct ServerSpec {
@@ -63,7 +83,7 @@ pub struct ServerSpec {
     pub settings: SharedSettings,
     /// Lameduck: while set, the health name answers SERVFAIL (the ops listener flips it).
     pub lameduck: Arc<AtomicBool>,
-    /// Certificate and key for `tls` listeners (required when there is one).
+    /// Certificate and key for `tls` and `https` listeners (required when there is one).
     pub tls: Option<TlsConfig>,
 }
 
@@ -106,9 +126,9 @@ pub enum StartError {
         /// The OS error.
         source: io::Error,
     },
-    /// A `tls` listener without a certificate.
+    /// A `tls` or `https` listener without a certificate.
     #[error(
-        "cannot serve DNS over TLS on {addr}: no certificate configured (tls.certFile, tls.keyFile)"
+        "cannot serve DNS over TLS or HTTPS on {addr}: no certificate configured (tls.certFile, tls.keyFile)"
     )]
     NoCertificate {
         /// The listener.
@@ -168,6 +188,7 @@ struct CoreStart {
     udp: Vec<OwnedFd>,
     tcp: Vec<OwnedFd>,
     tls: Vec<OwnedFd>,
+    https: Vec<(OwnedFd, Arc<str>)>,
 }
 
 /// Binds the listeners and starts one pinned executor per CPU.
@@ -181,11 +202,12 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             udp: Vec::new(),
             tcp: Vec::new(),
             tls: Vec::new(),
+            https: Vec::new(),
         })
         .collect();
     let mut bound = Vec::new();
     for listener in &spec.listeners {
-        if listener.tls && spec.tls.is_none() {
+        if listener.needs_certificate() && spec.tls.is_none() {
             return Err(StartError::NoCertificate {
                 addr: listener.addr,
             });
@@ -195,6 +217,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             (listener.udp, SocketKind::Udp, "udp"),
             (listener.tcp, SocketKind::Tcp, "tcp"),
             (listener.tls, SocketKind::Tcp, "tls"),
+            (listener.https.is_some(), SocketKind::Tcp, "https"),
         ] {
             if !enabled {
                 continue;
@@ -212,7 +235,10 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
                 match label {
                     "udp" => core.udp.push(fd),
                     "tcp" => core.tcp.push(fd),
-                    _ => core.tls.push(fd),
+                    "tls" => core.tls.push(fd),
+                    _ => core
+                        .https
+                        .push((fd, Arc::from(listener.https.as_deref().unwrap_or("/")))),
                 }
             }
         }
@@ -227,6 +253,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             .iter()
             .chain(&core.tcp)
             .chain(&core.tls)
+            .chain(core.https.iter().map(|(fd, _)| fd))
             .map(AsRawFd::as_raw_fd)
             .collect()
     });
@@ -264,6 +291,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             cores,
         };
         let started = started_tx.clone();
+        let cpu = core.cpu;
         let thread = std::thread::Builder::new()
             .name(format!("kudurru-core-{index}"))
             .spawn(move || {
@@ -282,10 +310,10 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
                         return;
                     }
                 };
-                executor.run(run_core(context, core.udp, core.tcp, core.tls));
+                executor.run(run_core(context, core));
             })
             .map_err(|e| StartError::Executor {
-                cpu: core.cpu,
+                cpu,
                 message: e.to_string(),
             })?;
         threads.push(thread);
@@ -364,12 +392,7 @@ async fn wait_for(flag: &AtomicBool) {
     }
 }
 
-async fn run_core(
-    context: CoreContext,
-    udp: Vec<OwnedFd>,
-    tcp: Vec<OwnedFd>,
-    tls_fds: Vec<OwnedFd>,
-) {
+async fn run_core(context: CoreContext, sockets: CoreStart) {
     let CoreContext {
         settings,
         metrics,
@@ -418,24 +441,32 @@ async fn run_core(
         // First in the list: cancelled before the sockets it names are closed.
         listeners.push(glommio::spawn_local(steer(worker.clone(), steering)));
     }
-    for fd in udp {
+    for fd in sockets.udp {
         listeners.push(glommio::spawn_local(udp::serve(
             worker.clone(),
             Rc::new(sys::glommio_udp(fd)),
         )));
     }
-    for fd in tcp {
+    for fd in sockets.tcp {
         listeners.push(glommio::spawn_local(tcp::serve(
             worker.clone(),
             sys::glommio_tcp_listener(fd),
         )));
     }
     if let Some(config) = &tls {
-        for fd in tls_fds {
+        for fd in sockets.tls {
             listeners.push(glommio::spawn_local(tcp::serve_tls(
                 worker.clone(),
                 sys::glommio_tcp_listener(fd),
                 config.clone(),
+            )));
+        }
+        for (fd, path) in sockets.https {
+            listeners.push(glommio::spawn_local(doh::serve(
+                worker.clone(),
+                sys::glommio_tcp_listener(fd),
+                config.clone(),
+                path,
             )));
         }
     }

@@ -17,6 +17,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures_lite::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
@@ -34,16 +35,32 @@ use crate::worker::{Active, Worker};
 
 /// Accepts connections until the task is dropped.
 pub(crate) async fn serve(worker: Rc<Worker>, listener: TcpListener) {
-    accept_loop(worker, listener, None).await;
+    accept_loop(worker, listener, |worker, stream, peer| async move {
+        connection(&worker, stream, peer, Transport::Tcp).await;
+    })
+    .await;
 }
 
 /// Accepts DNS-over-TLS connections until the task is dropped.
 pub(crate) async fn serve_tls(worker: Rc<Worker>, listener: TcpListener, tls: TlsConfig) {
-    accept_loop(worker, listener, Some(tls)).await;
+    accept_loop(worker, listener, move |worker, stream, peer| {
+        let config = tls.load().dot.clone();
+        async move {
+            if let Some(stream) = handshake(&worker, stream, config).await {
+                connection(&worker, stream, peer, Transport::Dot).await;
+            }
+        }
+    })
+    .await;
 }
 
-/// The accept loop of a TCP or DoT listener. Both count against `tcp.maxConnectionsPerCore`.
-async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, tls: Option<TlsConfig>) {
+/// The accept loop of a stream listener (TCP, DoT, DoH): each connection runs `serve` in a task
+/// of its own. All count against `tcp.maxConnectionsPerCore`.
+pub(crate) async fn accept_loop<F, Fut>(worker: Rc<Worker>, listener: TcpListener, serve: F)
+where
+    F: Fn(Rc<Worker>, TcpStream, SocketAddr) -> Fut,
+    Fut: Future<Output = ()> + 'static,
+{
     loop {
         let stream = match listener.accept().await {
             Ok(stream) => stream,
@@ -58,21 +75,15 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, tls: Option<TlsC
             CoreMetrics::bump(&worker.metrics.tcp_refused);
             continue; // dropping the stream closes it
         }
+        let _ = stream.set_nodelay(true);
+        let Ok(peer) = stream.peer_addr() else {
+            continue;
+        };
         worker.tcp_connections.set(worker.tcp_connections.get() + 1);
+        let task = serve(worker.clone(), stream, peer);
         let worker = worker.clone();
-        let tls = tls.clone();
         glommio::spawn_local(async move {
-            let _ = stream.set_nodelay(true);
-            if let Ok(peer) = stream.peer_addr() {
-                match tls {
-                    None => connection(&worker, stream, peer, Transport::Tcp).await,
-                    Some(tls) => {
-                        if let Some(stream) = handshake(&worker, stream, &tls).await {
-                            connection(&worker, stream, peer, Transport::Dot).await;
-                        }
-                    }
-                }
-            }
+            task.await;
             worker.tcp_connections.set(worker.tcp_connections.get() - 1);
         })
         .detach();
@@ -81,12 +92,12 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, tls: Option<TlsC
 
 /// The server side of a TLS handshake, bounded by `tls.handshakeTimeout`; `None` (connection
 /// closed) when it fails or takes too long.
-async fn handshake(
+pub(crate) async fn handshake(
     worker: &Worker,
     stream: TcpStream,
-    tls: &TlsConfig,
+    config: Arc<rustls::ServerConfig>,
 ) -> Option<futures_rustls::server::TlsStream<TcpStream>> {
-    let acceptor = futures_rustls::TlsAcceptor::from(tls.load_full());
+    let acceptor = futures_rustls::TlsAcceptor::from(config);
     let deadline = Instant::now() + worker.settings().tls_handshake_timeout;
     match until(deadline, acceptor.accept(stream)).await {
         Some(Ok(stream)) => {

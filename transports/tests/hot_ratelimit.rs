@@ -76,6 +76,7 @@ fn qps_burst_and_slip_apply_when_the_snapshot_changes() {
             udp: true,
             tcp: false,
             tls: false,
+            https: None,
         }],
         settings: shared.clone(),
         lameduck: Arc::new(AtomicBool::new(false)),
