@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 seconds=${1:-60}
 targets=${TARGETS:-$(cargo fuzz list)}
 for target in $targets; do
-  mkdir -p "corpus/$target" "seeds/$target"
+  mkdir -p "corpus/$target" "seeds/$target" target
   echo "== $target: ${seconds}s"
   set +e +o pipefail
   cargo fuzz run -s none "$target" "corpus/$target" "seeds/$target" -- \

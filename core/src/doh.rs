@@ -21,6 +21,12 @@ pub const MEDIA_TYPE: &str = "application/dns-message";
 /// The largest DNS message a request may carry (the two-byte length of RFC 1035 §4.2.2).
 pub const MAX_MESSAGE: usize = 65_535;
 
+/// The largest request head (request line and headers) accepted, on any HTTP version. A GET
+/// carries a message of up to about 12 KB in it; larger ones need POST.
+pub const MAX_HEAD: usize = 16 * 1024;
+/// Headers an HTTP/1.1 request may have.
+pub const MAX_HEADERS: usize = 64;
+
 /// base64url without padding (RFC 8484 §4.1); padding that a client sends anyway is accepted.
 const BASE64URL: GeneralPurpose = GeneralPurpose::new(
     &base64::alphabet::URL_SAFE,
@@ -57,6 +63,12 @@ pub enum RequestError {
     TooLarge,
     /// Bytes that are not a DNS query (shorter than a header, or a response).
     NotAQuery,
+    /// An HTTP/1.1 request head that does not parse (or has conflicting lengths).
+    BadHead,
+    /// An HTTP/1.1 request head over [`MAX_HEAD`] bytes or [`MAX_HEADERS`] headers.
+    HeadTooLarge,
+    /// An HTTP/1.1 request with `Transfer-Encoding` (bodies need a `Content-Length`).
+    TransferEncoding,
 }
 
 impl RequestError {
@@ -65,9 +77,11 @@ impl RequestError {
         match self {
             Self::NotFound => 404,
             Self::Method => 405,
-            Self::MissingParameter | Self::BadParameter | Self::NotAQuery => 400,
+            Self::MissingParameter | Self::BadParameter | Self::NotAQuery | Self::BadHead => 400,
             Self::MediaType => 415,
             Self::TooLarge => 413,
+            Self::HeadTooLarge => 431,
+            Self::TransferEncoding => 501,
         }
     }
 
@@ -81,6 +95,11 @@ impl RequestError {
             Self::MediaType => "the content type must be application/dns-message",
             Self::TooLarge => "the DNS message is longer than 65535 bytes",
             Self::NotAQuery => "the message is not a DNS query",
+            Self::BadHead => "the request head is not valid HTTP/1.1",
+            Self::HeadTooLarge => "the request head is over 16 KiB or 64 headers",
+            Self::TransferEncoding => {
+                "request bodies need a Content-Length; Transfer-Encoding is not supported"
+            }
         }
     }
 }
@@ -153,6 +172,92 @@ pub fn check_message(message: &[u8]) -> Result<(), RequestError> {
         Some(flags) if message.len() >= HEADER_LEN && flags & 0x8000 == 0 => Ok(()),
         _ => Err(RequestError::NotAQuery),
     }
+}
+
+/// A complete HTTP/1.1 request head.
+#[derive(Debug)]
+pub struct Http1Head {
+    /// Bytes of the head, the blank line included: the body (if any) starts here.
+    pub len: usize,
+    /// What the request asks for, or why it carries no query.
+    pub request: Result<Request, RequestError>,
+    /// The declared body length.
+    pub content_length: Option<usize>,
+    /// Whether the connection stays open after the answer (RFC 9112 §9.3).
+    pub keep_alive: bool,
+}
+
+/// Parses an HTTP/1.1 (or 1.0) request head at the start of `buffer` for the endpoint at
+/// `path`: `Ok(None)` while it is incomplete; `Err` when the connection cannot go on (the head
+/// is malformed, too large, or frames its body in a way kudurru does not take).
+pub fn parse_http1_head(buffer: &[u8], path: &str) -> Result<Option<Http1Head>, RequestError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    let len = match request.parse(buffer) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buffer.len() >= MAX_HEAD => {
+            return Err(RequestError::HeadTooLarge);
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(RequestError::HeadTooLarge),
+        Err(_) => return Err(RequestError::BadHead),
+    };
+    if len > MAX_HEAD {
+        return Err(RequestError::HeadTooLarge);
+    }
+    let (Some(method), Some(target), Some(version)) =
+        (request.method, request.path, request.version)
+    else {
+        return Err(RequestError::BadHead);
+    };
+    let values = |name: &'static str| {
+        request
+            .headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    };
+    if values("transfer-encoding").next().is_some() {
+        return Err(RequestError::TransferEncoding);
+    }
+    // Every Content-Length must agree (RFC 9112 §6.3: a conflict is unrecoverable).
+    let mut content_length = None;
+    for value in values("content-length") {
+        let parsed = std::str::from_utf8(value)
+            .ok()
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse::<usize>().ok())
+            .ok_or(RequestError::BadHead)?;
+        if content_length.is_some_and(|seen| seen != parsed) {
+            return Err(RequestError::BadHead);
+        }
+        content_length = Some(parsed);
+    }
+    let has_token = |token: &str| {
+        values("connection").any(|v| {
+            v.split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+        })
+    };
+    // HTTP/1.1 keeps the connection unless told otherwise; HTTP/1.0 only when asked.
+    let keep_alive = if version >= 1 {
+        !has_token("close")
+    } else {
+        has_token("keep-alive")
+    };
+    let request = self::request(
+        method.as_bytes(),
+        target.as_bytes(),
+        path,
+        values("content-type").next(),
+    );
+    Ok(Some(Http1Head {
+        len,
+        request,
+        content_length,
+        keep_alive,
+    }))
 }
 
 /// The freshness lifetime of an answer for `Cache-Control: max-age`: its smallest record TTL
@@ -293,6 +398,73 @@ mod tests {
         assert_eq!(check_message(&[]), Err(RequestError::NotAQuery));
         q[2] |= 0x80;
         assert_eq!(check_message(&q), Err(RequestError::NotAQuery));
+    }
+
+    fn head(raw: &[u8]) -> Result<Option<Http1Head>, RequestError> {
+        parse_http1_head(raw, PATH)
+    }
+
+    #[test]
+    fn http1_heads_parse_keep_alive_and_lengths() {
+        let get = head(b"GET /dns-query?dns=AAABAAABAAAAAAAAA3d3dwdleGFtcGxlA2NvbQAAAQAB HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(matches!(get.request, Ok(Request::Get(_))));
+        assert!(get.keep_alive);
+        let raw = b"POST /dns-query HTTP/1.1\r\ncontent-type: application/dns-message\r\nContent-Length: 33\r\nConnection: keep-alive, close\r\n\r\nbody";
+        let post = head(raw).unwrap().unwrap();
+        assert!(matches!(post.request, Ok(Request::Post)));
+        assert_eq!(post.content_length, Some(33));
+        assert!(!post.keep_alive);
+        assert_eq!(post.len, raw.len() - 4, "the head ends before the body");
+        let old = head(b"GET /dns-query?dns=AAAA HTTP/1.0\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!old.keep_alive, "HTTP/1.0 closes unless asked");
+        let old = head(b"GET /dns-query?dns=AAAA HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(old.keep_alive);
+        let twice =
+            head(b"POST /dns-query HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n");
+        assert_eq!(twice.unwrap().unwrap().content_length, Some(5));
+    }
+
+    #[test]
+    fn http1_incomplete_and_bad_heads() {
+        assert!(matches!(
+            head(b"GET /dns-query HTTP/1.1\r\nHost:"),
+            Ok(None)
+        ));
+        let status = |raw: &[u8]| head(raw).err().map(RequestError::status);
+        assert_eq!(status(b"\x16\x03\x01garbage\r\n\r\n"), Some(400));
+        assert_eq!(
+            status(b"POST /dns-query HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Some(501)
+        );
+        for length in ["-1", "+5", "", "1 2", "99999999999999999999999"] {
+            let raw = format!("POST /dns-query HTTP/1.1\r\nContent-Length: {length}\r\n\r\n");
+            assert_eq!(status(raw.as_bytes()), Some(400), "{length:?}");
+        }
+        assert_eq!(
+            status(b"POST /dns-query HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
+            Some(400),
+            "conflicting lengths (request smuggling)"
+        );
+        let mut many = b"GET /dns-query HTTP/1.1\r\n".to_vec();
+        for i in 0..=MAX_HEADERS {
+            many.extend_from_slice(format!("x-{i}: y\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert_eq!(status(&many), Some(431));
+        let mut long = b"GET /dns-query?dns=".to_vec();
+        long.resize(MAX_HEAD, b'A');
+        assert_eq!(status(&long), Some(431), "an unfinished head at the limit");
+        let wrong_path = head(b"GET /other HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        assert_eq!(
+            wrong_path.request.map_err(RequestError::status).err(),
+            Some(404)
+        );
     }
 
     #[test]

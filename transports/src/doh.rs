@@ -34,12 +34,6 @@ use crate::tcp;
 use crate::upstream::until;
 use crate::worker::Worker;
 
-/// The largest request head (request line and headers) accepted, on either HTTP version. A GET
-/// carries a message of up to about 12 KB in it; larger ones need POST.
-const MAX_HEAD: usize = 16 * 1024;
-/// Headers parsed per HTTP/1.1 request; more is a 431.
-const MAX_HEADERS: usize = 64;
-
 /// Accepts DNS-over-HTTPS connections for `path` until the task is dropped.
 pub(crate) async fn serve(
     worker: Rc<Worker>,
@@ -122,18 +116,6 @@ const LENGTH_REQUIRED: Status = Status {
     code: 411,
     reason: "a POST needs a Content-Length",
 };
-const HEAD_TOO_LARGE: Status = Status {
-    code: 431,
-    reason: "the request head is larger than 16 KiB",
-};
-const BAD_HEAD: Status = Status {
-    code: 400,
-    reason: "the request head is not valid HTTP/1.1",
-};
-const CHUNKED: Status = Status {
-    code: 501,
-    reason: "request bodies must have a Content-Length; Transfer-Encoding is not supported",
-};
 
 impl Endpoint {
     /// Answers one DNS message that a valid request carried.
@@ -187,7 +169,7 @@ where
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(streams)
-        .max_header_list_size(MAX_HEAD as u32)
+        .max_header_list_size(doh::MAX_HEAD as u32)
         // Room for one full-size message per stream without waiting for a window update.
         .initial_window_size(doh::MAX_MESSAGE as u32)
         .initial_connection_window_size(doh::MAX_MESSAGE as u32 * 4)
@@ -336,16 +318,6 @@ async fn h2_body(body: &mut h2::RecvStream) -> Result<Vec<u8>, BodyError> {
 
 // ---- HTTP/1.1 -----------------------------------------------------------------------------
 
-/// A parsed HTTP/1.1 request head.
-struct Head {
-    /// Bytes of the head, CRLF CRLF included.
-    len: usize,
-    request: Result<Request, Status>,
-    /// The declared body length (POST).
-    content_length: Option<usize>,
-    keep_alive: bool,
-}
-
 /// Serves one HTTP/1.1 connection: requests in order, one at a time.
 async fn http1<S>(endpoint: &Endpoint, mut stream: S)
 where
@@ -357,18 +329,15 @@ where
         let deadline = Instant::now() + idle;
         // The head, read within the idle timeout.
         let head = loop {
-            match parse_head(&buffer, &endpoint.path) {
+            match doh::parse_http1_head(&buffer, &endpoint.path) {
                 Ok(Some(head)) => break head,
-                Ok(None) if buffer.len() >= MAX_HEAD => {
-                    endpoint.rejected(HEAD_TOO_LARGE);
-                    respond_http1(&mut stream, deadline, error_response(HEAD_TOO_LARGE, false))
-                        .await;
-                    return;
-                }
                 Ok(None) => {}
-                Err(status) => {
+                Err(e) => {
+                    let status = Status::from(e);
                     endpoint.rejected(status);
-                    respond_http1(&mut stream, deadline, error_response(status, false)).await;
+                    if respond_http1(&mut stream, deadline, error_response(status, false)).await {
+                        linger(&mut stream).await;
+                    }
                     return;
                 }
             }
@@ -384,7 +353,8 @@ where
         let mut consumed = head.len;
         let unread_body = head.content_length.is_some_and(|len| len > 0);
         let reply = match head.request {
-            Err(status) => {
+            Err(e) => {
+                let status = Status::from(e);
                 // A body that is not read cannot be skipped safely: close after the answer.
                 keep_alive &= !unread_body;
                 Reply::Error(status)
@@ -463,67 +433,6 @@ async fn linger<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) {
         discarded += sink.len();
         sink.clear();
     }
-}
-
-/// Parses a request head from the start of `buffer`: `None` while incomplete.
-fn parse_head(buffer: &[u8], path: &str) -> Result<Option<Head>, Status> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut request = httparse::Request::new(&mut headers);
-    let len = match request.parse(buffer) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(HEAD_TOO_LARGE),
-        Err(_) => return Err(BAD_HEAD),
-    };
-    let (Some(method), Some(target), Some(version)) =
-        (request.method, request.path, request.version)
-    else {
-        return Err(BAD_HEAD);
-    };
-    let header = |name: &str| {
-        request
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value)
-    };
-    if header("transfer-encoding").is_some() {
-        return Err(CHUNKED);
-    }
-    let content_length = match header("content-length") {
-        None => None,
-        Some(value) => Some(
-            std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .ok_or(BAD_HEAD)?,
-        ),
-    };
-    let connection = header("connection").unwrap_or_default();
-    let has_token = |token: &str| {
-        connection
-            .split(|&b| b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
-    };
-    // HTTP/1.1 keeps the connection unless told otherwise; HTTP/1.0 only when asked.
-    let keep_alive = if version >= 1 {
-        !has_token("close")
-    } else {
-        has_token("keep-alive")
-    };
-    let request = doh::request(
-        method.as_bytes(),
-        target.as_bytes(),
-        path,
-        header("content-type"),
-    )
-    .map_err(Status::from);
-    Ok(Some(Head {
-        len,
-        request,
-        content_length,
-        keep_alive,
-    }))
 }
 
 /// Why a read got no more bytes.
@@ -619,57 +528,6 @@ async fn respond_http1<S: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn head(raw: &[u8]) -> Result<Option<Head>, Status> {
-        parse_head(raw, "/dns-query")
-    }
-
-    #[test]
-    fn http1_heads_parse_keep_alive_and_lengths() {
-        let get = head(b"GET /dns-query?dns=AAABAAABAAAAAAAAA3d3dwdleGFtcGxlA2NvbQAAAQAB HTTP/1.1\r\nHost: x\r\n\r\n")
-            .unwrap()
-            .unwrap();
-        assert!(matches!(get.request, Ok(Request::Get(_))));
-        assert!(get.keep_alive);
-        let raw = b"POST /dns-query HTTP/1.1\r\ncontent-type: application/dns-message\r\nContent-Length: 33\r\nConnection: close\r\n\r\nbody";
-        let post = head(raw).unwrap().unwrap();
-        assert!(matches!(post.request, Ok(Request::Post)));
-        assert_eq!(post.content_length, Some(33));
-        assert!(!post.keep_alive);
-        assert_eq!(post.len, raw.len() - 4, "the head ends before the body");
-        let old = head(b"GET /dns-query?dns=AAAA HTTP/1.0\r\n\r\n")
-            .unwrap()
-            .unwrap();
-        assert!(!old.keep_alive, "HTTP/1.0 closes unless asked");
-        let old = head(b"GET /dns-query?dns=AAAA HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
-            .unwrap()
-            .unwrap();
-        assert!(old.keep_alive);
-    }
-
-    #[test]
-    fn http1_incomplete_and_bad_heads() {
-        assert!(matches!(
-            head(b"GET /dns-query HTTP/1.1\r\nHost:"),
-            Ok(None)
-        ));
-        assert_eq!(
-            head(b"\x16\x03\x01garbage\r\n\r\n").err().map(|s| s.code),
-            Some(400)
-        );
-        let chunked = head(b"POST /dns-query HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
-        assert_eq!(chunked.err().map(|s| s.code), Some(501));
-        let bad_length = head(b"POST /dns-query HTTP/1.1\r\nContent-Length: -1\r\n\r\n");
-        assert_eq!(bad_length.err().map(|s| s.code), Some(400));
-        let mut many = b"GET /dns-query HTTP/1.1\r\n".to_vec();
-        for i in 0..=MAX_HEADERS {
-            many.extend_from_slice(format!("x-{i}: y\r\n").as_bytes());
-        }
-        many.extend_from_slice(b"\r\n");
-        assert_eq!(head(&many).err().map(|s| s.code), Some(431));
-        let wrong_path = head(b"GET /other HTTP/1.1\r\n\r\n").unwrap().unwrap();
-        assert_eq!(wrong_path.request.err().map(|s| s.code), Some(404));
-    }
 
     #[test]
     fn error_responses_carry_their_status_and_a_json_body() {
