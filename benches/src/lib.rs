@@ -18,6 +18,7 @@ pub mod report;
 pub mod run;
 pub mod tally;
 pub mod target;
+pub mod tls;
 
 mod tcp;
 mod udp;

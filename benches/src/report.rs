@@ -150,7 +150,7 @@ impl Report {
             Load::Open { rate } => ("open", Some(rate), None),
             Load::Closed { concurrency } => ("closed", None, Some(concurrency)),
         };
-        let stream = plan.target.protocol != crate::target::Protocol::Udp;
+        let stream = plan.target.protocol.is_stream();
         Self {
             format: FORMAT,
             target: plan.target.to_string(),
@@ -400,6 +400,7 @@ mod tests {
             connections: 2,
             streams: 5,
             seed: 1,
+            tls: None,
         }
     }
 

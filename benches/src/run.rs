@@ -61,6 +61,8 @@ pub struct Plan {
     pub streams: usize,
     /// Seed of the query mix and the IDs.
     pub seed: u64,
+    /// The TLS client side, for `tls://` targets.
+    pub tls: Option<crate::tls::TlsClient>,
 }
 
 /// Why a run could not start.
@@ -317,6 +319,7 @@ mod tests {
                 connections: flows,
                 streams: 1,
                 seed: 1,
+                tls: None,
             }),
             index,
             flows,

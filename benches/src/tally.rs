@@ -19,6 +19,8 @@ pub enum ErrorKind {
     Send,
     /// A stream connection could not be opened.
     Connect,
+    /// The TLS handshake failed (certificate not trusted, no common protocol) or timed out.
+    Tls,
     /// The connection closed with the query in flight.
     Closed,
     /// All 65536 IDs of the flow were in flight (open loop against a slow target).
@@ -29,9 +31,10 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in report order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Send,
         Self::Connect,
+        Self::Tls,
         Self::Closed,
         Self::IdsExhausted,
         Self::Backlog,
@@ -42,6 +45,7 @@ impl ErrorKind {
         match self {
             Self::Send => "send",
             Self::Connect => "connect",
+            Self::Tls => "tls",
             Self::Closed => "closed",
             Self::IdsExhausted => "ids-exhausted",
             Self::Backlog => "backlog",
@@ -65,7 +69,7 @@ pub struct Tally {
     /// Queries given up after `--timeout`.
     pub timeouts: u64,
     /// Queries lost otherwise, by [`ErrorKind`] (index of [`ErrorKind::ALL`]).
-    pub errors: [u64; 5],
+    pub errors: [u64; ErrorKind::ALL.len()],
     /// Replies with an ID not in flight.
     pub unknown_id: u64,
     /// Replies with the right ID and another question.
@@ -103,7 +107,7 @@ impl Tally {
             rcodes: [0; 16],
             truncated: 0,
             timeouts: 0,
-            errors: [0; 5],
+            errors: [0; ErrorKind::ALL.len()],
             unknown_id: 0,
             question_mismatch: 0,
             malformed: 0,

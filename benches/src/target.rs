@@ -1,6 +1,7 @@
-//! What to load: a target URL, `udp://HOST[:PORT]` or `tcp://HOST[:PORT]` (port 53 by
-//! default). The encrypted schemes (`tls://`, `https://`, `h3://`, `quic://`) are recognised
-//! and refused with a clear error until kudurru-bench speaks them.
+//! What to load: a target URL, `udp://HOST[:PORT]`, `tcp://HOST[:PORT]` (port 53 by default)
+//! or `tls://HOST[:PORT][#NAME]` (DNS over TLS, port 853; the certificate is checked for NAME,
+//! else for HOST). `https://`, `h3://` and `quic://` are recognised and refused with a clear
+//! error until kudurru-bench speaks them.
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -13,6 +14,8 @@ pub enum Protocol {
     Udp,
     /// DNS over TCP (RFC 7766), pipelined on persistent connections.
     Tcp,
+    /// DNS over TLS (RFC 7858): TCP's framing and pipelining inside TLS, ALPN `dot`.
+    Tls,
 }
 
 impl Protocol {
@@ -21,17 +24,33 @@ impl Protocol {
         match self {
             Self::Udp => "udp",
             Self::Tcp => "tcp",
+            Self::Tls => "tls",
         }
+    }
+
+    /// The port a target without one gets.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Self::Udp | Self::Tcp => 53,
+            Self::Tls => 853,
+        }
+    }
+
+    /// Whether queries travel over a stream connection (pipelined, `--streams`).
+    pub fn is_stream(self) -> bool {
+        self != Self::Udp
     }
 }
 
 /// A parsed target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// The transport.
     pub protocol: Protocol,
     /// Where to send.
     pub addr: SocketAddr,
+    /// The name a TLS certificate must be valid for: `#NAME`, else the host as written.
+    pub server_name: String,
 }
 
 impl fmt::Display for Target {
@@ -45,15 +64,13 @@ impl fmt::Display for Target {
 #[non_exhaustive]
 pub enum TargetError {
     /// No `scheme://`.
-    #[error("target `{0}` has no scheme (udp://HOST:PORT or tcp://HOST:PORT)")]
+    #[error("target `{0}` has no scheme (udp://HOST:PORT, tcp://HOST:PORT or tls://HOST:PORT)")]
     NoScheme(String),
     /// A scheme kudurru-bench does not know.
-    #[error("unknown scheme `{0}://` (udp:// or tcp://)")]
+    #[error("unknown scheme `{0}://` (udp://, tcp:// or tls://)")]
     UnknownScheme(String),
     /// An encrypted transport that is not implemented yet.
-    #[error(
-        "`{0}://` targets are not supported yet (the encrypted transports are not built); use udp:// or tcp://"
-    )]
+    #[error("`{0}://` targets are not supported yet; use udp://, tcp:// or tls://")]
     NotYet(String),
     /// A path or query after the address.
     #[error("unexpected `{0}` after the address in a {1}:// target")]
@@ -73,8 +90,15 @@ impl FromStr for Target {
         let protocol = match scheme.to_ascii_lowercase().as_str() {
             "udp" => Protocol::Udp,
             "tcp" => Protocol::Tcp,
-            "tls" | "https" | "h3" | "quic" => return Err(TargetError::NotYet(scheme.to_owned())),
+            "tls" => Protocol::Tls,
+            "https" | "h3" | "quic" => return Err(TargetError::NotYet(scheme.to_owned())),
             _ => return Err(TargetError::UnknownScheme(scheme.to_owned())),
+        };
+        let (rest, name) = match rest.split_once('#') {
+            Some((rest, name)) if protocol == Protocol::Tls && !name.is_empty() => {
+                (rest, Some(name))
+            }
+            _ => (rest, None),
         };
         if let Some(at) = rest.find(['/', '?', '#']) {
             return Err(TargetError::Trailing(
@@ -82,33 +106,50 @@ impl FromStr for Target {
                 protocol.scheme(),
             ));
         }
+        let addr = resolve(rest, protocol.default_port())?;
+        let server_name = name.map_or_else(|| host_of(rest), str::to_owned);
         Ok(Self {
             protocol,
-            addr: resolve(rest)?,
+            addr,
+            server_name,
         })
     }
 }
 
-/// `HOST[:PORT]`, `[V6]:PORT` or a bare IPv6 address; port 53 when absent.
-fn resolve(authority: &str) -> Result<SocketAddr, TargetError> {
+/// The host part of `HOST[:PORT]` (brackets of an IPv6 address removed).
+fn host_of(authority: &str) -> String {
+    if authority.parse::<std::net::IpAddr>().is_ok() {
+        return authority.to_owned();
+    }
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or_default().to_owned();
+    }
+    authority
+        .rsplit_once(':')
+        .map_or(authority, |(host, _)| host)
+        .to_owned()
+}
+
+/// `HOST[:PORT]`, `[V6]:PORT` or a bare IPv6 address; `default_port` when absent.
+fn resolve(authority: &str, default_port: u16) -> Result<SocketAddr, TargetError> {
     let error = |reason: String| TargetError::Address(authority.to_owned(), reason);
     if let Ok(addr) = authority.parse::<SocketAddr>() {
         return Ok(addr);
     }
     if let Ok(ip) = authority.parse::<std::net::IpAddr>() {
-        return Ok(SocketAddr::new(ip, 53));
+        return Ok(SocketAddr::new(ip, default_port));
     }
     if let Some(v6) = authority
         .strip_prefix('[')
         .and_then(|a| a.strip_suffix(']'))
     {
         let ip = v6.parse().map_err(|e| error(format!("{e}")))?;
-        return Ok(SocketAddr::new(ip, 53));
+        return Ok(SocketAddr::new(ip, default_port));
     }
     let with_port = if authority.contains(':') {
         authority.to_owned()
     } else {
-        format!("{authority}:53")
+        format!("{authority}:{default_port}")
     };
     with_port
         .to_socket_addrs()
@@ -148,6 +189,25 @@ mod tests {
     }
 
     #[test]
+    fn tls_targets_default_to_853_and_name_the_certificate() {
+        let t: Target = "tls://127.0.0.1".parse().unwrap();
+        assert_eq!(t.protocol, Protocol::Tls);
+        assert_eq!(t.addr, "127.0.0.1:853".parse().unwrap());
+        assert_eq!(t.server_name, "127.0.0.1");
+        let t: Target = "tls://[::1]:8853#dns.example".parse().unwrap();
+        assert_eq!(t.addr, "[::1]:8853".parse().unwrap());
+        assert_eq!(t.server_name, "dns.example");
+        let t: Target = "tls://localhost:8853".parse().unwrap();
+        assert_eq!((t.addr.port(), t.server_name.as_str()), (8853, "localhost"));
+        assert_eq!("tls://[::1]".parse::<Target>().unwrap().server_name, "::1");
+        assert_eq!(
+            "udp://127.0.0.1#x".parse::<Target>(),
+            Err(TargetError::Trailing("#x".into(), "udp")),
+            "only tls:// takes a name"
+        );
+    }
+
+    #[test]
     fn refusals_are_specific() {
         assert_eq!(
             "127.0.0.1:53".parse::<Target>(),
@@ -157,7 +217,7 @@ mod tests {
             "dns://127.0.0.1".parse::<Target>(),
             Err(TargetError::UnknownScheme("dns".into()))
         );
-        for scheme in ["tls", "https", "h3", "quic"] {
+        for scheme in ["https", "h3", "quic"] {
             assert_eq!(
                 format!("{scheme}://127.0.0.1").parse::<Target>(),
                 Err(TargetError::NotYet(scheme.into()))

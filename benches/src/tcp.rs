@@ -1,5 +1,7 @@
-//! A TCP flow (RFC 7766): one persistent connection at a time, queries pipelined on it up to
-//! `--streams` in flight, replies matched in any order.
+//! A TCP or DoT flow (RFC 7766, RFC 7858): one persistent connection at a time, queries
+//! pipelined on it up to `--streams` in flight, replies matched in any order. DoT is the same
+//! flow on a rustls stream: the handshake (bounded by `--timeout`, failures counted as `tls`)
+//! comes before the first query, and each reconnect resumes the TLS session when it can.
 //!
 //! ```text
 //! flow task (writer): schedule ─▶ frames ─▶ socket      reader task: socket ─▶ frames ─▶ check
@@ -13,10 +15,13 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_lite::io::ReadHalf;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_lite::io::{AsyncRead, AsyncWrite, ReadHalf};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
@@ -39,6 +44,54 @@ struct Shared {
     inflight: InFlight,
     tally: Tally,
     closed: bool,
+    /// Why the first failed TLS handshake failed (logged once at the end).
+    tls_failure: Option<String>,
+}
+
+/// A connection: plain TCP, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<futures_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_close(cx),
+            Self::Tls(s) => Pin::new(s).poll_close(cx),
+        }
+    }
 }
 
 /// Runs `future` until `deadline`; `None` when the deadline passed first.
@@ -65,6 +118,7 @@ pub(crate) async fn flow(flow: Flow) -> Result<Tally, String> {
         inflight: InFlight::new(&mut rng),
         tally: Tally::new(),
         closed: false,
+        tls_failure: None,
     }));
     let mut cursor = flow.first_question();
     let mut next = 0u64;
@@ -100,6 +154,34 @@ pub(crate) async fn flow(flow: Flow) -> Result<Tally, String> {
             continue;
         };
         let _ = stream.set_nodelay(true);
+        let stream = match &plan.tls {
+            None => Stream::Plain(stream),
+            Some(tls) => {
+                let connector = futures_rustls::TlsConnector::from(tls.config.clone());
+                let handshake = until(
+                    Instant::now() + plan.timeout,
+                    connector.connect(tls.server_name.clone(), stream),
+                )
+                .await;
+                match handshake {
+                    Some(Ok(tls)) => Stream::Tls(Box::new(tls)),
+                    other => {
+                        if let Some(Err(e)) = other {
+                            shared.borrow_mut().tls_failure.get_or_insert(e.to_string());
+                        }
+                        shared.borrow_mut().tally.error(ErrorKind::Tls, 1);
+                        Progress::add(&flow.progress.failed, 1);
+                        let pause = flow
+                            .clock
+                            .instant(duration_ns)
+                            .min(Instant::now() + RECONNECT_PAUSE);
+                        glommio::timer::sleep(pause.saturating_duration_since(Instant::now()))
+                            .await;
+                        continue;
+                    }
+                }
+            }
+        };
         let (reader, mut writer) = futures_lite::io::split(stream);
         let (wake_tx, wake_rx) = local_channel::new_bounded(1);
         shared.borrow_mut().closed = false;
@@ -219,12 +301,22 @@ pub(crate) async fn flow(flow: Flow) -> Result<Tally, String> {
         let unsent = scheduled.saturating_sub(next);
         shared.borrow_mut().tally.error(ErrorKind::Backlog, unsent);
     }
+    // Once per process: every flow meets the same certificate.
+    static TLS_FAILURE_SHOWN: AtomicBool = AtomicBool::new(false);
+    if let Some(reason) = shared.borrow_mut().tls_failure.take()
+        && !TLS_FAILURE_SHOWN.swap(true, Ordering::Relaxed)
+    {
+        eprintln!(
+            "kudurru-bench: TLS handshake with {} failed: {reason}",
+            plan.target
+        );
+    }
     Ok(std::mem::take(&mut shared.borrow_mut().tally))
 }
 
 /// Reads replies off one connection until it closes (then wakes the writer one last time).
 async fn read_replies(
-    mut reader: ReadHalf<TcpStream>,
+    mut reader: ReadHalf<Stream>,
     shared: Rc<RefCell<Shared>>,
     mix: Arc<QueryMix>,
     clock: Clock,

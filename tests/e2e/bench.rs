@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use kudurru_e2e::{Kudurru, Script, ScriptedResponder, TestUpstream, bench_bin};
+use kudurru_e2e::{Kudurru, Script, ScriptedResponder, TestUpstream, bench_bin, cert_pair};
 use serde_json::Value;
 
 /// Runs kudurru-bench with `args` and returns its JSON report (stdout holds only the JSON with
@@ -173,11 +173,24 @@ fn bench_counts_replies_with_an_unknown_id_and_never_accepts_them() {
 
 fn against_kudurru(scheme: &str, transport: &str) {
     let upstream = TestUpstream::start();
-    let k = Kudurru::builder(&[upstream.udp_url()]).start();
-    let target = format!("{scheme}://{}", k.addr);
+    let certs =
+        std::env::temp_dir().join(format!("kudurru-bench-e2e-{scheme}-{}", std::process::id()));
+    let (cert, key) = cert_pair(&certs, "a");
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .tls(&cert, &key)
+        .start();
+    // DoT: verified against the generated certificate, for the name it carries.
+    let (target, verify) = match scheme {
+        "tls" => (
+            format!("tls://{}#localhost", k.tls.unwrap()),
+            vec!["--ca", cert.to_str().unwrap()],
+        ),
+        _ => (format!("{scheme}://{}", k.addr), vec![]),
+    };
     let suffix = format!("{transport}.bench-e2e.example.");
-    let (report, _) = bench(&[
-        &target,
+    let mut args = verify;
+    args.extend([
+        target.as_str(),
         "--concurrency",
         "8",
         "--connections",
@@ -191,6 +204,7 @@ fn against_kudurru(scheme: &str, transport: &str) {
         "--suffix",
         &suffix,
     ]);
+    let (report, _) = bench(&args);
     let sent = count(&report, "sent");
     assert!(sent > 100, "{report}");
     assert_eq!(count(&report, "answered"), sent, "{report}");
@@ -214,6 +228,7 @@ fn against_kudurru(scheme: &str, transport: &str) {
             "asked upstream once"
         );
     }
+    let _ = std::fs::remove_dir_all(&certs);
 }
 
 #[test]
@@ -224,6 +239,65 @@ fn bench_udp_counts_agree_with_the_server() {
 #[test]
 fn bench_tcp_counts_agree_with_the_server() {
     against_kudurru("tcp", "tcp");
+}
+
+#[test]
+fn bench_dot_counts_agree_with_the_server() {
+    against_kudurru("tls", "dot");
+}
+
+#[test]
+fn bench_dot_refuses_a_certificate_for_another_name_and_counts_tls_errors() {
+    let certs =
+        std::env::temp_dir().join(format!("kudurru-bench-e2e-tls-name-{}", std::process::id()));
+    let (cert, key) = cert_pair(&certs, "a");
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .tls(&cert, &key)
+        .start();
+    let target = format!("tls://{}#other.example", k.tls.unwrap());
+    let ca = cert.to_str().unwrap();
+    let (report, stderr) = bench(&[
+        &target,
+        "--ca",
+        ca,
+        "--rate",
+        "50",
+        "--duration",
+        "1s",
+        "--connections",
+        "1",
+    ]);
+    assert_eq!(count(&report, "sent"), 0, "{report}");
+    assert!(count_error(&report, "tls") > 0, "{report}");
+    assert_eq!(
+        count_error(&report, "backlog"),
+        50,
+        "every query was due and unsent"
+    );
+    assert!(
+        stderr.contains("not valid for name \"other.example\""),
+        "the reason is shown: {stderr}"
+    );
+    // --insecure accepts the same certificate for any name.
+    let localhost = certs.join("localhost.txt");
+    std::fs::write(&localhost, "localhost A\n").unwrap();
+    let (report, _) = bench(&[
+        &target,
+        "--insecure",
+        "--queries",
+        localhost.to_str().unwrap(),
+        "--rate",
+        "50",
+        "--duration",
+        "1s",
+        "--connections",
+        "1",
+    ]);
+    let sent = count(&report, "sent");
+    assert_eq!(sent + count_error(&report, "backlog"), 50, "{report}");
+    assert_eq!(count(&report, "answered"), sent, "{report}");
+    assert_eq!(count_error(&report, "tls"), 0, "{report}");
+    std::fs::remove_dir_all(&certs).unwrap();
 }
 
 #[test]
@@ -281,8 +355,8 @@ fn bench_refuses_bad_arguments_with_specific_errors() {
             "--cores 1000: only",
         ),
         (
-            &["tls://127.0.0.1"],
-            "`tls://` targets are not supported yet",
+            &["https://127.0.0.1"],
+            "`https://` targets are not supported yet",
         ),
         (&["udp:127.0.0.1"], "has no scheme"),
         (

@@ -19,13 +19,15 @@ use kudurru_bench::queries::{self, QueryMix, Shape};
 use kudurru_bench::report::{self, Report};
 use kudurru_bench::run::{self, Load, Plan};
 use kudurru_bench::tally::Progress;
-use kudurru_bench::target::Target;
+use kudurru_bench::target::{Protocol, Target};
+use kudurru_bench::tls::{self, TlsClient, Verify};
 
 /// Load-tests a DNS server over UDP or TCP and reports answers, errors and latency.
 #[derive(Debug, Parser)]
 #[command(name = "kudurru-bench", version)]
 struct Args {
-    /// Where to send: udp://HOST[:PORT] or tcp://HOST[:PORT] (port 53 by default).
+    /// Where to send: udp://HOST[:PORT] or tcp://HOST[:PORT] (port 53 by default), or
+    /// tls://HOST[:PORT][#NAME] (DNS over TLS, port 853; certificate checked for NAME or HOST).
     #[arg(required_unless_present = "compare")]
     target: Option<String>,
     /// Questions, dnsperf format (`name [type]` per line, `;` or `#` comments), asked in
@@ -64,7 +66,7 @@ struct Args {
     /// UDP sockets or TCP connections per core.
     #[arg(long, default_value_t = 4)]
     connections: usize,
-    /// Queries in flight per stream connection at most (TCP).
+    /// Queries in flight per stream connection at most (TCP, TLS).
     #[arg(long, default_value_t = 100)]
     streams: usize,
     /// Add an EDNS(0) OPT record with this UDP payload size.
@@ -73,6 +75,12 @@ struct Args {
     /// Set the DO bit (adds an OPT record, payload 1232 unless --edns says otherwise).
     #[arg(long)]
     dnssec: bool,
+    /// TLS: trust only the certificates in this PEM file [default: the system's trust store].
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    ca: Option<PathBuf>,
+    /// TLS: accept any certificate for any name (handshake signatures are still checked).
+    #[arg(long)]
+    insecure: bool,
     /// Seed for the query mix and IDs [default: random].
     #[arg(long)]
     seed: Option<u64>,
@@ -186,6 +194,23 @@ fn plan(args: &Args) -> Result<Plan> {
     if args.timeout.is_zero() {
         bail!("--timeout must be above 0");
     }
+    let tls = match target.protocol {
+        Protocol::Tls => {
+            let verify = match (&args.ca, args.insecure) {
+                (Some(ca), _) => Verify::Ca(ca.clone()),
+                (None, true) => Verify::Insecure,
+                (None, false) => Verify::System,
+            };
+            Some(TlsClient {
+                config: tls::client_config(&verify, &[b"dot"])?,
+                server_name: tls::server_name(&target.server_name).map_err(anyhow::Error::msg)?,
+            })
+        }
+        _ if args.ca.is_some() || args.insecure => {
+            bail!("--ca and --insecure apply to tls:// targets only")
+        }
+        _ => None,
+    };
     Ok(Plan {
         target,
         mix: Arc::new(mix),
@@ -195,6 +220,7 @@ fn plan(args: &Args) -> Result<Plan> {
         cores: args.cores,
         connections: args.connections,
         streams: args.streams,
+        tls,
         seed: args.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

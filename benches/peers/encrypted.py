@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""DNS over TLS and DNS over HTTPS: kudurru against dnsdist, cache hits, in one run.
+
+One command (from the repository root):
+
+    python3 benches/peers/encrypted.py            # ~3 minutes
+    python3 benches/peers/encrypted.py --quick    # ~1.5 minutes
+
+Both servers are pinned to CPU 0 (kudurru `--cores 1`; dnsdist with all its threads), dnsperf
+and the benchmark upstream (kudurru-echo in answer mode) to CPU 1. Each server gets the same
+certificate (`kudurru cert generate`) and the same offered rate (dnsperf -Q) over persistent
+connections: `-m dot`, and `-m doh` (HTTP/2, GET and POST). Per run it reports QPS, latency,
+and the server's CPU time per answered query (utime+stime of all its threads over the run).
+When dnsperf, not the server, is the limit, the QPS are equal and CPU per query is the
+comparison. Rounds alternate between the servers (--rounds) and the median is reported.
+
+Needs: dnsperf and dnsdist (Debian packages; dnsdist built with DoT and DoH, as Debian's is), a
+release build (built here). Traffic stays on 127.0.0.1. Prints Markdown for docs/benchmarks.md
+and writes a JSON report (--json).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import CLIENT_CPU, ROOT, SERVER_CPU, TARGET, Server, cpu_seconds, log, machine, parse_dnsperf, write_names  # noqa: E402
+
+UPSTREAM_PORT = 47500
+PORTS = {
+    "kudurru": {"udp": 47510, "dot": 47511, "doh": 47512},
+    "dnsdist": {"udp": 47520, "dot": 47521, "doh": 47522},
+}
+OPS_PORT = 47581
+WORKLOADS = [("dot", None), ("doh", "GET"), ("doh", "POST")]
+
+
+def dnsperf(port, datafile, duration, rate, mode, method=None, runs=None, clients=4):
+    argv = ["taskset", "-c", CLIENT_CPU, "dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", datafile,
+            "-l", str(duration), "-c", str(clients), "-q", "100", "-t", "2", "-m", mode]
+    if mode == "doh":
+        argv += ["-O", f"doh-uri=https://127.0.0.1:{port}/dns-query", "-O", f"doh-method={method}"]
+    if rate:
+        argv += ["-Q", str(rate)]
+    if runs:
+        argv += ["-n", str(runs)]
+    return subprocess.run(argv, capture_output=True, text=True).stdout
+
+
+def measure(server, datafile, duration, rate, mode, method):
+    port = PORTS[server.name][mode]
+    before = cpu_seconds(server.proc.pid)
+    out = dnsperf(port, datafile, duration, rate, mode, method)
+    cpu = cpu_seconds(server.proc.pid) - before
+    r = parse_dnsperf(out)
+    r["server_cpu_s"] = cpu
+    r["cpu_us_per_answer"] = cpu / r["completed"] * 1e6 if r["completed"] else None
+    return r
+
+
+def servers(workdir, cert, key):
+    kudurru = os.path.join(TARGET, "kudurru")
+    k = PORTS["kudurru"]
+    d = PORTS["dnsdist"]
+    dnsdist_conf = os.path.join(workdir, "dnsdist.conf")
+    with open(dnsdist_conf, "w") as f:
+        f.write(f"""setSecurityPollSuffix("")
+setLocal("127.0.0.1:{d['udp']}")
+addTLSLocal("127.0.0.1:{d['dot']}", "{cert}", "{key}")
+addDOHLocal("127.0.0.1:{d['doh']}", "{cert}", "{key}", "/dns-query")
+newServer{{address="127.0.0.1:{UPSTREAM_PORT}", name="up", healthCheckMode="lazy"}}
+pc = newPacketCache(100000, {{maxTTL=86400, minTTL=0}})
+getPool(""):setCache(pc)
+""")
+    return [
+        ("kudurru", [kudurru, "serve", "--cores", "1", "--cpus", SERVER_CPU,
+                     "--listen", f"127.0.0.1:{k['udp']}", "--listen", f"tls://127.0.0.1:{k['dot']}",
+                     "--listen", f"https://127.0.0.1:{k['doh']}/dns-query", "--tls-cert", cert, "--tls-key", key,
+                     "--upstream", f"udp://127.0.0.1:{UPSTREAM_PORT}", "--ops-address", f"127.0.0.1:{OPS_PORT}",
+                     "--api-address", "", "--log-level", "warn"]),
+        ("dnsdist", ["dnsdist", "--supervised", "--disable-syslog", "-C", dnsdist_conf]),
+    ]
+
+
+def label(mode, method):
+    return mode if method is None else f"{mode}-{method.lower()}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="shorter runs, one round")
+    ap.add_argument("--duration", type=int, default=8, help="seconds per measured run")
+    ap.add_argument("--rate", type=int, default=40000, help="offered QPS per run")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per server")
+    ap.add_argument("--json", default=os.path.join(ROOT, "target", "bench-encrypted.json"))
+    ap.add_argument("--no-build", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.duration, args.rounds = 4, 1
+    for tool in ("dnsperf", "dnsdist", "taskset"):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} is missing: apt-get install dnsperf dnsdist util-linux")
+    if not args.no_build:
+        log("building release binaries")
+        subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kudurru-control", "-p", "kudurru-bench"],
+                       cwd=ROOT, check=True)
+    workdir = tempfile.mkdtemp(prefix="kudurru-bench-tls-")
+    cert, key = os.path.join(workdir, "c.pem"), os.path.join(workdir, "k.pem")
+    subprocess.run([os.path.join(TARGET, "kudurru"), "cert", "generate", "--cert", cert, "--key", key],
+                   check=True, stdout=subprocess.DEVNULL)
+    os.chmod(key, 0o644)  # dnsdist may drop privileges before reading it
+    hits = os.path.join(workdir, "hits.txt")
+    write_names(hits, [f"h{i}.bench.example." for i in range(1000)])
+    report = {"machine": machine(), "offered": vars(args), "rounds": []}
+    echo = os.path.join(TARGET, "kudurru-echo")
+    upstream = subprocess.Popen(["taskset", "-c", CLIENT_CPU, echo, "--mode", "answer", "--tcp", "--listen",
+                                 f"127.0.0.1:{UPSTREAM_PORT}"], stderr=subprocess.DEVNULL)
+    try:
+        for round_no in range(args.rounds):
+            results = {}
+            for name, argv in servers(workdir, cert, key):
+                log(f"== round {round_no + 1}: {name}")
+                with Server(f"{name}", argv, PORTS[name]["udp"], workdir) as server:
+                    res = {}
+                    for mode, method in WORKLOADS:
+                        # Warm this transport's cache entries (dnsdist keys DoH apart).
+                        dnsperf(PORTS[name][mode], hits, 5, 20000, mode, method, runs=1)
+                        res[label(mode, method)] = measure(server, hits, args.duration, args.rate, mode, method)
+                    results[name] = res
+                    log(json.dumps(res))
+            report["rounds"].append(results)
+    finally:
+        upstream.send_signal(signal.SIGTERM)
+        upstream.wait()
+    with open(args.json, "w") as f:
+        json.dump(report, f, indent=2)
+    print(markdown(report))
+    log(f"JSON report: {args.json}; logs in {workdir}")
+
+
+def median_of(report, name, workload, key):
+    values = [r[name][workload][key] for r in report["rounds"] if r[name][workload].get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def markdown(report):
+    o = report["offered"]
+    lines = [f"Offered {o['rate']} q/s for {o['duration']} s per run, median of {len(report['rounds'])} "
+             "alternating rounds; cache hits over persistent connections (dnsperf -c 4 -q 100).", "",
+             "| workload | server | QPS | avg latency ms | lost | server CPU µs/answer | kudurru/dnsdist QPS | dnsdist/kudurru CPU per answer |",
+             "|---|---|---|---|---|---|---|---|"]
+    for mode, method in WORKLOADS:
+        w = label(mode, method)
+        for name in ("kudurru", "dnsdist"):
+            qps = median_of(report, name, w, "qps")
+            cpu = median_of(report, name, w, "cpu_us_per_answer")
+            lat = median_of(report, name, w, "avg_latency_ms")
+            lost = median_of(report, name, w, "lost")
+            ratios = ["", ""]
+            if name == "kudurru":
+                d_qps = median_of(report, "dnsdist", w, "qps")
+                d_cpu = median_of(report, "dnsdist", w, "cpu_us_per_answer")
+                ratios = [f"{qps / d_qps:.2f}x" if qps and d_qps else "",
+                          f"{d_cpu / cpu:.2f}x" if cpu and d_cpu else ""]
+            lines.append(f"| {w} | {name} | {qps:,.0f} | {lat:.3f} | {lost:,.0f} | "
+                         f"{cpu:.1f} | {ratios[0]} | {ratios[1]} |" if cpu else f"| {w} | {name} | {qps} | | | | | |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
