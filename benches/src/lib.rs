@@ -12,6 +12,7 @@
 //! The library is the generator's engine: [`run::run`] takes a [`run::Plan`] and returns the
 //! merged counts, [`report::Report`] turns them into the report.
 
+pub mod doh;
 pub mod inflight;
 pub mod queries;
 pub mod report;

@@ -77,6 +77,10 @@ pub struct Report {
     pub errors: BTreeMap<String, u64>,
     /// Replies that matched no query.
     pub mismatches: Mismatches,
+    /// DoH requests answered without a DNS message, by HTTP status ("reset" for a reset
+    /// stream); each also counts as a timeout. Empty for other transports.
+    #[serde(default)]
+    pub http_failures: BTreeMap<String, u64>,
     /// Latency of answers from when their query was due (the intended send time in an open
     /// loop: stalls of the target or the generator show here).
     pub latency: Latency,
@@ -188,6 +192,14 @@ impl Report {
                 question: tally.question_mismatch,
                 malformed: tally.malformed,
             },
+            http_failures: tally
+                .http_failures
+                .iter()
+                .map(|(status, n)| match status {
+                    0 => ("reset".to_owned(), *n),
+                    _ => (status.to_string(), *n),
+                })
+                .collect(),
             latency: latency(&tally.latency),
             service_latency: latency(&tally.service),
         }
@@ -246,6 +258,19 @@ impl Report {
             m.question,
             m.malformed
         );
+        if !self.http_failures.is_empty() {
+            let failures: Vec<String> = self
+                .http_failures
+                .iter()
+                .map(|(status, n)| format!("{status} {n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  http        {:>12}   (no answer, counted as timeouts: {})",
+                self.http_failures.values().sum::<u64>(),
+                failures.join(", ")
+            );
+        }
         let _ = writeln!(s, "  truncated   {:>12}", self.truncated);
         let rcodes: Vec<String> = self
             .rcodes
@@ -401,6 +426,7 @@ mod tests {
             streams: 5,
             seed: 1,
             tls: None,
+            method: crate::doh::Method::Post,
         }
     }
 

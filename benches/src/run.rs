@@ -61,8 +61,10 @@ pub struct Plan {
     pub streams: usize,
     /// Seed of the query mix and the IDs.
     pub seed: u64,
-    /// The TLS client side, for `tls://` targets.
+    /// The TLS client side, for `tls://` and `https://` targets.
     pub tls: Option<crate::tls::TlsClient>,
+    /// How DoH queries are sent (`https://` targets).
+    pub method: crate::doh::Method,
 }
 
 /// Why a run could not start.
@@ -320,6 +322,7 @@ mod tests {
                 streams: 1,
                 seed: 1,
                 tls: None,
+                method: crate::doh::Method::Post,
             }),
             index,
             flows,

@@ -84,6 +84,9 @@ pub struct Tally {
     pub service: Histogram<u64>,
     /// How long the flows sent, in nanoseconds since the start (the longest of them).
     pub sending_ns: u64,
+    /// DoH requests that got no answer, by HTTP status (0: stream reset or connection error);
+    /// those queries also count as timeouts.
+    pub http_failures: std::collections::BTreeMap<u16, u64>,
 }
 
 impl Default for Tally {
@@ -114,6 +117,7 @@ impl Tally {
             latency: histogram(),
             service: histogram(),
             sending_ns: 0,
+            http_failures: std::collections::BTreeMap::new(),
         }
     }
 
@@ -163,6 +167,9 @@ impl Tally {
         self.question_mismatch += other.question_mismatch;
         self.malformed += other.malformed;
         self.sending_ns = self.sending_ns.max(other.sending_ns);
+        for (status, n) in &other.http_failures {
+            *self.http_failures.entry(*status).or_default() += n;
+        }
         // Same bounds on both sides, so adding cannot fail.
         self.latency
             .add(&other.latency)

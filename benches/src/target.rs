@@ -1,7 +1,8 @@
 //! What to load: a target URL, `udp://HOST[:PORT]`, `tcp://HOST[:PORT]` (port 53 by default)
-//! or `tls://HOST[:PORT][#NAME]` (DNS over TLS, port 853; the certificate is checked for NAME,
-//! else for HOST). `https://`, `h3://` and `quic://` are recognised and refused with a clear
-//! error until kudurru-bench speaks them.
+//! `tls://HOST[:PORT][#NAME]` (DNS over TLS, port 853) or `https://HOST[:PORT][/PATH][#NAME]`
+//! (DNS over HTTPS over HTTP/2, port 443, path `/dns-query`); a TLS certificate is checked for
+//! NAME, else for HOST. `h3://` and `quic://` are recognised and refused with a clear error
+//! until kudurru-bench speaks them.
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -16,6 +17,8 @@ pub enum Protocol {
     Tcp,
     /// DNS over TLS (RFC 7858): TCP's framing and pipelining inside TLS, ALPN `dot`.
     Tls,
+    /// DNS over HTTPS (RFC 8484) over HTTP/2, ALPN `h2`, one stream per query.
+    Https,
 }
 
 impl Protocol {
@@ -25,6 +28,7 @@ impl Protocol {
             Self::Udp => "udp",
             Self::Tcp => "tcp",
             Self::Tls => "tls",
+            Self::Https => "https",
         }
     }
 
@@ -33,7 +37,13 @@ impl Protocol {
         match self {
             Self::Udp | Self::Tcp => 53,
             Self::Tls => 853,
+            Self::Https => 443,
         }
+    }
+
+    /// Whether the transport runs inside TLS.
+    pub fn is_encrypted(self) -> bool {
+        matches!(self, Self::Tls | Self::Https)
     }
 
     /// Whether queries travel over a stream connection (pipelined, `--streams`).
@@ -51,6 +61,20 @@ pub struct Target {
     pub addr: SocketAddr,
     /// The name a TLS certificate must be valid for: `#NAME`, else the host as written.
     pub server_name: String,
+    /// The DoH endpoint's path (`https://` only; `/dns-query` when the URL has none).
+    pub path: String,
+}
+
+impl Target {
+    /// The request URI of a DoH target: `https://NAME:PORT/PATH`.
+    pub fn uri(&self) -> String {
+        let host = if self.server_name.contains(':') {
+            format!("[{}]", self.server_name)
+        } else {
+            self.server_name.clone()
+        };
+        format!("https://{host}:{}{}", self.addr.port(), self.path)
+    }
 }
 
 impl fmt::Display for Target {
@@ -64,13 +88,13 @@ impl fmt::Display for Target {
 #[non_exhaustive]
 pub enum TargetError {
     /// No `scheme://`.
-    #[error("target `{0}` has no scheme (udp://HOST:PORT, tcp://HOST:PORT or tls://HOST:PORT)")]
+    #[error("target `{0}` has no scheme (udp://, tcp://, tls:// or https://HOST:PORT)")]
     NoScheme(String),
     /// A scheme kudurru-bench does not know.
-    #[error("unknown scheme `{0}://` (udp://, tcp:// or tls://)")]
+    #[error("unknown scheme `{0}://` (udp://, tcp://, tls:// or https://)")]
     UnknownScheme(String),
     /// An encrypted transport that is not implemented yet.
-    #[error("`{0}://` targets are not supported yet; use udp://, tcp:// or tls://")]
+    #[error("`{0}://` targets are not supported yet; use udp://, tcp://, tls:// or https://")]
     NotYet(String),
     /// A path or query after the address.
     #[error("unexpected `{0}` after the address in a {1}:// target")]
@@ -91,14 +115,17 @@ impl FromStr for Target {
             "udp" => Protocol::Udp,
             "tcp" => Protocol::Tcp,
             "tls" => Protocol::Tls,
-            "https" | "h3" | "quic" => return Err(TargetError::NotYet(scheme.to_owned())),
+            "https" => Protocol::Https,
+            "h3" | "quic" => return Err(TargetError::NotYet(scheme.to_owned())),
             _ => return Err(TargetError::UnknownScheme(scheme.to_owned())),
         };
         let (rest, name) = match rest.split_once('#') {
-            Some((rest, name)) if protocol == Protocol::Tls && !name.is_empty() => {
-                (rest, Some(name))
-            }
+            Some((rest, name)) if protocol.is_encrypted() && !name.is_empty() => (rest, Some(name)),
             _ => (rest, None),
+        };
+        let (rest, path) = match rest.find('/') {
+            Some(at) if protocol == Protocol::Https => (&rest[..at], &rest[at..]),
+            _ => (rest, "/dns-query"),
         };
         if let Some(at) = rest.find(['/', '?', '#']) {
             return Err(TargetError::Trailing(
@@ -112,6 +139,7 @@ impl FromStr for Target {
             protocol,
             addr,
             server_name,
+            path: path.to_owned(),
         })
     }
 }
@@ -200,6 +228,14 @@ mod tests {
         let t: Target = "tls://localhost:8853".parse().unwrap();
         assert_eq!((t.addr.port(), t.server_name.as_str()), (8853, "localhost"));
         assert_eq!("tls://[::1]".parse::<Target>().unwrap().server_name, "::1");
+        let t: Target = "https://127.0.0.1".parse().unwrap();
+        assert_eq!((t.protocol, t.addr.port()), (Protocol::Https, 443));
+        assert_eq!(t.uri(), "https://127.0.0.1:443/dns-query");
+        let t: Target = "https://[::1]:8443/resolve#dns.example".parse().unwrap();
+        assert_eq!(t.path, "/resolve");
+        assert_eq!(t.uri(), "https://dns.example:8443/resolve");
+        let t: Target = "https://[::1]:8443".parse().unwrap();
+        assert_eq!(t.uri(), "https://[::1]:8443/dns-query");
         assert_eq!(
             "udp://127.0.0.1#x".parse::<Target>(),
             Err(TargetError::Trailing("#x".into(), "udp")),
@@ -217,7 +253,7 @@ mod tests {
             "dns://127.0.0.1".parse::<Target>(),
             Err(TargetError::UnknownScheme("dns".into()))
         );
-        for scheme in ["https", "h3", "quic"] {
+        for scheme in ["h3", "quic"] {
             assert_eq!(
                 format!("{scheme}://127.0.0.1").parse::<Target>(),
                 Err(TargetError::NotYet(scheme.into()))

@@ -27,10 +27,12 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use kudurru_core::FrameBuffer;
 
+use crate::doh::{DohPipe, Failures};
 use crate::inflight::InFlight;
 use crate::queries::{Asked, QueryMix};
 use crate::run::{Clock, Flow, Load, sleep_until};
 use crate::tally::{ErrorKind, Progress, Tally};
+use crate::target::Protocol;
 
 /// Queries written per write call at most.
 const FRAMES_PER_WRITE: usize = 64;
@@ -52,6 +54,7 @@ struct Shared {
 enum Stream {
     Plain(TcpStream),
     Tls(Box<futures_rustls::client::TlsStream<TcpStream>>),
+    Doh(Box<DohPipe>),
 }
 
 impl AsyncRead for Stream {
@@ -63,6 +66,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Self::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Doh(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -76,6 +80,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Self::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Doh(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -83,6 +88,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_flush(cx),
             Self::Tls(s) => Pin::new(s).poll_flush(cx),
+            Self::Doh(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -90,6 +96,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_close(cx),
             Self::Tls(s) => Pin::new(s).poll_close(cx),
+            Self::Doh(s) => Pin::new(s).poll_close(cx),
         }
     }
 }
@@ -132,6 +139,9 @@ pub(crate) async fn flow(flow: Flow) -> Result<Tally, String> {
     let mut query = Vec::with_capacity(512);
     let mut sending = true;
     sleep_until(flow.clock, 0).await;
+    // DoH: the request URI, and requests that delivered no answer (reported once at the end).
+    let uri: Rc<str> = plan.target.uri().into();
+    let failures: Failures = Rc::default();
     'connections: loop {
         let now = flow.clock.now_ns();
         if sending && !flow.sending(now) {
@@ -158,17 +168,29 @@ pub(crate) async fn flow(flow: Flow) -> Result<Tally, String> {
             None => Stream::Plain(stream),
             Some(tls) => {
                 let connector = futures_rustls::TlsConnector::from(tls.config.clone());
-                let handshake = until(
-                    Instant::now() + plan.timeout,
-                    connector.connect(tls.server_name.clone(), stream),
-                )
-                .await;
-                match handshake {
-                    Some(Ok(tls)) => Stream::Tls(Box::new(tls)),
+                let setup = async {
+                    let stream = connector
+                        .connect(tls.server_name.clone(), stream)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if plan.target.protocol != Protocol::Https {
+                        return Ok(Stream::Tls(Box::new(stream)));
+                    }
+                    if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+                        return Err("the server did not negotiate HTTP/2 (ALPN h2)".to_owned());
+                    }
+                    let pipe =
+                        DohPipe::start(stream, uri.clone(), plan.method, failures.clone()).await?;
+                    Ok(Stream::Doh(Box::new(pipe)))
+                };
+                match until(Instant::now() + plan.timeout, setup).await {
+                    Some(Ok(stream)) => stream,
                     other => {
-                        if let Some(Err(e)) = other {
-                            shared.borrow_mut().tls_failure.get_or_insert(e.to_string());
-                        }
+                        let reason = match other {
+                            Some(Err(e)) => e,
+                            _ => "timed out".to_owned(),
+                        };
+                        shared.borrow_mut().tls_failure.get_or_insert(reason);
                         shared.borrow_mut().tally.error(ErrorKind::Tls, 1);
                         Progress::add(&flow.progress.failed, 1);
                         let pause = flow
@@ -301,6 +323,7 @@ pub(crate) async fn flow(flow: Flow) -> Result<Tally, String> {
         let unsent = scheduled.saturating_sub(next);
         shared.borrow_mut().tally.error(ErrorKind::Backlog, unsent);
     }
+    shared.borrow_mut().tally.http_failures = std::mem::take(&mut *failures.borrow_mut());
     // Once per process: every flow meets the same certificate.
     static TLS_FAILURE_SHOWN: AtomicBool = AtomicBool::new(false);
     if let Some(reason) = shared.borrow_mut().tls_failure.take()

@@ -185,6 +185,10 @@ fn against_kudurru(scheme: &str, transport: &str) {
             format!("tls://{}#localhost", k.tls.unwrap()),
             vec!["--ca", cert.to_str().unwrap()],
         ),
+        "https" => (
+            format!("https://{}/dns-query#localhost", k.https.unwrap()),
+            vec!["--ca", cert.to_str().unwrap()],
+        ),
         _ => (format!("{scheme}://{}", k.addr), vec![]),
     };
     let suffix = format!("{transport}.bench-e2e.example.");
@@ -244,6 +248,51 @@ fn bench_tcp_counts_agree_with_the_server() {
 #[test]
 fn bench_dot_counts_agree_with_the_server() {
     against_kudurru("tls", "dot");
+}
+
+#[test]
+fn bench_doh_counts_agree_with_the_server() {
+    against_kudurru("https", "doh");
+}
+
+#[test]
+fn bench_doh_get_on_a_wrong_path_counts_every_404_and_never_an_answer() {
+    let certs =
+        std::env::temp_dir().join(format!("kudurru-bench-e2e-doh-404-{}", std::process::id()));
+    let (cert, key) = cert_pair(&certs, "a");
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .tls(&cert, &key)
+        .start();
+    let target = format!("https://{}/elsewhere#localhost", k.https.unwrap());
+    let (report, _) = bench(&[
+        &target,
+        "--ca",
+        cert.to_str().unwrap(),
+        "--method",
+        "get",
+        "--rate",
+        "100",
+        "--duration",
+        "1s",
+        "--timeout",
+        "500ms",
+        "--connections",
+        "1",
+    ]);
+    let sent = count(&report, "sent");
+    assert!(sent >= 90, "{report}");
+    assert_eq!(count(&report, "answered"), 0, "{report}");
+    assert_eq!(count(&report, "timeouts"), sent, "{report}");
+    assert_eq!(
+        report["http_failures"]["404"].as_u64(),
+        Some(sent),
+        "{report}"
+    );
+    assert_eq!(
+        k.metric("kudurru_doh_rejected_total{status=\"404\"}"),
+        Some(sent as f64)
+    );
+    std::fs::remove_dir_all(&certs).unwrap();
 }
 
 #[test]
@@ -355,8 +404,8 @@ fn bench_refuses_bad_arguments_with_specific_errors() {
             "--cores 1000: only",
         ),
         (
-            &["https://127.0.0.1"],
-            "`https://` targets are not supported yet",
+            &["quic://127.0.0.1"],
+            "`quic://` targets are not supported yet",
         ),
         (&["udp:127.0.0.1"], "has no scheme"),
         (

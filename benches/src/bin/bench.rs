@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use kudurru_bench::doh::Method;
 use kudurru_bench::queries::{self, QueryMix, Shape};
 use kudurru_bench::report::{self, Report};
 use kudurru_bench::run::{self, Load, Plan};
@@ -27,7 +28,8 @@ use kudurru_bench::tls::{self, TlsClient, Verify};
 #[command(name = "kudurru-bench", version)]
 struct Args {
     /// Where to send: udp://HOST[:PORT] or tcp://HOST[:PORT] (port 53 by default), or
-    /// tls://HOST[:PORT][#NAME] (DNS over TLS, port 853; certificate checked for NAME or HOST).
+    /// tls://HOST[:PORT][#NAME] (DNS over TLS, port 853), https://HOST[:PORT][/PATH][#NAME]
+    /// (DNS over HTTPS, HTTP/2, port 443, /dns-query); certificates are checked for NAME or HOST.
     #[arg(required_unless_present = "compare")]
     target: Option<String>,
     /// Questions, dnsperf format (`name [type]` per line, `;` or `#` comments), asked in
@@ -75,6 +77,9 @@ struct Args {
     /// Set the DO bit (adds an OPT record, payload 1232 unless --edns says otherwise).
     #[arg(long)]
     dnssec: bool,
+    /// DoH: send queries as `post` (application/dns-message body) or `get` (`?dns=`).
+    #[arg(long, default_value = "post")]
+    method: String,
     /// TLS: trust only the certificates in this PEM file [default: the system's trust store].
     #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
     ca: Option<PathBuf>,
@@ -195,19 +200,26 @@ fn plan(args: &Args) -> Result<Plan> {
         bail!("--timeout must be above 0");
     }
     let tls = match target.protocol {
-        Protocol::Tls => {
+        Protocol::Tls | Protocol::Https => {
             let verify = match (&args.ca, args.insecure) {
                 (Some(ca), _) => Verify::Ca(ca.clone()),
                 (None, true) => Verify::Insecure,
                 (None, false) => Verify::System,
             };
             Some(TlsClient {
-                config: tls::client_config(&verify, &[b"dot"])?,
+                config: tls::client_config(
+                    &verify,
+                    if target.protocol == Protocol::Tls {
+                        &[b"dot"]
+                    } else {
+                        &[b"h2"]
+                    },
+                )?,
                 server_name: tls::server_name(&target.server_name).map_err(anyhow::Error::msg)?,
             })
         }
         _ if args.ca.is_some() || args.insecure => {
-            bail!("--ca and --insecure apply to tls:// targets only")
+            bail!("--ca and --insecure apply to tls:// and https:// targets only")
         }
         _ => None,
     };
@@ -221,6 +233,11 @@ fn plan(args: &Args) -> Result<Plan> {
         connections: args.connections,
         streams: args.streams,
         tls,
+        method: match args.method.as_str() {
+            "post" | "POST" => Method::Post,
+            "get" | "GET" => Method::Get,
+            other => bail!("--method {other}: expected post or get"),
+        },
         seed: args.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
