@@ -42,6 +42,9 @@ OPS_PORT = 47581
 # lets dnsperf send as fast as its 100 outstanding queries allow (compare QPS).
 WORKLOADS = [(mode, method, offered) for mode, method in (("dot", None), ("doh", "GET"), ("doh", "POST"))
              for offered in ("rate", "max")]
+# The same DoH workloads driven by kudurru-bench (`https://` target), which dnsdist 1.7's DoH
+# frontend answers (dnsperf 2.10's DoH loses 97% against it).
+BENCH_WORKLOADS = [("doh", method, offered) for method in ("GET", "POST") for offered in ("rate", "max")]
 
 
 def dnsperf(port, datafile, duration, rate, mode, method=None, runs=None, clients=4):
@@ -56,12 +59,33 @@ def dnsperf(port, datafile, duration, rate, mode, method=None, runs=None, client
     return subprocess.run(argv, capture_output=True, text=True).stdout
 
 
-def measure(server, datafile, duration, rate, mode, method):
+def bench(port, datafile, duration, rate, method):
+    """kudurru-bench over DoH (HTTP/2): 4 connections, up to 100 streams each; open loop at
+    `rate`, or closed loop with 400 outstanding when `rate` is None. Returns dnsperf-like keys."""
+    argv = ["taskset", "-c", CLIENT_CPU, os.path.join(TARGET, "kudurru-bench"),
+            f"https://127.0.0.1:{port}/dns-query#localhost", "--insecure", "--queries", datafile,
+            "--method", method.lower(), "--duration", f"{duration}s", "--connections", "4",
+            "--streams", "100", "--json", "-"]
+    argv += ["--rate", str(rate)] if rate else ["--concurrency", "400"]
+    out = subprocess.run(argv, capture_output=True, text=True)
+    try:
+        r = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        log(out.stderr)
+        return {"sent": 0, "completed": 0, "lost": 0, "qps": 0, "avg_latency_ms": 0}
+    return {"sent": r["sent"], "completed": r["answered"], "lost": r["sent"] - r["answered"],
+            "qps": r["qps"], "avg_latency_ms": r["service_latency"]["mean_us"] / 1000,
+            "noerror": r["rcodes"].get("NOERROR", 0)}
+
+
+def measure(server, datafile, duration, rate, mode, method, tool="dnsperf"):
     port = PORTS[server.name][mode]
     before = cpu_seconds(server.proc.pid)
-    out = dnsperf(port, datafile, duration, rate, mode, method)
+    if tool == "bench":
+        r = bench(port, datafile, duration, rate, method)
+    else:
+        r = parse_dnsperf(dnsperf(port, datafile, duration, rate, mode, method))
     cpu = cpu_seconds(server.proc.pid) - before
-    r = parse_dnsperf(out)
     r["server_cpu_s"] = cpu
     r["cpu_us_per_answer"] = cpu / r["completed"] * 1e6 if r["completed"] else None
     return r
@@ -138,6 +162,10 @@ def main():
                             dnsperf(PORTS[name][mode], hits, 5, 20000, mode, method, runs=1)
                         rate = args.rate if offered == "rate" else None
                         res[label(mode, method, offered)] = measure(server, hits, args.duration, rate, mode, method)
+                    for mode, method, offered in BENCH_WORKLOADS:
+                        rate = args.rate if offered == "rate" else None
+                        res["bench-" + label(mode, method, offered)] = measure(
+                            server, hits, args.duration, rate, mode, method, tool="bench")
                     results[name] = res
                     log(json.dumps(res))
             report["rounds"].append(results)
@@ -166,12 +194,13 @@ def markdown(report):
     o = report["offered"]
     lines = [f"Offered {o['rate']} q/s (`-max`: as fast as 100 outstanding queries allow) for "
              f"{o['duration']} s per run, median of {len(report['rounds'])} "
-             "alternating rounds; cache hits over persistent connections (dnsperf -c 4 -q 100). "
+             "alternating rounds; cache hits over persistent connections (dnsperf -c 4 -q 100; `bench-` rows: "
+             "kudurru-bench, 4 connections × 100 streams, `-max` closed loop with 400 outstanding). "
              "A run that lost 1% or more of its queries is shown but not compared.", "",
              "| workload | server | QPS | avg latency ms | lost | server CPU µs/answer | kudurru/dnsdist QPS | dnsdist/kudurru CPU per answer |",
              "|---|---|---|---|---|---|---|---|"]
-    for mode, method, offered in WORKLOADS:
-        w = label(mode, method, offered)
+    rows = [label(*w) for w in WORKLOADS] + ["bench-" + label(*w) for w in BENCH_WORKLOADS]
+    for w in rows:
         for name in ("kudurru", "dnsdist"):
             qps = median_of(report, name, w, "qps") or 0
             cpu = median_of(report, name, w, "cpu_us_per_answer")
