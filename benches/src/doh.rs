@@ -136,35 +136,77 @@ impl DohPipe {
     }
 }
 
+/// Attempts per query when the server refuses the stream before processing it.
+const REFUSED_ATTEMPTS: usize = 4;
+
 /// One request and its answer; `Err(status)` (0 for a reset or a connection error) otherwise.
+/// A stream refused with `REFUSED_STREAM` was not processed (RFC 9113 §8.7) and is sent again:
+/// a new connection's first burst can exceed the server's `SETTINGS_MAX_CONCURRENT_STREAMS`
+/// before its SETTINGS frame arrives.
 async fn exchange(
     requests: h2::client::SendRequest<Bytes>,
     request: http::request::Builder,
     method: Method,
     message: Vec<u8>,
 ) -> Result<Vec<u8>, u16> {
-    let mut requests = requests.ready().await.map_err(|_| 0u16)?;
     let request = request.body(()).map_err(|_| 0u16)?;
-    let post = method == Method::Post;
-    let (response, mut body) = requests.send_request(request, !post).map_err(|_| 0u16)?;
-    if post {
-        body.send_data(Bytes::from(message), true)
-            .map_err(|_| 0u16)?;
+    let message = Bytes::from(message);
+    for _ in 1..REFUSED_ATTEMPTS {
+        match attempt(requests.clone(), request.clone(), method, message.clone()).await {
+            Err(Failure::Refused) => continue,
+            Err(Failure::Other(status)) => return Err(status),
+            Ok(answer) => return Ok(answer),
+        }
     }
-    let response = response.await.map_err(|_| 0u16)?;
+    attempt(requests, request, method, message)
+        .await
+        .map_err(|f| match f {
+            Failure::Refused => 0,
+            Failure::Other(status) => status,
+        })
+}
+
+enum Failure {
+    Refused,
+    Other(u16),
+}
+
+impl From<h2::Error> for Failure {
+    fn from(e: h2::Error) -> Self {
+        if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+            Self::Refused
+        } else {
+            Self::Other(0)
+        }
+    }
+}
+
+async fn attempt(
+    requests: h2::client::SendRequest<Bytes>,
+    request: http::Request<()>,
+    method: Method,
+    message: Bytes,
+) -> Result<Vec<u8>, Failure> {
+    let mut requests = requests.ready().await?;
+    let post = method == Method::Post;
+    let (response, mut body) = requests.send_request(request, !post)?;
+    if post {
+        body.send_data(message, true)?;
+    }
+    let response = response.await?;
     let status = response.status().as_u16();
     let mut stream = response.into_body();
     let mut answer = Vec::new();
     while let Some(chunk) = stream.data().await {
-        let chunk = chunk.map_err(|_| 0u16)?;
+        let chunk = chunk?;
         let _ = stream.flow_control().release_capacity(chunk.len());
         answer.extend_from_slice(&chunk);
         if answer.len() > usize::from(u16::MAX) {
-            return Err(status);
+            return Err(Failure::Other(status));
         }
     }
     if status != 200 {
-        return Err(status);
+        return Err(Failure::Other(status));
     }
     Ok(answer)
 }

@@ -256,6 +256,47 @@ fn bench_doh_counts_agree_with_the_server() {
 }
 
 #[test]
+fn bench_doh_resends_streams_refused_over_the_servers_limit() {
+    let certs = std::env::temp_dir().join(format!(
+        "kudurru-bench-e2e-doh-refused-{}",
+        std::process::id()
+    ));
+    let (cert, key) = cert_pair(&certs, "a");
+    // 8 streams per connection; the bench opens 32 at once before it sees the SETTINGS.
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .tls(&cert, &key)
+        .env("KUDURRU_TCP__MAXPIPELINED", "8")
+        .start();
+    let localhost = certs.join("localhost.txt");
+    std::fs::write(&localhost, "localhost A\n").unwrap();
+    let target = format!("https://{}#localhost", k.https.unwrap());
+    let (report, _) = bench(&[
+        &target,
+        "--ca",
+        cert.to_str().unwrap(),
+        "--queries",
+        localhost.to_str().unwrap(),
+        "--concurrency",
+        "32",
+        "--connections",
+        "1",
+        "--streams",
+        "32",
+        "--duration",
+        "1s",
+    ]);
+    let sent = count(&report, "sent");
+    assert!(sent > 100, "{report}");
+    assert_eq!(count(&report, "answered"), sent, "{report}");
+    assert_eq!(
+        count(&report, "timeouts"),
+        0,
+        "refused streams were sent again: {report}"
+    );
+    std::fs::remove_dir_all(&certs).unwrap();
+}
+
+#[test]
 fn bench_doh_get_on_a_wrong_path_counts_every_404_and_never_an_answer() {
     let certs =
         std::env::temp_dir().join(format!("kudurru-bench-e2e-doh-404-{}", std::process::id()));
