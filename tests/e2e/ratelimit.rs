@@ -306,8 +306,13 @@ fn sigterm_enters_lameduck_for_the_drain_delay_and_keeps_answering() {
         "other names are answered until the listeners close"
     );
     assert_eq!(status.code(), Some(0));
-    assert!(
-        UdpSocket::bind(addr).is_ok(),
-        "the listener is closed after the delay"
-    );
+    // The port is free again once kudurru is gone. Tried for a second: a client's short-lived
+    // socket (another test's) may hold the same port for a moment; seen once under full load.
+    let freed = (0..20).any(|_| {
+        UdpSocket::bind(addr).is_ok() || {
+            thread::sleep(Duration::from_millis(50));
+            false
+        }
+    });
+    assert!(freed, "the listener is closed after the delay");
 }
