@@ -3,7 +3,9 @@
 
 use std::process::Command;
 
-use kudurru_e2e::{Kudurru, Script, ScriptedResponder, TestUpstream, bench_bin, cert_pair};
+use kudurru_e2e::{
+    Kudurru, Scratch, Script, ScriptedResponder, TestUpstream, bench_bin, cert_pair,
+};
 use serde_json::Value;
 
 /// Runs kudurru-bench with `args` and returns its JSON report (stdout holds only the JSON with
@@ -173,8 +175,7 @@ fn bench_counts_replies_with_an_unknown_id_and_never_accepts_them() {
 
 fn against_kudurru(scheme: &str, transport: &str) {
     let upstream = TestUpstream::start();
-    let certs =
-        std::env::temp_dir().join(format!("kudurru-bench-e2e-{scheme}-{}", std::process::id()));
+    let certs = Scratch::new(&format!("bench-{scheme}"));
     let (cert, key) = cert_pair(&certs, "a");
     let k = Kudurru::builder(&[upstream.udp_url()])
         .tls(&cert, &key)
@@ -232,7 +233,6 @@ fn against_kudurru(scheme: &str, transport: &str) {
             "asked upstream once"
         );
     }
-    let _ = std::fs::remove_dir_all(&certs);
 }
 
 #[test]
@@ -257,10 +257,7 @@ fn bench_doh_counts_agree_with_the_server() {
 
 #[test]
 fn bench_doh_resends_streams_refused_over_the_servers_limit() {
-    let certs = std::env::temp_dir().join(format!(
-        "kudurru-bench-e2e-doh-refused-{}",
-        std::process::id()
-    ));
+    let certs = Scratch::new("bench-doh-refused");
     let (cert, key) = cert_pair(&certs, "a");
     // 8 streams per connection; the bench opens 32 at once before it sees the SETTINGS.
     let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
@@ -293,13 +290,11 @@ fn bench_doh_resends_streams_refused_over_the_servers_limit() {
         0,
         "refused streams were sent again: {report}"
     );
-    std::fs::remove_dir_all(&certs).unwrap();
 }
 
 #[test]
 fn bench_doh_get_on_a_wrong_path_counts_every_404_and_never_an_answer() {
-    let certs =
-        std::env::temp_dir().join(format!("kudurru-bench-e2e-doh-404-{}", std::process::id()));
+    let certs = Scratch::new("bench-doh-404");
     let (cert, key) = cert_pair(&certs, "a");
     let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
         .tls(&cert, &key)
@@ -333,13 +328,11 @@ fn bench_doh_get_on_a_wrong_path_counts_every_404_and_never_an_answer() {
         k.metric("kudurru_doh_rejected_total{status=\"404\"}"),
         Some(sent as f64)
     );
-    std::fs::remove_dir_all(&certs).unwrap();
 }
 
 #[test]
 fn bench_dot_refuses_a_certificate_for_another_name_and_counts_tls_errors() {
-    let certs =
-        std::env::temp_dir().join(format!("kudurru-bench-e2e-tls-name-{}", std::process::id()));
+    let certs = Scratch::new("bench-tls-name");
     let (cert, key) = cert_pair(&certs, "a");
     let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
         .tls(&cert, &key)
@@ -387,7 +380,6 @@ fn bench_dot_refuses_a_certificate_for_another_name_and_counts_tls_errors() {
     assert_eq!(sent + count_error(&report, "backlog"), 50, "{report}");
     assert_eq!(count(&report, "answered"), sent, "{report}");
     assert_eq!(count_error(&report, "tls"), 0, "{report}");
-    std::fs::remove_dir_all(&certs).unwrap();
 }
 
 #[test]

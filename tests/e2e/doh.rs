@@ -10,10 +10,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use kudurru_e2e::{Kudurru, TestUpstream, cert_pair, query_bytes, unique_name};
+use kudurru_e2e::{Kudurru, Scratch, TestUpstream, cert_pair, query_bytes, unique_name};
 
-fn dir(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("kudurru-e2e-doh-{name}-{}", std::process::id()))
+fn dir(name: &str) -> Scratch {
+    Scratch::new(&format!("doh-{name}"))
 }
 
 /// What one curl request came back with.
@@ -193,7 +193,6 @@ fn rfc8484_curl_get_and_post_over_http2_and_http1_share_the_cache() {
         k.metric("kudurru_doh_connections_total{version=\"http/1.1\"}"),
         Some(2.0)
     );
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -226,7 +225,6 @@ fn rfc8484_kdig_over_https_verifies_and_gets_padded_answers() {
     let out = kdig(&["+https", "+nopadding"]);
     assert!(out.contains("status: NOERROR"), "{out}");
     assert!(!out.contains("PADDING"), "no padding unless asked: {out}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -318,7 +316,6 @@ fn every_bad_request_gets_its_status_and_a_json_reason_and_the_connection_still_
         k.metric("kudurru_doh_rejected_total{status=\"413\"}"),
         Some(2.0)
     );
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 /// Sends raw bytes over TLS with ALPN `alpn` and returns what came back before the server
@@ -426,7 +423,6 @@ fn http1_requests_curl_cannot_send_get_411_and_501_and_pipelined_ones_answer_in_
         })
         .collect();
     assert_eq!(ids, [1, 2, 3]);
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 /// Splits concatenated HTTP/1.1 responses with Content-Length into (status, body).
@@ -479,7 +475,6 @@ fn http2_streams_on_one_connection_are_answered_concurrently() {
         Some(1.0),
         "curl multiplexed them over one connection"
     );
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -532,7 +527,6 @@ fn a_drop_aborts_the_http2_stream_and_closes_http1_without_a_response() {
     assert_eq!(responses[0].0, 200);
     assert!(closed, "the dropped request closed the connection");
     assert!(k.metric("kudurru_dns_responses_total{rcode=\"none\"}") >= Some(2.0));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -563,5 +557,4 @@ fn idle_connections_are_closed_after_the_idle_timeout() {
     assert!(types.contains(&7), "GOAWAY among frame types {types:?}");
     assert!(closed);
     assert!(k.metric("kudurru_tcp_timeouts_total") >= Some(2.0));
-    std::fs::remove_dir_all(&d).unwrap();
 }

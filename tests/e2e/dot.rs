@@ -5,11 +5,11 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kudurru_e2e::{Kudurru, TestUpstream, cert_pair, free_port, kudurru_bin, query_bytes};
+use kudurru_e2e::{Kudurru, Scratch, TestUpstream, cert_pair, free_port, kudurru_bin, query_bytes};
 use serde_json::Value;
 
 /// Connects with Python's ssl module (ALPN `dot`), sends every query in one write (pipelined),
@@ -95,8 +95,8 @@ fn kdig_tls(addr: SocketAddr, ca: &Path, extra: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn dir(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("kudurru-e2e-dot-{name}-{}", std::process::id()))
+fn dir(name: &str) -> Scratch {
+    Scratch::new(&format!("dot-{name}"))
 }
 
 /// `localhost. A` with the EDNS padding option (RFC 7830) when `padding`.
@@ -140,7 +140,6 @@ fn rfc7858_kdig_over_tls_verifies_the_generated_certificate() {
         Some(0.0)
     );
     assert!(k.metric("kudurru_tls_handshakes_total") >= Some(3.0));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -174,7 +173,6 @@ fn rfc8467_dot_responses_are_padded_to_468_bytes_when_asked() {
     let mut head = [0u8; 2];
     tcp.read_exact(&mut head).unwrap();
     assert!(u16::from_be_bytes(head) < 100);
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -195,7 +193,6 @@ fn rfc7766_pipelined_queries_over_dot_are_all_answered() {
     ids.sort_unstable();
     assert_eq!(ids, (10..20).collect::<Vec<u64>>(), "{seen}");
     assert_eq!(seen["closed"], false, "the connection stays open");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -242,7 +239,6 @@ fn dot_certificate_reloads_and_a_bad_file_keeps_the_old_one() {
     assert_eq!(served(), wanted, "the last good certificate keeps serving");
     let out = kdig_tls(tls, &next_cert, &["localhost", "A"]);
     assert!(out.contains("status: NOERROR"), "{out}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -272,7 +268,6 @@ fn a_client_stalled_in_the_tls_handshake_does_not_hold_up_others() {
     assert_eq!(n, 0, "closed after tls.handshakeTimeout");
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert!(k.metric("kudurru_tls_handshake_failures_total") >= Some(1.0));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -289,7 +284,6 @@ fn a_drop_on_dot_closes_the_connection_and_sends_nothing() {
     assert_eq!(seen["answers"].as_array().unwrap().len(), 1, "{seen}");
     assert_eq!(seen["closed"], true, "{seen}");
     assert!(k.metric("kudurru_dns_responses_total{rcode=\"none\"}") >= Some(1.0));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -329,5 +323,4 @@ fn tls_listener_errors_are_specific() {
     ]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("bad.crt: no CERTIFICATE block"), "{err}");
-    std::fs::remove_dir_all(&d).unwrap();
 }

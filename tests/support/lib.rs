@@ -255,6 +255,40 @@ fn serve_loopback(
     addr
 }
 
+/// A scratch directory for one test (certificates, query files), removed when dropped, so
+/// also when the test fails.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// `kudurru-e2e-NAME-PID` under the system's temporary directory, created empty.
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("kudurru-e2e-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        Self(dir)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Writes a self-signed pair with `kudurru cert generate` into `dir`: (certificate, key).
 pub fn cert_pair(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf) {
     std::fs::create_dir_all(dir).unwrap();
