@@ -173,6 +173,14 @@ fn rfc8484_curl_get_and_post_over_http2_and_http1_share_the_cache() {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or_else(|| panic!("no max-age: {reply:?}"));
             assert!((290..=300).contains(&age), "max-age={age}");
+            // RFC 9110 §6.6.1: an origin server with a clock sends Date, in IMF-fixdate.
+            let date = reply
+                .header("date")
+                .unwrap_or_else(|| panic!("no date: {reply:?}"));
+            assert!(
+                date.ends_with(" GMT") && date.len() == 29,
+                "IMF-fixdate: {date}"
+            );
             id += 0x1111;
         }
     }

@@ -144,6 +144,25 @@ impl Endpoint {
     }
 }
 
+/// The `Date` of a response (RFC 9110 §6.6.1, required of a server with a clock), formatted
+/// once a second per core.
+fn date() -> Rc<str> {
+    thread_local! {
+        static DATE: std::cell::RefCell<(u64, Rc<str>)> = std::cell::RefCell::new((u64::MAX, Rc::from("")));
+    }
+    let now = std::time::SystemTime::now();
+    let second = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != second {
+            *cached = (second, Rc::from(httpdate::fmt_http_date(now)));
+        }
+        cached.1.clone()
+    })
+}
+
 /// The JSON body of an error response.
 fn error_body(status: Status) -> Vec<u8> {
     format!(
@@ -273,6 +292,7 @@ async fn h2_stream(
     };
     let mut response = http::Response::builder()
         .status(status)
+        .header(http::header::DATE, &*date())
         .header(http::header::CONTENT_TYPE, content_type)
         .header(http::header::CONTENT_LENGTH, payload.len());
     if let Some(age) = cache {
@@ -463,7 +483,8 @@ async fn read_more<S: AsyncRead + Unpin>(
 
 fn answer_response(out: &[u8], keep_alive: bool) -> Vec<u8> {
     let mut response = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: {}\r\ncontent-length: {}\r\ncache-control: max-age={}\r\n{}\r\n",
+        "HTTP/1.1 200 OK\r\ndate: {}\r\ncontent-type: {}\r\ncontent-length: {}\r\ncache-control: max-age={}\r\n{}\r\n",
+        date(),
         doh::MEDIA_TYPE,
         out.len(),
         doh::max_age(out),
@@ -477,9 +498,10 @@ fn answer_response(out: &[u8], keep_alive: bool) -> Vec<u8> {
 fn error_response(status: Status, keep_alive: bool) -> Vec<u8> {
     let body = error_body(status);
     let mut response = format!(
-        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}{}\r\n",
+        "HTTP/1.1 {} {}\r\ndate: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}{}\r\n",
         status.code,
         reason_phrase(status.code),
+        date(),
         body.len(),
         if status.code == 405 {
             "allow: GET, POST\r\n"
