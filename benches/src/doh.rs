@@ -151,19 +151,14 @@ async fn exchange(
 ) -> Result<Vec<u8>, u16> {
     let request = request.body(()).map_err(|_| 0u16)?;
     let message = Bytes::from(message);
-    for _ in 1..REFUSED_ATTEMPTS {
+    for _ in 0..REFUSED_ATTEMPTS {
         match attempt(requests.clone(), request.clone(), method, message.clone()).await {
             Err(Failure::Refused) => continue,
             Err(Failure::Other(status)) => return Err(status),
             Ok(answer) => return Ok(answer),
         }
     }
-    attempt(requests, request, method, message)
-        .await
-        .map_err(|f| match f {
-            Failure::Refused => 0,
-            Failure::Other(status) => status,
-        })
+    Err(0)
 }
 
 enum Failure {

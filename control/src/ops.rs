@@ -123,6 +123,20 @@ fn head(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
+/// A counter family with one label: HELP, TYPE, then `name{label="value"} count` per row.
+fn labelled<V: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    label: &str,
+    rows: impl IntoIterator<Item = (V, u64)>,
+) {
+    head(out, name, "counter", help);
+    for (value, count) in rows {
+        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {count}");
+    }
+}
+
 /// Renders every counter in Prometheus text exposition format.
 pub fn render_metrics(state: &OpsState) -> String {
     let m = &state.metrics;
@@ -143,19 +157,16 @@ pub fn render_metrics(state: &OpsState) -> String {
             );
         }
     }
-    head(
+    labelled(
         &mut out,
         "kudurru_dns_responses_total",
-        "counter",
         "DNS responses by rcode; rcode=\"none\" counts drops (nothing sent).",
+        "rcode",
+        RCODE_LABELS
+            .iter()
+            .enumerate()
+            .map(|(i, label)| (label, sum(m, |c| c.responses[i].load(Relaxed)))),
     );
-    for (i, label) in RCODE_LABELS.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "kudurru_dns_responses_total{{rcode=\"{label}\"}} {}",
-            sum(m, |c| c.responses[i].load(Relaxed))
-        );
-    }
     let cache: [(&str, &str, &str, Counter); 6] = [
         (
             "kudurru_cache_hits_total",
@@ -273,49 +284,36 @@ pub fn render_metrics(state: &OpsState) -> String {
         head(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {}", sum(m, get));
     }
-    head(
+    labelled(
         &mut out,
         "kudurru_doh_connections_total",
-        "counter",
         "DNS-over-HTTPS connections accepted, by HTTP version (ALPN).",
+        "version",
+        HttpVersion::ALL.map(|v| {
+            let count = sum(m, |c| c.doh_connections[v as usize].load(Relaxed));
+            (v.label(), count)
+        }),
     );
-    for v in HttpVersion::ALL {
-        let _ = writeln!(
-            out,
-            "kudurru_doh_connections_total{{version=\"{}\"}} {}",
-            v.label(),
-            sum(m, |c| c.doh_connections[v as usize].load(Relaxed))
-        );
-    }
-    head(
+    labelled(
         &mut out,
         "kudurru_doh_rejected_total",
-        "counter",
         "DNS-over-HTTPS requests answered with an HTTP error, by status.",
+        "status",
+        DOH_STATUS_LABELS
+            .iter()
+            .enumerate()
+            .map(|(i, status)| (status, sum(m, |c| c.doh_rejected[i].load(Relaxed)))),
     );
-    for (i, status) in DOH_STATUS_LABELS.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "kudurru_doh_rejected_total{{status=\"{status}\"}} {}",
-            sum(m, |c| c.doh_rejected[i].load(Relaxed))
-        );
-    }
 
-    head(
+    labelled(
         &mut out,
         "kudurru_settings_reloads_total",
-        "counter",
         "Settings-file reloads: applied (something changed) or rejected (invalid; the last good settings stay).",
-    );
-    let _ = writeln!(
-        out,
-        "kudurru_settings_reloads_total{{result=\"applied\"}} {}",
-        state.reloads.applied.load(Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "kudurru_settings_reloads_total{{result=\"rejected\"}} {}",
-        state.reloads.rejected.load(Relaxed)
+        "result",
+        [
+            ("applied", state.reloads.applied.load(Relaxed)),
+            ("rejected", state.reloads.rejected.load(Relaxed)),
+        ],
     );
     let settings = state.settings.load();
     let upstreams: Vec<String> = settings

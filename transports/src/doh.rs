@@ -369,28 +369,15 @@ where
             }
         };
         endpoint.worker.metrics.query(Transport::Doh);
-        let mut keep_alive = head.keep_alive;
+        // A POST without Content-Length has a body whose end we cannot know.
+        let framed = head.content_length.is_some() || !matches!(head.request, Ok(Request::Post));
         let mut consumed = head.len;
-        let unread_body = head.content_length.is_some_and(|len| len > 0);
         let reply = match head.request {
-            Err(e) => {
-                let status = Status::from(e);
-                // A body that is not read cannot be skipped safely: close after the answer.
-                keep_alive &= !unread_body;
-                Reply::Error(status)
-            }
-            Ok(Request::Get(message)) => {
-                keep_alive &= !unread_body;
-                endpoint.resolve(&message).await
-            }
+            Err(e) => Reply::Error(Status::from(e)),
+            Ok(Request::Get(message)) => endpoint.resolve(&message).await,
             Ok(Request::Post) => match head.content_length {
-                None => {
-                    keep_alive = false;
-                    Reply::Error(LENGTH_REQUIRED)
-                }
+                None => Reply::Error(LENGTH_REQUIRED),
                 Some(len) if doh::check_length(len).is_err() => {
-                    // The body is not read: the connection cannot be reused.
-                    keep_alive = false;
                     Reply::Error(RequestError::TooLarge.into())
                 }
                 Some(len) => {
@@ -409,12 +396,15 @@ where
                         consumed += len;
                         endpoint.resolve(&buffer[head.len..head.len + len]).await
                     } else {
-                        keep_alive = false;
                         Reply::Error(TIMEOUT)
                     }
                 }
             },
         };
+        // Another request can follow only once this one's body was read to its end: unread
+        // bytes cannot be skipped safely.
+        let body_read = consumed == head.len + head.content_length.unwrap_or(0);
+        let keep_alive = head.keep_alive && framed && body_read;
         let response = match reply {
             Reply::Answer(out) => answer_response(&out, keep_alive),
             Reply::Error(status) => {
