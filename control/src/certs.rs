@@ -1,5 +1,5 @@
-//! Certificates for the encrypted listeners (DNS over TLS and over HTTPS): a PEM pair loaded
-//! into rustls server configurations, the files watched and re-read when they change, and a
+//! Certificates for the encrypted listeners (DNS over TLS, HTTPS, QUIC and HTTP/3): a PEM pair
+//! loaded into rustls (and, through it, quinn) server configurations, the files watched and re-read when they change, and a
 //! self-signed pair for local use (`kudurru cert generate`).
 //!
 //! ```text
@@ -8,8 +8,9 @@
 //!                             └ invalid: log why, keep serving the old pair
 //! ```
 //! TLS 1.3 and 1.2 (RFC 8310 §9 asks for at least 1.2; RFC 8484 §5 and RFC 9113 §9.2 ask
-//! HTTP/2 for 1.2 or later), ALPN `dot` (RFC 7858 §3.2) for DoT and `h2`, `http/1.1` for DoH,
-//! session resumption by stateful cache and TLS 1.3 tickets. `ring` is the only crypto provider.
+//! HTTP/2 for 1.2 or later; QUIC is 1.3 only), ALPN `dot` (RFC 7858 §3.2) for DoT, `h2`,
+//! `http/1.1` for DoH, `doq` for DoQ and `h3` for DoH3 (set by `TlsServers::new`), session
+//! resumption by stateful cache and TLS 1.3 tickets. `ring` is the only crypto provider.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,11 +18,6 @@ use std::sync::Arc;
 use kudurru_transports::{TlsConfig, TlsServers};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-/// ALPN protocol of DNS over TLS (RFC 7858 §3.2, IANA).
-pub const ALPN_DOT: &[u8] = b"dot";
-/// ALPN protocols of DNS over HTTPS, preferred first: HTTP/2 (RFC 9113), then HTTP/1.1.
-pub const ALPN_HTTPS: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// Why a certificate pair could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -58,16 +54,14 @@ pub enum CertError {
 
 /// The server configurations of every encrypted transport for the pair in `cert` and `key`.
 pub fn server_configs(cert: &Path, key: &Path) -> Result<TlsServers, CertError> {
-    let dot = server_config(cert, key)?;
-    let mut https = dot.clone();
-    https.alpn_protocols = ALPN_HTTPS.iter().map(|p| p.to_vec()).collect();
-    Ok(TlsServers {
-        dot: Arc::new(dot),
-        https: Arc::new(https),
+    TlsServers::new(&server_config(cert, key)?).map_err(|source| CertError::Invalid {
+        cert: cert.to_owned(),
+        key: key.to_owned(),
+        source,
     })
 }
 
-/// The DNS-over-TLS server configuration for the pair in `cert` and `key`.
+/// The server configuration for the pair in `cert` and `key` (ALPN set per transport later).
 fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CertError> {
     let pem_error = |path: &Path, e: rustls::pki_types::pem::Error| CertError::Pem {
         path: path.to_owned(),
@@ -95,7 +89,6 @@ fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CertEr
         .with_no_client_auth()
         .with_single_cert(chain, private_key)
         .map_err(invalid)?;
-    config.alpn_protocols = vec![ALPN_DOT.to_vec()];
     config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(invalid)?;
     Ok(config)
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kudurru_core::upstream::parse_host_port;
 use kudurru_core::{LocalNames, Prefix, RateLimit, ServerIdentity, TtlPolicy, UpstreamSpec};
-use kudurru_transports::{ListenerSpec, Settings};
+use kudurru_transports::{ListenerSpec, Protocol, Settings};
 use serde::{Deserialize, Serialize};
 
 /// Default client listeners: DNS over UDP and TCP on port 5353 of both loopbacks.
@@ -533,7 +533,7 @@ pub static KEYS: &[KeyInfo] = &[
         Node,
         true,
         true,
-        "client listeners: udp://H:P, tcp://H:P, H:P for both, tls://H:P for DNS over TLS (port 853), https://H:P/path for DNS over HTTPS (port 443, path /dns-query); IPv4 or [IPv6]",
+        "client listeners: udp://H:P, tcp://H:P, H:P for both, tls://H:P for DNS over TLS (port 853), https://H:P/path for DNS over HTTPS (port 443, path /dns-query), quic://H:P for DNS over QUIC (UDP port 853), h3://H:P/path for DNS over HTTP/3 (UDP port 443, path /dns-query); IPv4 or [IPv6]",
         |c| c.server.listen,
         parse_strings,
         |v: &Vec<String>| join(v)
@@ -709,7 +709,7 @@ pub static KEYS: &[KeyInfo] = &[
         Cluster,
         false,
         true,
-        "a client TCP, DoT or DoH connection idle this long is closed (RFC 7766 §6.2.3; HTTP/2 with GOAWAY)",
+        "a client TCP, DoT, DoH, DoQ or DoH3 connection idle this long is closed (RFC 7766 §6.2.3; HTTP/2 with GOAWAY, QUIC by its idle timeout)",
         |c| c.tcp.idle_timeout,
         parse_string,
         show_string
@@ -720,7 +720,7 @@ pub static KEYS: &[KeyInfo] = &[
         Node,
         false,
         true,
-        "client TCP, DoT and DoH connections each core accepts (together); more are closed at once",
+        "client TCP, DoT, DoH, DoQ and DoH3 connections each core accepts (together); more are closed at once (QUIC: CONNECTION_REFUSED)",
         |c| c.tcp.max_connections_per_core,
         parse_num,
         show_num
@@ -731,7 +731,7 @@ pub static KEYS: &[KeyInfo] = &[
         Cluster,
         false,
         true,
-        "queries in flight on one TCP or DoT connection (past this kudurru stops reading it), and concurrent HTTP/2 streams on one DoH connection",
+        "queries in flight on one TCP or DoT connection (past this kudurru stops reading it), and concurrent streams on one DoH (HTTP/2), DoQ or DoH3 connection",
         |c| c.tcp.max_pipelined,
         parse_num,
         show_num
@@ -742,7 +742,7 @@ pub static KEYS: &[KeyInfo] = &[
         Node,
         true,
         true,
-        "PEM certificate chain (leaf first) for tls:// and https:// listeners; the file is re-read when it changes",
+        "PEM certificate chain (leaf first) for tls://, https://, quic:// and h3:// listeners; the file is re-read when it changes",
         |c| c.tls.cert_file,
         parse_string,
         show_string
@@ -764,7 +764,7 @@ pub static KEYS: &[KeyInfo] = &[
         Cluster,
         false,
         true,
-        "a DoT or DoH client that has not finished its TLS handshake after this long is closed",
+        "a DoT, DoH, DoQ or DoH3 client that has not finished its TLS (or QUIC) handshake after this long is closed",
         |c| c.tls.handshake_timeout,
         parse_string,
         show_string
@@ -1083,7 +1083,7 @@ impl Config {
                     ConfigError::value(
                         "server.listen",
                         url,
-                        "expected udp://H:P, tcp://H:P, tls://H:P, https://H:P/path or H:P with an IP address",
+                        "expected udp://H:P, tcp://H:P, tls://H:P, https://H:P/path, quic://H:P, h3://H:P/path or H:P with an IP address",
                     )
                 })
             })
@@ -1155,7 +1155,7 @@ impl Config {
                     return Err(ConfigError::value(
                         key,
                         "",
-                        "a tls:// or https:// listener needs a certificate: set tls.certFile and tls.keyFile (kudurru cert generate writes a self-signed pair)",
+                        "a tls://, https://, quic:// or h3:// listener needs a certificate: set tls.certFile and tls.keyFile (kudurru cert generate writes a self-signed pair)",
                     ));
                 }
             }
@@ -1358,37 +1358,24 @@ impl RateLimitSection {
     }
 }
 
-/// Parses `udp://H:P`, `tcp://H:P`, `H:P` (both; port 53 by default) or `tls://H:P` (DNS over
-/// TLS, port 853 by default).
+/// Parses a listener URL: `udp://H:P`, `tcp://H:P`, `H:P` (both; port 53 by default),
+/// `tls://H:P` (853), `https://H:P/path` (443, `/dns-query`), `quic://H:P` (853, UDP) or
+/// `h3://H:P/path` (443, UDP, `/dns-query`).
 pub fn parse_listener(url: &str) -> Option<ListenerSpec> {
+    let listener = |addr, protocol| Some(ListenerSpec { addr, protocol });
     if let Some(rest) = url.strip_prefix("tls://") {
-        return parse_host_port(rest, 853).map(|addr| ListenerSpec {
-            addr,
-            udp: false,
-            tcp: false,
-            tls: true,
-            https: None,
-        });
+        return listener(parse_host_port(rest, 853)?, Protocol::Tls);
+    }
+    if let Some(rest) = url.strip_prefix("quic://") {
+        return listener(parse_host_port(rest, 853)?, Protocol::Quic);
     }
     if let Some(rest) = url.strip_prefix("https://") {
-        // `H:P/path`: the path starts at the first slash (IPv6 hosts are bracketed, no slash).
-        let (host, path) = match rest.find('/') {
-            Some(at) => rest.split_at(at),
-            None => (rest, DEFAULT_DOH_PATH),
-        };
-        if !path
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#')
-        {
-            return None;
-        }
-        return parse_host_port(host, 443).map(|addr| ListenerSpec {
-            addr,
-            udp: false,
-            tcp: false,
-            tls: false,
-            https: Some(path.to_owned()),
-        });
+        let (addr, path) = parse_http_target(rest)?;
+        return listener(addr, Protocol::Https { path });
+    }
+    if let Some(rest) = url.strip_prefix("h3://") {
+        let (addr, path) = parse_http_target(rest)?;
+        return listener(addr, Protocol::H3 { path });
     }
     let (udp, tcp, rest) = if let Some(rest) = url.strip_prefix("udp://") {
         (true, false, rest)
@@ -1399,13 +1386,23 @@ pub fn parse_listener(url: &str) -> Option<ListenerSpec> {
     } else {
         (true, true, url)
     };
-    parse_host_port(rest, 53).map(|addr| ListenerSpec {
-        addr,
-        udp,
-        tcp,
-        tls: false,
-        https: None,
-    })
+    listener(parse_host_port(rest, 53)?, Protocol::Dns { udp, tcp })
+}
+
+/// `H:P/path` of an HTTPS or HTTP/3 listener (port 443, path `/dns-query` by default): the path
+/// starts at the first slash (IPv6 hosts are bracketed, no slash) and has no query or fragment.
+fn parse_http_target(rest: &str) -> Option<(SocketAddr, String)> {
+    let (host, path) = match rest.find('/') {
+        Some(at) => rest.split_at(at),
+        None => (rest, DEFAULT_DOH_PATH),
+    };
+    if !path
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#')
+    {
+        return None;
+    }
+    Some((parse_host_port(host, 443)?, path.to_owned()))
 }
 
 fn hostname() -> String {
@@ -1456,7 +1453,7 @@ mod tests {
         assert!(
             v.listeners
                 .iter()
-                .all(|l| l.udp && l.tcp && l.addr.port() == 5353)
+                .all(|l| l.protocol == Protocol::Dns { udp: true, tcp: true } && l.addr.port() == 5353)
         );
         assert_eq!(v.settings.upstreams.len(), 2);
     }
@@ -1464,22 +1461,43 @@ mod tests {
     #[test]
     fn listener_urls_name_their_transports_ports_and_paths() {
         let l = |url: &str| parse_listener(url);
+        let path = |p: &str| p.to_owned();
         let plain = l("127.0.0.1:53").unwrap();
-        assert!(plain.udp && plain.tcp && !plain.tls && plain.https.is_none());
-        assert_eq!(l("tls://[::1]").unwrap().addr, "[::1]:853".parse().unwrap());
+        assert_eq!(plain.protocol, Protocol::Dns { udp: true, tcp: true });
+        assert!(!plain.needs_certificate());
+        assert_eq!(
+            l("udp://127.0.0.1").unwrap().protocol,
+            Protocol::Dns { udp: true, tcp: false }
+        );
+        let dot = l("tls://[::1]").unwrap();
+        assert_eq!((dot.addr, dot.protocol), ("[::1]:853".parse().unwrap(), Protocol::Tls));
+        let doq = l("quic://127.0.0.1").unwrap();
+        assert_eq!((doq.addr, doq.protocol), ("127.0.0.1:853".parse().unwrap(), Protocol::Quic));
         let doh = l("https://127.0.0.1").unwrap();
         assert_eq!(doh.addr, "127.0.0.1:443".parse().unwrap());
-        assert_eq!(doh.https.as_deref(), Some(DEFAULT_DOH_PATH));
-        assert!(!doh.udp && !doh.tcp && !doh.tls && doh.needs_certificate());
+        assert_eq!(doh.protocol, Protocol::Https { path: path(DEFAULT_DOH_PATH) });
+        assert!(doh.needs_certificate());
         let doh = l("https://[::1]:8443/resolve").unwrap();
         assert_eq!(doh.addr, "[::1]:8443".parse().unwrap());
-        assert_eq!(doh.https.as_deref(), Some("/resolve"));
-        assert_eq!(l("https://127.0.0.1/").unwrap().https.as_deref(), Some("/"));
+        assert_eq!(doh.protocol, Protocol::Https { path: path("/resolve") });
+        assert_eq!(
+            l("https://127.0.0.1/").unwrap().protocol,
+            Protocol::Https { path: path("/") }
+        );
+        let h3 = l("h3://127.0.0.1").unwrap();
+        assert_eq!(h3.addr, "127.0.0.1:443".parse().unwrap());
+        assert_eq!(h3.protocol, Protocol::H3 { path: path(DEFAULT_DOH_PATH) });
+        assert_eq!(
+            l("h3://[::1]:8443/q").unwrap().protocol,
+            Protocol::H3 { path: path("/q") }
+        );
         for bad in [
             "https://127.0.0.1/a b",
             "https://127.0.0.1/q?x=1",
             "https://example.com/dns-query",
             "https://127.0.0.1:99999",
+            "h3://127.0.0.1/q#x",
+            "quic://127.0.0.1/path",
         ] {
             assert!(l(bad).is_none(), "{bad}");
         }

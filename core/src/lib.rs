@@ -17,6 +17,7 @@
 pub mod answer;
 pub mod cache;
 pub mod doh;
+pub mod doq;
 pub mod framing;
 pub mod key;
 pub mod limiter;

@@ -40,11 +40,13 @@ pub(crate) async fn serve(
     listener: TcpListener,
     tls: TlsConfig,
     path: Arc<str>,
+    alt_svc: Option<Arc<str>>,
 ) {
     let path: Rc<str> = Rc::from(&*path);
+    let alt_svc: Option<Rc<str>> = alt_svc.map(|value| Rc::from(&*value));
     tcp::accept_loop(worker, listener, move |worker, stream, peer| {
         let config = tls.load().https.clone();
-        let path = path.clone();
+        let (path, alt_svc) = (path.clone(), alt_svc.clone());
         async move {
             let Some(stream) = tcp::handshake(&worker, stream, config).await else {
                 return;
@@ -57,6 +59,7 @@ pub(crate) async fn serve(
                     datagram: false,
                 },
                 peer,
+                alt_svc,
             };
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                 CoreMetrics::bump(
@@ -75,15 +78,18 @@ pub(crate) async fn serve(
 }
 
 /// What every request on one connection shares.
-struct Endpoint {
-    worker: Rc<Worker>,
-    path: Rc<str>,
-    client: Client,
-    peer: SocketAddr,
+pub(crate) struct Endpoint {
+    pub(crate) worker: Rc<Worker>,
+    /// The one path served.
+    pub(crate) path: Rc<str>,
+    pub(crate) client: Client,
+    pub(crate) peer: SocketAddr,
+    /// The `Alt-Svc` value advertising DNS over HTTP/3 (RFC 7838), when it is served.
+    pub(crate) alt_svc: Option<Rc<str>>,
 }
 
 /// A response to a request that reached the endpoint.
-enum Reply {
+pub(crate) enum Reply {
     /// 200 with a DNS answer.
     Answer(Vec<u8>),
     /// An error status with its reason.
@@ -94,7 +100,7 @@ enum Reply {
 
 /// An HTTP error: its status code and the reason sent in the JSON body.
 #[derive(Debug, Clone, Copy)]
-struct Status {
+pub(crate) struct Status {
     code: u16,
     reason: &'static str,
 }
@@ -108,7 +114,7 @@ impl From<RequestError> for Status {
     }
 }
 
-const TIMEOUT: Status = Status {
+pub(crate) const TIMEOUT: Status = Status {
     code: 408,
     reason: "the request body did not arrive in time",
 };
@@ -119,7 +125,7 @@ const LENGTH_REQUIRED: Status = Status {
 
 impl Endpoint {
     /// Answers one DNS message that a valid request carried.
-    async fn resolve(&self, message: &[u8]) -> Reply {
+    pub(crate) async fn resolve(&self, message: &[u8]) -> Reply {
         if let Err(e) = doh::check_message(message) {
             return Reply::Error(e.into());
         }
@@ -141,6 +147,35 @@ impl Endpoint {
     fn rejected(&self, status: Status) {
         self.worker.metrics.doh_rejected(status.code);
         tracing::debug!(peer = %self.peer, status = status.code, reason = status.reason, "DoH request rejected");
+    }
+
+    /// The head and body of the HTTP/2 or HTTP/3 response to `reply`; `None` when the request
+    /// is to be aborted. Counts a rejection.
+    pub(crate) fn response(&self, reply: Reply) -> Option<(http::Response<()>, Vec<u8>)> {
+        let (status, content_type, cache, payload) = match reply {
+            Reply::Answer(out) => (200, doh::MEDIA_TYPE, Some(doh::max_age(&out)), out),
+            Reply::Error(status) => {
+                self.rejected(status);
+                (status.code, "application/json", None, error_body(status))
+            }
+            Reply::Abort => return None,
+        };
+        let mut response = http::Response::builder()
+            .status(status)
+            .header(http::header::DATE, &*date())
+            .header(http::header::CONTENT_TYPE, content_type)
+            .header(http::header::CONTENT_LENGTH, payload.len());
+        if let Some(age) = cache {
+            response = response.header(http::header::CACHE_CONTROL, format!("max-age={age}"));
+        }
+        if status == 405 {
+            response = response.header(http::header::ALLOW, "GET, POST");
+        }
+        if let Some(alt_svc) = &self.alt_svc {
+            response = response.header(http::header::ALT_SVC, &**alt_svc);
+        }
+        // Every part is valid by construction.
+        response.body(()).ok().map(|response| (response, payload))
     }
 }
 
@@ -279,30 +314,8 @@ async fn h2_stream(
             return;
         }
     }
-    let (status, content_type, cache, payload) = match reply {
-        Reply::Answer(out) => (200, doh::MEDIA_TYPE, Some(doh::max_age(&out)), out),
-        Reply::Error(status) => {
-            endpoint.rejected(status);
-            (status.code, "application/json", None, error_body(status))
-        }
-        Reply::Abort => {
-            respond.send_reset(h2::Reason::CANCEL);
-            return;
-        }
-    };
-    let mut response = http::Response::builder()
-        .status(status)
-        .header(http::header::DATE, &*date())
-        .header(http::header::CONTENT_TYPE, content_type)
-        .header(http::header::CONTENT_LENGTH, payload.len());
-    if let Some(age) = cache {
-        response = response.header(http::header::CACHE_CONTROL, format!("max-age={age}"));
-    }
-    if status == 405 {
-        response = response.header(http::header::ALLOW, "GET, POST");
-    }
-    let Ok(response) = response.body(()) else {
-        respond.send_reset(h2::Reason::INTERNAL_ERROR);
+    let Some((response, payload)) = endpoint.response(reply) else {
+        respond.send_reset(h2::Reason::CANCEL);
         return;
     };
     // Errors here mean the client reset the stream or the connection is gone: nothing to do.
@@ -355,7 +368,7 @@ where
                 Err(e) => {
                     let status = Status::from(e);
                     endpoint.rejected(status);
-                    if respond_http1(&mut stream, deadline, error_response(status, false)).await {
+                    if respond_http1(&mut stream, deadline, error_response(status, false, endpoint.alt_svc.as_deref())).await {
                         linger(&mut stream).await;
                     }
                     return;
@@ -406,10 +419,10 @@ where
         let body_read = consumed == head.len + head.content_length.unwrap_or(0);
         let keep_alive = head.keep_alive && framed && body_read;
         let response = match reply {
-            Reply::Answer(out) => answer_response(&out, keep_alive),
+            Reply::Answer(out) => answer_response(&out, keep_alive, endpoint.alt_svc.as_deref()),
             Reply::Error(status) => {
                 endpoint.rejected(status);
-                error_response(status, keep_alive)
+                error_response(status, keep_alive, endpoint.alt_svc.as_deref())
             }
             // Drop: close without a response.
             Reply::Abort => return,
@@ -471,13 +484,19 @@ async fn read_more<S: AsyncRead + Unpin>(
     }
 }
 
-fn answer_response(out: &[u8], keep_alive: bool) -> Vec<u8> {
+/// The `alt-svc` header line of an HTTP/1.1 response, if any.
+fn alt_svc_line(alt_svc: Option<&str>) -> String {
+    alt_svc.map_or_else(String::new, |value| format!("alt-svc: {value}\r\n"))
+}
+
+fn answer_response(out: &[u8], keep_alive: bool, alt_svc: Option<&str>) -> Vec<u8> {
     let mut response = format!(
-        "HTTP/1.1 200 OK\r\ndate: {}\r\ncontent-type: {}\r\ncontent-length: {}\r\ncache-control: max-age={}\r\n{}\r\n",
+        "HTTP/1.1 200 OK\r\ndate: {}\r\ncontent-type: {}\r\ncontent-length: {}\r\ncache-control: max-age={}\r\n{}{}\r\n",
         date(),
         doh::MEDIA_TYPE,
         out.len(),
         doh::max_age(out),
+        alt_svc_line(alt_svc),
         if keep_alive { "" } else { "connection: close\r\n" },
     )
     .into_bytes();
@@ -485,14 +504,15 @@ fn answer_response(out: &[u8], keep_alive: bool) -> Vec<u8> {
     response
 }
 
-fn error_response(status: Status, keep_alive: bool) -> Vec<u8> {
+fn error_response(status: Status, keep_alive: bool, alt_svc: Option<&str>) -> Vec<u8> {
     let body = error_body(status);
     let mut response = format!(
-        "HTTP/1.1 {} {}\r\ndate: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}{}\r\n",
+        "HTTP/1.1 {} {}\r\ndate: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}{}{}\r\n",
         status.code,
         reason_phrase(status.code),
         date(),
         body.len(),
+        alt_svc_line(alt_svc),
         if status.code == 405 {
             "allow: GET, POST\r\n"
         } else {
@@ -544,7 +564,7 @@ mod tests {
     #[test]
     fn error_responses_carry_their_status_and_a_json_body() {
         let response =
-            String::from_utf8(error_response(RequestError::Method.into(), true)).unwrap();
+            String::from_utf8(error_response(RequestError::Method.into(), true, None)).unwrap();
         assert!(
             response.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
             "{response}"

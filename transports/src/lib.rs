@@ -14,12 +14,17 @@ pub mod sys;
 
 mod answer;
 mod doh;
+mod doh3;
+mod doq;
 mod pool;
+mod quic;
 mod tcp;
 mod udp;
 mod upstream;
 mod worker;
 
 pub use metrics::{CoreMetrics, Transport};
-pub use runtime::{ListenerSpec, Server, ServerSpec, StartError, TlsConfig, TlsServers, start};
+pub use runtime::{
+    ListenerSpec, Protocol, Server, ServerSpec, StartError, TlsConfig, TlsServers, start,
+};
 pub use settings::{Settings, SharedSettings};

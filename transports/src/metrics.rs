@@ -17,11 +17,22 @@ pub enum Transport {
     Dot,
     /// DNS over HTTPS (RFC 8484), HTTP/2 and HTTP/1.1.
     Doh,
+    /// DNS over QUIC (RFC 9250).
+    Doq,
+    /// DNS over HTTPS on HTTP/3.
+    Doh3,
 }
 
 impl Transport {
     /// All transports, in metric order.
-    pub const ALL: [Self; 4] = [Self::Udp, Self::Tcp, Self::Dot, Self::Doh];
+    pub const ALL: [Self; 6] = [
+        Self::Udp,
+        Self::Tcp,
+        Self::Dot,
+        Self::Doh,
+        Self::Doq,
+        Self::Doh3,
+    ];
 
     /// The metric label.
     pub fn label(self) -> &'static str {
@@ -30,6 +41,8 @@ impl Transport {
             Self::Tcp => "tcp",
             Self::Dot => "dot",
             Self::Doh => "doh",
+            Self::Doq => "doq",
+            Self::Doh3 => "doh3",
         }
     }
 }
@@ -41,17 +54,20 @@ pub enum HttpVersion {
     H2,
     /// HTTP/1.1 (ALPN `http/1.1`, or none).
     Http1,
+    /// HTTP/3 (ALPN `h3`, on a QUIC listener of its own).
+    H3,
 }
 
 impl HttpVersion {
     /// All versions, in metric order.
-    pub const ALL: [Self; 2] = [Self::H2, Self::Http1];
+    pub const ALL: [Self; 3] = [Self::H2, Self::Http1, Self::H3];
 
     /// The metric label.
     pub fn label(self) -> &'static str {
         match self {
             Self::H2 => "h2",
             Self::Http1 => "http/1.1",
+            Self::H3 => "h3",
         }
     }
 }
@@ -154,7 +170,7 @@ pub struct RateLimitCounters {
 #[repr(align(128))]
 pub struct CoreMetrics {
     /// Queries received, by [`Transport`].
-    pub queries: [AtomicU64; 4],
+    pub queries: [AtomicU64; Transport::ALL.len()],
     /// Responses by rcode label ([`RCODE_LABELS`]).
     pub responses: [AtomicU64; 8],
     /// Cache counters.
@@ -167,16 +183,18 @@ pub struct CoreMetrics {
     pub coalesced: AtomicU64,
     /// Queries answered SERVFAIL because every upstream failed.
     pub upstream_exhausted: AtomicU64,
-    /// TCP connections refused because the per-core limit was reached.
+    /// Connections (TCP, DoT, DoH, DoQ, DoH3) refused because the per-core limit was reached.
     pub tcp_refused: AtomicU64,
     /// TCP connections closed for idleness or slowness.
     pub tcp_timeouts: AtomicU64,
-    /// TLS handshakes completed (DNS over TLS).
+    /// TLS handshakes completed (DoT, DoH, and QUIC's for DoQ and DoH3).
     pub tls_handshakes: AtomicU64,
     /// TLS handshakes that failed or did not finish within `tls.handshakeTimeout`.
     pub tls_handshake_failures: AtomicU64,
     /// DNS-over-HTTPS connections accepted, by [`HttpVersion`].
-    pub doh_connections: [AtomicU64; 2],
+    pub doh_connections: [AtomicU64; HttpVersion::ALL.len()],
+    /// DNS-over-QUIC connections closed for a protocol error (RFC 9250 §4.3.3).
+    pub doq_protocol_errors: AtomicU64,
     /// DNS-over-HTTPS requests answered with an error status, by [`DOH_STATUS_LABELS`].
     pub doh_rejected: [AtomicU64; 9],
     /// Per upstream (by index in the current upstream set).

@@ -24,7 +24,7 @@ use crate::metrics::CoreMetrics;
 use crate::settings::SharedSettings;
 use crate::sys::{self, SocketKind};
 use crate::worker::{Ownership, ShardMessage, Worker};
-use crate::{doh, steering, tcp, udp};
+use crate::{doh, doh3, doq, quic, steering, tcp, udp, upstream};
 
 /// Memory glommio registers for I/O per core. Small on purpose: with SO_REUSEPORT sockets the
 /// data path mostly bypasses these buffers, and registration counts against RLIMIT_MEMLOCK.
@@ -41,25 +41,68 @@ const STOP_POLL: Duration = Duration::from_millis(20);
 pub struct ListenerSpec {
     /// Address to bind.
     pub addr: SocketAddr,
-    /// DNS over UDP on it.
-    pub udp: bool,
-    /// DNS over TCP on it.
-    pub tcp: bool,
-    /// DNS over TLS (RFC 7858) on it, a TCP socket of its own.
-    pub tls: bool,
-    /// DNS over HTTPS (RFC 8484, HTTP/2 and HTTP/1.1) on it at this path, a TCP socket of its
-    /// own.
-    pub https: Option<String>,
+    /// What it speaks.
+    pub protocol: Protocol,
+}
+
+/// The DNS transports a listener speaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Protocol {
+    /// Plain DNS (RFC 1035, RFC 7766): over UDP, TCP or both, on one port.
+    Dns {
+        /// Over UDP.
+        udp: bool,
+        /// Over TCP.
+        tcp: bool,
+    },
+    /// DNS over TLS (RFC 7858), TCP.
+    Tls,
+    /// DNS over HTTPS (RFC 8484) on HTTP/2 and HTTP/1.1 at `path`, TCP.
+    Https {
+        /// The one path served.
+        path: String,
+    },
+    /// DNS over QUIC (RFC 9250), UDP.
+    Quic,
+    /// DNS over HTTPS on HTTP/3 at `path`, UDP.
+    H3 {
+        /// The one path served.
+        path: String,
+    },
 }
 
 impl ListenerSpec {
     /// Whether the listener needs a certificate.
     pub fn needs_certificate(&self) -> bool {
-        self.tls || self.https.is_some()
+        !matches!(self.protocol, Protocol::Dns { .. })
+    }
+
+    /// The sockets the listener binds, as (label, kind), all on one port.
+    fn sockets(&self) -> Vec<(&'static str, SocketKind)> {
+        match self.protocol {
+            Protocol::Dns { udp, tcp } => [
+                (udp, ("udp", SocketKind::Udp)),
+                (tcp, ("tcp", SocketKind::Tcp)),
+            ]
+            .into_iter()
+            .filter_map(|(on, socket)| on.then_some(socket))
+            .collect(),
+            Protocol::Tls => vec![("tls", SocketKind::Tcp)],
+            Protocol::Https { .. } => vec![("https", SocketKind::Tcp)],
+            Protocol::Quic => vec![("quic", SocketKind::Udp)],
+            Protocol::H3 { .. } => vec![("h3", SocketKind::Udp)],
+        }
     }
 }
 
-/// The TLS server configurations of the encrypted listeners, one per ALPN set, all from one
+/// ALPN protocol of DNS over TLS (RFC 7858 §3.2, IANA).
+pub const ALPN_DOT: &[u8] = b"dot";
+/// ALPN protocols of DNS over HTTPS, preferred first: HTTP/2 (RFC 9113), then HTTP/1.1.
+pub const ALPN_HTTPS: [&[u8]; 2] = [b"h2", b"http/1.1"];
+/// ALPN protocol of HTTP/3 (RFC 9114 §3.1).
+pub const ALPN_H3: &[u8] = b"h3";
+
+/// The server configurations of the encrypted listeners, one per ALPN set, all from one
 /// certificate pair.
 #[derive(Debug)]
 pub struct TlsServers {
@@ -67,6 +110,39 @@ pub struct TlsServers {
     pub dot: Arc<rustls::ServerConfig>,
     /// DNS over HTTPS: ALPN `h2` and `http/1.1`.
     pub https: Arc<rustls::ServerConfig>,
+    /// DNS over QUIC: ALPN `doq`.
+    pub doq: Arc<quinn::ServerConfig>,
+    /// DNS over HTTP/3: ALPN `h3`.
+    pub h3: Arc<quinn::ServerConfig>,
+}
+
+impl TlsServers {
+    /// Every transport's configuration from `base` (a certificate pair, TLS 1.3 among its
+    /// versions; its ALPN list is replaced per transport). The QUIC ones accept no 0-RTT data
+    /// (no query is replayable, RFC 9250 §4.5), do not migrate (another core would receive a
+    /// migrated path, see [`crate::quic`]) and share one address-validation key across cores.
+    pub fn new(base: &rustls::ServerConfig) -> Result<Self, rustls::Error> {
+        let with_alpn = |alpn: &[&[u8]]| {
+            let mut config = base.clone();
+            config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+            config
+        };
+        let quic = |alpn: &[u8]| -> Result<Arc<quinn::ServerConfig>, rustls::Error> {
+            let mut tls = with_alpn(&[alpn]);
+            tls.max_early_data_size = 0;
+            let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+                .map_err(|e| rustls::Error::General(format!("not usable for QUIC: {e}")))?;
+            let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+            server.migration(false);
+            Ok(Arc::new(server))
+        };
+        Ok(Self {
+            dot: Arc::new(with_alpn(&[ALPN_DOT])),
+            https: Arc::new(with_alpn(&ALPN_HTTPS)),
+            doq: quic(kudurru_core::doq::ALPN)?,
+            h3: quic(ALPN_H3)?,
+        })
+    }
 }
 
 /// The TLS configurations encrypted listeners use, swapped whole when the certificate files
@@ -188,8 +264,40 @@ struct CoreStart {
     udp: Vec<OwnedFd>,
     tcp: Vec<OwnedFd>,
     tls: Vec<OwnedFd>,
-    https: Vec<(OwnedFd, Arc<str>)>,
+    /// DoH sockets with their path and `Alt-Svc` value.
+    https: Vec<(OwnedFd, Arc<str>, Option<Arc<str>>)>,
+    quic: Vec<OwnedFd>,
+    h3: Vec<(OwnedFd, Arc<str>)>,
 }
+
+impl CoreStart {
+    fn fds(&self) -> impl Iterator<Item = &OwnedFd> {
+        self.udp
+            .iter()
+            .chain(&self.tcp)
+            .chain(&self.tls)
+            .chain(self.https.iter().map(|(fd, ..)| fd))
+            .chain(&self.quic)
+            .chain(self.h3.iter().map(|(fd, _)| fd))
+    }
+}
+
+/// The `Alt-Svc` value (RFC 7838) a DoH listener at `addr` serving `path` sends: every HTTP/3
+/// listener for the same path on the same address (or where either is a wildcard).
+fn alt_svc(addr: SocketAddr, path: &str, h3: &[(SocketAddr, &str)]) -> Option<Arc<str>> {
+    let same_host = |other: SocketAddr| {
+        other.ip() == addr.ip() || other.ip().is_unspecified() || addr.ip().is_unspecified()
+    };
+    let offers: Vec<String> = h3
+        .iter()
+        .filter(|(at, served)| *served == path && same_host(*at))
+        .map(|(at, _)| format!("h3=\":{}\"; ma={ALT_SVC_MAX_AGE}", at.port()))
+        .collect();
+    (!offers.is_empty()).then(|| Arc::from(offers.join(", ")))
+}
+
+/// How long (seconds) a client may remember an `Alt-Svc` offer: a day, as is common.
+const ALT_SVC_MAX_AGE: u32 = 86_400;
 
 /// Binds the listeners and starts one pinned executor per CPU.
 pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
@@ -203,9 +311,13 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             tcp: Vec::new(),
             tls: Vec::new(),
             https: Vec::new(),
+            quic: Vec::new(),
+            h3: Vec::new(),
         })
         .collect();
     let mut bound = Vec::new();
+    let mut https = Vec::new();
+    let mut h3 = Vec::new();
     for listener in &spec.listeners {
         if listener.needs_certificate() && spec.tls.is_none() {
             return Err(StartError::NoCertificate {
@@ -213,15 +325,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             });
         }
         let mut addr = listener.addr;
-        for (enabled, kind, label) in [
-            (listener.udp, SocketKind::Udp, "udp"),
-            (listener.tcp, SocketKind::Tcp, "tcp"),
-            (listener.tls, SocketKind::Tcp, "tls"),
-            (listener.https.is_some(), SocketKind::Tcp, "https"),
-        ] {
-            if !enabled {
-                continue;
-            }
+        for (label, kind) in listener.sockets() {
             let (at, fds) =
                 sys::bind_reuseport(addr, kind, cores).map_err(|source| StartError::Bind {
                     addr,
@@ -232,15 +336,29 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             addr = at;
             bound.push((label, at));
             for (core, fd) in per_core.iter_mut().zip(fds) {
-                match label {
-                    "udp" => core.udp.push(fd),
-                    "tcp" => core.tcp.push(fd),
-                    "tls" => core.tls.push(fd),
-                    _ => core
-                        .https
-                        .push((fd, Arc::from(listener.https.as_deref().unwrap_or("/")))),
+                match &listener.protocol {
+                    Protocol::Dns { .. } if kind == SocketKind::Udp => core.udp.push(fd),
+                    Protocol::Dns { .. } => core.tcp.push(fd),
+                    Protocol::Tls => core.tls.push(fd),
+                    Protocol::Https { path } => core.https.push((fd, Arc::from(&**path), None)),
+                    Protocol::Quic => core.quic.push(fd),
+                    Protocol::H3 { path } => core.h3.push((fd, Arc::from(&**path))),
                 }
             }
+            match &listener.protocol {
+                Protocol::Https { path } => https.push((at, path.as_str())),
+                Protocol::H3 { path } => h3.push((at, path.as_str())),
+                _ => {}
+            }
+        }
+    }
+    let offers: Vec<Option<Arc<str>>> = https
+        .iter()
+        .map(|&(addr, path)| alt_svc(addr, path, &h3))
+        .collect();
+    for core in &mut per_core {
+        for ((_, _, offer), advertised) in core.https.iter_mut().zip(&offers) {
+            *offer = advertised.clone();
         }
     }
 
@@ -249,13 +367,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
     // cores gets up to N times its rate.
     let initial = steering::program(&spec.settings.load().ratelimit, cores);
     let groups: Vec<RawFd> = per_core.first().map_or_else(Vec::new, |core| {
-        core.udp
-            .iter()
-            .chain(&core.tcp)
-            .chain(&core.tls)
-            .chain(core.https.iter().map(|(fd, _)| fd))
-            .map(AsRawFd::as_raw_fd)
-            .collect()
+        core.fds().map(AsRawFd::as_raw_fd).collect()
     });
     for &fd in &groups {
         if let Err(e) = sys::attach_reuseport_program(fd, &initial) {
@@ -437,6 +549,8 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
         }
     }
     let mut listeners = Vec::new();
+    // QUIC endpoints, closed once the core has drained (their connections serve until then).
+    let mut endpoints: Vec<quinn::Endpoint> = Vec::new();
     if !steering.is_empty() {
         // First in the list: cancelled before the sockets it names are closed.
         listeners.push(glommio::spawn_local(steer(worker.clone(), steering)));
@@ -461,13 +575,41 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
                 config.clone(),
             )));
         }
-        for (fd, path) in sockets.https {
+        for (fd, path, alt_svc) in sockets.https {
             listeners.push(glommio::spawn_local(doh::serve(
                 worker.clone(),
                 sys::glommio_tcp_listener(fd),
                 config.clone(),
                 path,
+                alt_svc,
             )));
+        }
+        for fd in sockets.quic {
+            match quic::endpoint(fd, &config.load().doq) {
+                Ok(endpoint) => {
+                    endpoints.push(endpoint.clone());
+                    listeners.push(glommio::spawn_local(doq::serve(
+                        worker.clone(),
+                        endpoint,
+                        config.clone(),
+                    )));
+                }
+                Err(e) => tracing::error!(error = %e, "cannot serve DNS over QUIC on this core"),
+            }
+        }
+        for (fd, path) in sockets.h3 {
+            match quic::endpoint(fd, &config.load().h3) {
+                Ok(endpoint) => {
+                    endpoints.push(endpoint.clone());
+                    listeners.push(glommio::spawn_local(doh3::serve(
+                        worker.clone(),
+                        endpoint,
+                        config.clone(),
+                        path,
+                    )));
+                }
+                Err(e) => tracing::error!(error = %e, "cannot serve DNS over HTTP/3 on this core"),
+            }
         }
     }
     let maintenance = {
@@ -504,10 +646,21 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
     while drained.load(Ordering::Acquire) < cores && Instant::now() < peers_deadline {
         glommio::timer::sleep(Duration::from_millis(5)).await;
     }
+    // Tell QUIC clients (CONNECTION_CLOSE, DOQ_NO_ERROR / H3_NO_ERROR are both 0) and give
+    // the packets a moment to leave.
+    for endpoint in &endpoints {
+        endpoint.close(quinn::VarInt::from_u32(0), b"shutting down");
+    }
+    for endpoint in &endpoints {
+        let _ = upstream::until(Instant::now() + QUIC_CLOSE_WAIT, endpoint.wait_idle()).await;
+    }
     worker.maintain(Instant::now());
     drop(maintenance);
     drop(tasks);
 }
+
+/// How long a stopping core waits for its QUIC endpoints to send their closes.
+const QUIC_CLOSE_WAIT: Duration = Duration::from_millis(100);
 
 /// Re-attaches the steering program when the limiter settings change it (allowlist, prefixes,
 /// on/off). Runs on core 0, which owns the sockets named in `groups` while this task lives.

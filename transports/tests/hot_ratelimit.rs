@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use kudurru_core::wire::{self, rtype};
 use kudurru_core::{LocalNames, RateLimit, ServerIdentity, TtlPolicy};
-use kudurru_transports::{ListenerSpec, ServerSpec, Settings};
+use kudurru_transports::{ListenerSpec, Protocol, ServerSpec, Settings};
 
 fn settings(ratelimit: RateLimit) -> Settings {
     Settings {
@@ -73,10 +73,10 @@ fn qps_burst_and_slip_apply_when_the_snapshot_changes() {
         cpus: vec![kudurru_transports::sys::available_cpus()[0]],
         listeners: vec![ListenerSpec {
             addr: "127.0.0.1:0".parse().unwrap(),
-            udp: true,
-            tcp: false,
-            tls: false,
-            https: None,
+            protocol: Protocol::Dns {
+                udp: true,
+                tcp: false,
+            },
         }],
         settings: shared.clone(),
         lameduck: Arc::new(AtomicBool::new(false)),

@@ -1,0 +1,125 @@
+//! The DNS-over-QUIC listener of one core (RFC 9250).
+//!
+//! ```text
+//! quic::accept_loop ─▶ connection task ─ accept_bi ─▶ stream task: read to FIN (idle deadline)
+//!   ─▶ core::doq::query ─┬ Ok ─▶ answer::answer ─┬ Some ─▶ length ‖ answer, FIN
+//!                        │                       └ None (drop) ─▶ RESET_STREAM(DOQ_REQUEST_CANCELLED)
+//!                        └ Err ─▶ CONNECTION_CLOSE(DOQ_PROTOCOL_ERROR)
+//! ```
+//! One query per client-initiated bidirectional stream, up to `tcp.maxPipelined` at once per
+//! connection; clients may open no unidirectional stream. No 0-RTT (the TLS configuration
+//! offers no early data), so no query is ever replayable (§4.5). A stream whose query does not
+//! arrive within `tcp.idleTimeout` is cancelled; a connection idle that long is closed by QUIC's
+//! idle timeout.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use kudurru_core::Client;
+use kudurru_core::doq::{self, ErrorCode};
+use kudurru_core::wire::ReplyOptions;
+use quinn::VarInt;
+
+use crate::answer::answer;
+use crate::metrics::{CoreMetrics, Transport};
+use crate::quic::{self, Streams};
+use crate::runtime::TlsConfig;
+use crate::upstream::until;
+use crate::worker::Worker;
+
+/// Accepts DNS-over-QUIC connections on `endpoint` until the task is dropped.
+pub(crate) async fn serve(worker: Rc<Worker>, endpoint: quinn::Endpoint, tls: TlsConfig) {
+    let streams = Streams {
+        bidi: worker.settings().tcp_max_pipelined.max(1) as u32,
+        uni: 0,
+    };
+    quic::accept_loop(
+        worker,
+        endpoint,
+        move || tls.load().doq.clone(),
+        streams,
+        connection,
+    )
+    .await;
+}
+
+fn code(code: ErrorCode) -> VarInt {
+    VarInt::from_u32(code.code())
+}
+
+/// Serves one connection: each stream runs in a task of its own.
+async fn connection(worker: Rc<Worker>, connection: quinn::Connection) {
+    let client = Client {
+        addr: connection.remote_address().ip(),
+        datagram: false,
+    };
+    loop {
+        match connection.accept_bi().await {
+            Ok((send, recv)) => {
+                let (worker, connection) = (worker.clone(), connection.clone());
+                glommio::spawn_local(async move {
+                    stream(&worker, &connection, client, send, recv).await;
+                })
+                .detach();
+            }
+            Err(e) => {
+                tracing::debug!(peer = %connection.remote_address(), error = %e, "DoQ connection ended");
+                break;
+            }
+        }
+    }
+}
+
+/// Answers the one query of a stream.
+async fn stream(
+    worker: &Rc<Worker>,
+    connection: &quinn::Connection,
+    client: Client,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+) {
+    let idle = worker.settings().tcp_idle_timeout;
+    let read = until(Instant::now() + idle, recv.read_to_end(doq::MAX_STREAM)).await;
+    let bytes = match read {
+        Some(Ok(bytes)) => bytes,
+        Some(Err(quinn::ReadToEndError::TooLong)) => {
+            return protocol_error(worker, connection, doq::ProtocolError::TooLong);
+        }
+        // Reset by the client, or the connection is gone: nothing to answer.
+        Some(Err(quinn::ReadToEndError::Read(_))) => return,
+        None => {
+            CoreMetrics::bump(&worker.metrics.tcp_timeouts);
+            let _ = recv.stop(code(ErrorCode::RequestCancelled));
+            let _ = send.reset(code(ErrorCode::RequestCancelled));
+            return;
+        }
+    };
+    let message = match doq::query(&bytes) {
+        Ok(message) => message,
+        Err(e) => return protocol_error(worker, connection, e),
+    };
+    worker.metrics.query(Transport::Doq);
+    let options = ReplyOptions {
+        payload: worker.settings().edns_payload,
+        tcp_keepalive: None,
+        padding: true,
+    };
+    match answer(worker, message, client, &options).await {
+        Some(out) => {
+            // Errors mean the client reset the stream or the connection is gone.
+            if send.write_all(&doq::frame(&out)).await.is_ok() {
+                let _ = send.finish();
+            }
+        }
+        None => {
+            let _ = send.reset(code(ErrorCode::RequestCancelled));
+        }
+    }
+}
+
+/// Closes the connection for a protocol error (RFC 9250 §4.3.3), every stream with it.
+fn protocol_error(worker: &Worker, connection: &quinn::Connection, error: doq::ProtocolError) {
+    CoreMetrics::bump(&worker.metrics.doq_protocol_errors);
+    tracing::debug!(peer = %connection.remote_address(), error = %error, "DoQ protocol error; closing the connection");
+    connection.close(code(error.code()), error.reason().as_bytes());
+}

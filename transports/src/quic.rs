@@ -1,0 +1,310 @@
+//! QUIC on a core's own executor: quinn driven by glommio, for DNS over QUIC and DNS over
+//! HTTP/3.
+//!
+//! ```text
+//! SO_REUSEPORT UDP socket of this core ─▶ quinn::Endpoint (GlommioRuntime: timers, tasks and
+//!   the socket all on this core) ─▶ accept: limit, current certificate, handshake deadline
+//!   ─▶ connection task (doq::connection or doh3::connection)
+//! ```
+//! quinn's runtime traits ask for `Send + Sync`, which glommio's timers and sockets are not.
+//! Every quinn object an endpoint makes lives and dies on the core that made it (tasks are
+//! spawned with `spawn_local`), so the glommio parts sit in `SendWrapper`s: a use from another
+//! thread would panic instead of racing, and none happens. Datagrams move with quinn-udp's
+//! `recvmsg`/`sendmsg` (GRO/GSO, ECN, pktinfo) on the non-blocking socket; when it runs dry,
+//! the core sleeps on a one-byte io_uring `peek` of the same socket, the way the UDP listener
+//! does. glommio has no writable readiness for UDP, so a send that finds the buffer full backs
+//! off [`SEND_BACKOFF`].
+//!
+//! Each core keeps its own endpoint (its own connection IDs and stateless-reset key) on the
+//! shared port. A client whose address changes may land on another core, which does not know
+//! its connection: migration is off, and the steering program (when the limiter is on) keeps a
+//! client prefix on one core. Address-validation tokens come from the one `quinn::ServerConfig`
+//! all cores share per certificate.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::future::Future;
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
+use quinn::{AsyncTimer, AsyncUdpSocket, Runtime, UdpPoller, VarInt};
+use send_wrapper::SendWrapper;
+
+use crate::metrics::CoreMetrics;
+use crate::sys;
+use crate::upstream::until;
+use crate::worker::Worker;
+
+/// How long a send that found the socket buffer full waits before trying again.
+pub(crate) const SEND_BACKOFF: Duration = Duration::from_micros(100);
+
+/// quinn's runtime on the current glommio executor.
+#[derive(Debug)]
+pub(crate) struct GlommioRuntime;
+
+impl Runtime for GlommioRuntime {
+    fn new_timer(&self, at: Instant) -> Pin<Box<dyn AsyncTimer>> {
+        let timer = glommio::timer::Timer::new(at.saturating_duration_since(Instant::now()));
+        Box::pin(Timer(SendWrapper::new(timer)))
+    }
+
+    fn spawn(&self, future: Pin<Box<dyn Future<Output = ()> + Send>>) {
+        glommio::spawn_local(future).detach();
+    }
+
+    fn wrap_udp_socket(&self, socket: std::net::UdpSocket) -> io::Result<Arc<dyn AsyncUdpSocket>> {
+        Ok(Arc::new(Socket::new(socket)?))
+    }
+}
+
+struct Timer(SendWrapper<glommio::timer::Timer>);
+
+impl fmt::Debug for Timer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("glommio timer")
+    }
+}
+
+impl AsyncTimer for Timer {
+    fn reset(mut self: Pin<&mut Self>, at: Instant) {
+        self.0.reset(at.saturating_duration_since(Instant::now()));
+    }
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut *self.0).poll(cx).map(|_| ())
+    }
+}
+
+type Wait = Pin<Box<dyn Future<Output = ()>>>;
+
+/// One core's QUIC socket.
+struct Socket {
+    io: std::net::UdpSocket,
+    state: UdpSocketState,
+    /// glommio's handle on the same socket (a duplicate descriptor), for read readiness.
+    glommio: SendWrapper<Rc<glommio::net::UdpSocket>>,
+    /// The pending readiness wait, while the socket is dry.
+    readable: SendWrapper<RefCell<Option<Wait>>>,
+    /// Set when a send found the buffer full; senders back off until it clears.
+    blocked: AtomicBool,
+}
+
+impl fmt::Debug for Socket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Socket").field("io", &self.io).finish()
+    }
+}
+
+impl Socket {
+    fn new(io: std::net::UdpSocket) -> io::Result<Self> {
+        io.set_nonblocking(true)?;
+        let state = UdpSocketState::new((&io).into())?;
+        let glommio = sys::glommio_udp(OwnedFd::from(io.try_clone()?));
+        Ok(Self {
+            io,
+            state,
+            glommio: SendWrapper::new(Rc::new(glommio)),
+            readable: SendWrapper::new(RefCell::new(None)),
+            blocked: AtomicBool::new(false),
+        })
+    }
+}
+
+impl AsyncUdpSocket for Socket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(Poller {
+            socket: self,
+            backoff: SendWrapper::new(None),
+        })
+    }
+
+    fn try_send(&self, transmit: &Transmit<'_>) -> io::Result<()> {
+        let sent = self.state.send((&self.io).into(), transmit);
+        if matches!(&sent, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            self.blocked.store(true, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            match self.state.recv((&self.io).into(), bufs, meta) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                received => return Poll::Ready(received),
+            }
+            let mut readable = self.readable.borrow_mut();
+            let wait = readable.get_or_insert_with(|| {
+                let socket = self.glommio.clone();
+                Box::pin(async move {
+                    let mut byte = [0u8; 1];
+                    let _ = socket.peek_from(&mut byte).await;
+                })
+            });
+            match wait.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                // Readable, or an error the next `recv` reports (or clears: ICMP errors).
+                Poll::Ready(_) => *readable = None,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.state.max_gso_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.state.gro_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.state.may_fragment()
+    }
+}
+
+/// Write readiness for one connection: ready unless the last send found the buffer full.
+struct Poller {
+    socket: Arc<Socket>,
+    backoff: SendWrapper<Option<glommio::timer::Timer>>,
+}
+
+impl fmt::Debug for Poller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Poller")
+    }
+}
+
+impl UdpPoller for Poller {
+    fn poll_writable(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.socket.blocked.load(Ordering::Relaxed) {
+            return Poll::Ready(Ok(()));
+        }
+        let timer = this
+            .backoff
+            .get_or_insert_with(|| glommio::timer::Timer::new(SEND_BACKOFF));
+        match Pin::new(timer).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(_) => {
+                *this.backoff = None;
+                this.socket.blocked.store(false, Ordering::Relaxed);
+                Poll::Ready(Ok(()))
+            }
+        }
+    }
+}
+
+/// A server endpoint on this core's socket `fd` (call on the core's executor). `server` makes
+/// it accept connections at all; each is then accepted with the configuration current at the
+/// time (see [`accept_loop`]).
+pub(crate) fn endpoint(fd: OwnedFd, server: &quinn::ServerConfig) -> io::Result<quinn::Endpoint> {
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(server.clone()),
+        std::net::UdpSocket::from(fd),
+        Arc::new(GlommioRuntime),
+    )
+}
+
+/// How many streams of each kind a client may open at once on one connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Streams {
+    /// Bidirectional (one per DNS query or HTTP request).
+    pub(crate) bidi: u32,
+    /// Unidirectional (HTTP/3's control and QPACK streams; none for DoQ).
+    pub(crate) uni: u32,
+}
+
+/// The accept loop of a QUIC listener: each connection that completes its handshake within
+/// `tls.handshakeTimeout` runs `serve` in a task of its own. Connections count against
+/// `tcp.maxConnectionsPerCore` with the stream transports'; past it, new ones are refused
+/// (CONNECTION_REFUSED, stateless).
+pub(crate) async fn accept_loop<F, Fut>(
+    worker: Rc<Worker>,
+    endpoint: quinn::Endpoint,
+    config: impl Fn() -> Arc<quinn::ServerConfig>,
+    streams: Streams,
+    serve: F,
+) where
+    F: Fn(Rc<Worker>, quinn::Connection) -> Fut + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    let serve = Rc::new(serve);
+    while let Some(incoming) = endpoint.accept().await {
+        let settings = worker.settings();
+        if worker.tcp_connections.get() >= settings.tcp_max_connections {
+            CoreMetrics::bump(&worker.metrics.tcp_refused);
+            incoming.refuse();
+            continue;
+        }
+        let mut server = (*config()).clone();
+        let mut transport = quinn::TransportConfig::default();
+        let idle = quinn::IdleTimeout::try_from(settings.tcp_idle_timeout)
+            .unwrap_or(quinn::IdleTimeout::from(VarInt::MAX));
+        transport
+            .max_concurrent_bidi_streams(VarInt::from_u32(streams.bidi))
+            .max_concurrent_uni_streams(VarInt::from_u32(streams.uni))
+            .max_idle_timeout(Some(idle));
+        server.transport_config(Arc::new(transport));
+        let deadline = Instant::now() + settings.tls_handshake_timeout;
+        drop(settings);
+        let connecting = match incoming.accept_with(Arc::new(server)) {
+            Ok(connecting) => connecting,
+            Err(e) => {
+                CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
+                tracing::debug!(error = %e, "QUIC connection not accepted");
+                continue;
+            }
+        };
+        worker.tcp_connections.set(worker.tcp_connections.get() + 1);
+        let (worker, serve) = (worker.clone(), serve.clone());
+        glommio::spawn_local(async move {
+            if let Some(connection) = handshake(&worker, connecting, deadline).await {
+                serve(worker.clone(), connection).await;
+            }
+            worker.tcp_connections.set(worker.tcp_connections.get() - 1);
+        })
+        .detach();
+    }
+}
+
+/// The server side of a QUIC handshake, bounded by `deadline`; `None` (connection dropped,
+/// which closes it) when it fails or takes too long.
+async fn handshake(
+    worker: &Worker,
+    connecting: quinn::Connecting,
+    deadline: Instant,
+) -> Option<quinn::Connection> {
+    match until(deadline, connecting).await {
+        Some(Ok(connection)) => {
+            CoreMetrics::bump(&worker.metrics.tls_handshakes);
+            Some(connection)
+        }
+        Some(Err(e)) => {
+            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
+            tracing::debug!(error = %e, "QUIC handshake failed");
+            None
+        }
+        None => {
+            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
+            tracing::debug!("QUIC handshake timed out");
+            None
+        }
+    }
+}
