@@ -1450,11 +1450,12 @@ mod tests {
     fn defaults_validate() {
         let v = Config::default().validate().expect("defaults are valid");
         assert_eq!(v.listeners.len(), 2);
-        assert!(
-            v.listeners
-                .iter()
-                .all(|l| l.protocol == Protocol::Dns { udp: true, tcp: true } && l.addr.port() == 5353)
-        );
+        assert!(v.listeners.iter().all(|l| l.protocol
+            == Protocol::Dns {
+                udp: true,
+                tcp: true
+            }
+            && l.addr.port() == 5353));
         assert_eq!(v.settings.upstreams.len(), 2);
     }
 
@@ -1463,30 +1464,60 @@ mod tests {
         let l = |url: &str| parse_listener(url);
         let path = |p: &str| p.to_owned();
         let plain = l("127.0.0.1:53").unwrap();
-        assert_eq!(plain.protocol, Protocol::Dns { udp: true, tcp: true });
+        assert_eq!(
+            plain.protocol,
+            Protocol::Dns {
+                udp: true,
+                tcp: true
+            }
+        );
         assert!(!plain.needs_certificate());
         assert_eq!(
             l("udp://127.0.0.1").unwrap().protocol,
-            Protocol::Dns { udp: true, tcp: false }
+            Protocol::Dns {
+                udp: true,
+                tcp: false
+            }
         );
         let dot = l("tls://[::1]").unwrap();
-        assert_eq!((dot.addr, dot.protocol), ("[::1]:853".parse().unwrap(), Protocol::Tls));
+        assert_eq!(
+            (dot.addr, dot.protocol),
+            ("[::1]:853".parse().unwrap(), Protocol::Tls)
+        );
         let doq = l("quic://127.0.0.1").unwrap();
-        assert_eq!((doq.addr, doq.protocol), ("127.0.0.1:853".parse().unwrap(), Protocol::Quic));
+        assert_eq!(
+            (doq.addr, doq.protocol),
+            ("127.0.0.1:853".parse().unwrap(), Protocol::Quic)
+        );
         let doh = l("https://127.0.0.1").unwrap();
         assert_eq!(doh.addr, "127.0.0.1:443".parse().unwrap());
-        assert_eq!(doh.protocol, Protocol::Https { path: path(DEFAULT_DOH_PATH) });
+        assert_eq!(
+            doh.protocol,
+            Protocol::Https {
+                path: path(DEFAULT_DOH_PATH)
+            }
+        );
         assert!(doh.needs_certificate());
         let doh = l("https://[::1]:8443/resolve").unwrap();
         assert_eq!(doh.addr, "[::1]:8443".parse().unwrap());
-        assert_eq!(doh.protocol, Protocol::Https { path: path("/resolve") });
+        assert_eq!(
+            doh.protocol,
+            Protocol::Https {
+                path: path("/resolve")
+            }
+        );
         assert_eq!(
             l("https://127.0.0.1/").unwrap().protocol,
             Protocol::Https { path: path("/") }
         );
         let h3 = l("h3://127.0.0.1").unwrap();
         assert_eq!(h3.addr, "127.0.0.1:443".parse().unwrap());
-        assert_eq!(h3.protocol, Protocol::H3 { path: path(DEFAULT_DOH_PATH) });
+        assert_eq!(
+            h3.protocol,
+            Protocol::H3 {
+                path: path(DEFAULT_DOH_PATH)
+            }
+        );
         assert_eq!(
             l("h3://[::1]:8443/q").unwrap().protocol,
             Protocol::H3 { path: path("/q") }

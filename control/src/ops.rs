@@ -243,7 +243,7 @@ pub fn render_metrics(state: &OpsState) -> String {
             let _ = writeln!(out, "{name}{{core=\"{core}\"}} {}", get(cm));
         }
     }
-    let plain: [(&str, &str, Counter); 7] = [
+    let plain: [(&str, &str, Counter); 8] = [
         (
             "kudurru_cross_core_lookups_total",
             "Cache misses sent to the owning core.",
@@ -261,23 +261,28 @@ pub fn render_metrics(state: &OpsState) -> String {
         ),
         (
             "kudurru_tcp_refused_total",
-            "Client TCP connections closed at once: per-core limit reached.",
+            "Client connections (TCP, DoT, DoH, DoQ, DoH3) refused at once: per-core limit reached.",
             |c| c.tcp_refused.load(Relaxed),
         ),
         (
             "kudurru_tcp_timeouts_total",
-            "Client TCP connections closed for idleness or slowness.",
+            "Client connections closed for idleness or slowness (and DoQ/DoH3 streams whose query did not arrive in time).",
             |c| c.tcp_timeouts.load(Relaxed),
         ),
         (
             "kudurru_tls_handshakes_total",
-            "TLS handshakes completed on DNS-over-TLS listeners.",
+            "TLS handshakes completed on encrypted listeners (DoT, DoH, and QUIC's for DoQ and DoH3).",
             |c| c.tls_handshakes.load(Relaxed),
         ),
         (
             "kudurru_tls_handshake_failures_total",
             "TLS handshakes that failed or did not finish within tls.handshakeTimeout.",
             |c| c.tls_handshake_failures.load(Relaxed),
+        ),
+        (
+            "kudurru_doq_protocol_errors_total",
+            "DNS-over-QUIC connections closed with DOQ_PROTOCOL_ERROR (RFC 9250 §4.3.3).",
+            |c| c.doq_protocol_errors.load(Relaxed),
         ),
     ];
     for (name, help, get) in plain {

@@ -7,6 +7,7 @@ mod bench;
 mod doh;
 mod dot;
 mod lifecycle;
+mod quic;
 mod ratelimit;
 mod reload;
 mod resolve;

@@ -509,6 +509,11 @@ pub struct Kudurru {
     pub tls: Option<SocketAddr>,
     /// DNS-over-HTTPS listener (path `/dns-query`), when the builder was given a certificate.
     pub https: Option<SocketAddr>,
+    /// DNS-over-QUIC listener (UDP), when the builder was given a certificate.
+    pub quic: Option<SocketAddr>,
+    /// DNS-over-HTTP/3 listener (UDP, path `/dns-query`, the DoH listener's port), when the
+    /// builder was given a certificate.
+    pub h3: Option<SocketAddr>,
 }
 
 /// How to start kudurru for a test.
@@ -701,8 +706,9 @@ impl KudurruBuilder {
         cmd
     }
 
-    /// Also serves DNS over TLS and DNS over HTTPS (`tls://` and `https://…/dns-query`, each on
-    /// a free port) with this certificate and key.
+    /// Also serves DNS over TLS, HTTPS, QUIC and HTTP/3 (`tls://`, `https://…/dns-query`,
+    /// `quic://` and `h3://…/dns-query`, the last on the DoH port as a real deployment would)
+    /// with this certificate and key.
     pub fn tls(mut self, cert: &std::path::Path, key: &std::path::Path) -> Self {
         self.tls = Some((cert.to_owned(), key.to_owned()));
         self
@@ -721,12 +727,16 @@ impl KudurruBuilder {
                 .join(format!("kudurru-e2e-data-{}-{port}", std::process::id()));
             let mut command = self.command_with_api(port, ops_port, Some((api_port, &data_dir)));
             let encrypted = self.tls.as_ref().map(|(cert, key)| {
-                let (tls_port, https_port) = (free_port(), free_port());
+                let (tls_port, https_port, quic_port) = (free_port(), free_port(), free_port());
                 command
                     .arg("--listen")
                     .arg(format!("tls://127.0.0.1:{tls_port}"))
                     .arg("--listen")
                     .arg(format!("https://127.0.0.1:{https_port}/dns-query"))
+                    .arg("--listen")
+                    .arg(format!("quic://127.0.0.1:{quic_port}"))
+                    .arg("--listen")
+                    .arg(format!("h3://127.0.0.1:{https_port}/dns-query"))
                     .arg("--tls-cert")
                     .arg(cert)
                     .arg("--tls-key")
@@ -734,6 +744,7 @@ impl KudurruBuilder {
                 (
                     SocketAddr::from(([127, 0, 0, 1], tls_port)),
                     SocketAddr::from(([127, 0, 0, 1], https_port)),
+                    SocketAddr::from(([127, 0, 0, 1], quic_port)),
                 )
             });
             command.stdout(Stdio::null());
@@ -747,8 +758,10 @@ impl KudurruBuilder {
                 ops: ([127, 0, 0, 1], ops_port).into(),
                 api: ([127, 0, 0, 1], api_port).into(),
                 data_dir: data_dir.clone(),
-                tls: encrypted.map(|(tls, _)| tls),
-                https: encrypted.map(|(_, https)| https),
+                tls: encrypted.map(|(tls, ..)| tls),
+                https: encrypted.map(|(_, https, _)| https),
+                quic: encrypted.map(|(.., quic)| quic),
+                h3: encrypted.map(|(_, https, _)| https),
             };
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {

@@ -368,7 +368,13 @@ where
                 Err(e) => {
                     let status = Status::from(e);
                     endpoint.rejected(status);
-                    if respond_http1(&mut stream, deadline, error_response(status, false, endpoint.alt_svc.as_deref())).await {
+                    if respond_http1(
+                        &mut stream,
+                        deadline,
+                        error_response(status, false, endpoint.alt_svc.as_deref()),
+                    )
+                    .await
+                    {
                         linger(&mut stream).await;
                     }
                     return;
