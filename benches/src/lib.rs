@@ -21,5 +21,7 @@ pub mod tally;
 pub mod target;
 pub mod tls;
 
+mod pipe;
+mod quic;
 mod tcp;
 mod udp;

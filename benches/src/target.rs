@@ -1,8 +1,8 @@
 //! What to load: a target URL, `udp://HOST[:PORT]`, `tcp://HOST[:PORT]` (port 53 by default)
-//! `tls://HOST[:PORT][#NAME]` (DNS over TLS, port 853) or `https://HOST[:PORT][/PATH][#NAME]`
-//! (DNS over HTTPS over HTTP/2, port 443, path `/dns-query`); a TLS certificate is checked for
-//! NAME, else for HOST. `h3://` and `quic://` are recognised and refused with a clear error
-//! until kudurru-bench speaks them.
+//! `tls://HOST[:PORT][#NAME]` (DNS over TLS, port 853), `https://HOST[:PORT][/PATH][#NAME]`
+//! (DNS over HTTPS over HTTP/2, port 443, path `/dns-query`), `quic://HOST[:PORT][#NAME]`
+//! (DNS over QUIC, UDP port 853) or `h3://HOST[:PORT][/PATH][#NAME]` (DNS over HTTPS over
+//! HTTP/3, UDP port 443); a certificate is checked for NAME, else for HOST.
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -19,6 +19,10 @@ pub enum Protocol {
     Tls,
     /// DNS over HTTPS (RFC 8484) over HTTP/2, ALPN `h2`, one stream per query.
     Https,
+    /// DNS over QUIC (RFC 9250), ALPN `doq`, one stream per query.
+    Quic,
+    /// DNS over HTTPS over HTTP/3 (RFC 9114), ALPN `h3`, one stream per query.
+    H3,
 }
 
 impl Protocol {
@@ -29,6 +33,8 @@ impl Protocol {
             Self::Tcp => "tcp",
             Self::Tls => "tls",
             Self::Https => "https",
+            Self::Quic => "quic",
+            Self::H3 => "h3",
         }
     }
 
@@ -36,14 +42,24 @@ impl Protocol {
     pub fn default_port(self) -> u16 {
         match self {
             Self::Udp | Self::Tcp => 53,
-            Self::Tls => 853,
-            Self::Https => 443,
+            Self::Tls | Self::Quic => 853,
+            Self::Https | Self::H3 => 443,
         }
     }
 
-    /// Whether the transport runs inside TLS.
+    /// Whether the transport runs inside TLS (or QUIC's TLS 1.3).
     pub fn is_encrypted(self) -> bool {
-        matches!(self, Self::Tls | Self::Https)
+        !matches!(self, Self::Udp | Self::Tcp)
+    }
+
+    /// Whether the transport is DNS over HTTPS (a request path, `--method`).
+    pub fn is_http(self) -> bool {
+        matches!(self, Self::Https | Self::H3)
+    }
+
+    /// Whether the transport runs over QUIC.
+    pub fn is_quic(self) -> bool {
+        matches!(self, Self::Quic | Self::H3)
     }
 
     /// Whether queries travel over a stream connection (pipelined, `--streams`).
@@ -61,12 +77,12 @@ pub struct Target {
     pub addr: SocketAddr,
     /// The name a TLS certificate must be valid for: `#NAME`, else the host as written.
     pub server_name: String,
-    /// The DoH endpoint's path (`https://` only; `/dns-query` when the URL has none).
+    /// The DoH endpoint's path (`https://` and `h3://` only; `/dns-query` when the URL has none).
     pub path: String,
 }
 
 impl Target {
-    /// The request URI of a DoH target: `https://NAME:PORT/PATH`.
+    /// The request URI of a DoH target (HTTP/2 or HTTP/3): `https://NAME:PORT/PATH`.
     pub fn uri(&self) -> String {
         let host = if self.server_name.contains(':') {
             format!("[{}]", self.server_name)
@@ -88,14 +104,13 @@ impl fmt::Display for Target {
 #[non_exhaustive]
 pub enum TargetError {
     /// No `scheme://`.
-    #[error("target `{0}` has no scheme (udp://, tcp://, tls:// or https://HOST:PORT)")]
+    #[error(
+        "target `{0}` has no scheme (udp://, tcp://, tls://, https://, quic:// or h3://HOST:PORT)"
+    )]
     NoScheme(String),
     /// A scheme kudurru-bench does not know.
-    #[error("unknown scheme `{0}://` (udp://, tcp://, tls:// or https://)")]
+    #[error("unknown scheme `{0}://` (udp://, tcp://, tls://, https://, quic:// or h3://)")]
     UnknownScheme(String),
-    /// An encrypted transport that is not implemented yet.
-    #[error("`{0}://` targets are not supported yet; use udp://, tcp://, tls:// or https://")]
-    NotYet(String),
     /// A path or query after the address.
     #[error("unexpected `{0}` after the address in a {1}:// target")]
     Trailing(String, &'static str),
@@ -116,7 +131,8 @@ impl FromStr for Target {
             "tcp" => Protocol::Tcp,
             "tls" => Protocol::Tls,
             "https" => Protocol::Https,
-            "h3" | "quic" => return Err(TargetError::NotYet(scheme.to_owned())),
+            "quic" => Protocol::Quic,
+            "h3" => Protocol::H3,
             _ => return Err(TargetError::UnknownScheme(scheme.to_owned())),
         };
         let (rest, name) = match rest.split_once('#') {
@@ -124,7 +140,7 @@ impl FromStr for Target {
             _ => (rest, None),
         };
         let (rest, path) = match rest.find('/') {
-            Some(at) if protocol == Protocol::Https => (&rest[..at], &rest[at..]),
+            Some(at) if protocol.is_http() => (&rest[..at], &rest[at..]),
             _ => (rest, "/dns-query"),
         };
         if let Some(at) = rest.find(['/', '?', '#']) {
@@ -236,6 +252,13 @@ mod tests {
         assert_eq!(t.uri(), "https://dns.example:8443/resolve");
         let t: Target = "https://[::1]:8443".parse().unwrap();
         assert_eq!(t.uri(), "https://[::1]:8443/dns-query");
+        let t: Target = "quic://127.0.0.1".parse().unwrap();
+        assert_eq!((t.protocol, t.addr.port()), (Protocol::Quic, 853));
+        assert!(t.protocol.is_quic() && !t.protocol.is_http());
+        let t: Target = "h3://[::1]:8443/q#dns.example".parse().unwrap();
+        assert_eq!((t.protocol, t.addr.port()), (Protocol::H3, 8443));
+        assert_eq!(t.uri(), "https://dns.example:8443/q");
+        assert_eq!("h3://127.0.0.1".parse::<Target>().unwrap().addr.port(), 443);
         assert_eq!(
             "udp://127.0.0.1#x".parse::<Target>(),
             Err(TargetError::Trailing("#x".into(), "udp")),
@@ -253,12 +276,11 @@ mod tests {
             "dns://127.0.0.1".parse::<Target>(),
             Err(TargetError::UnknownScheme("dns".into()))
         );
-        for scheme in ["h3", "quic"] {
-            assert_eq!(
-                format!("{scheme}://127.0.0.1").parse::<Target>(),
-                Err(TargetError::NotYet(scheme.into()))
-            );
-        }
+        assert_eq!(
+            "quic://127.0.0.1/x".parse::<Target>(),
+            Err(TargetError::Trailing("/x".into(), "quic")),
+            "DoQ has no path"
+        );
         assert_eq!(
             "udp://127.0.0.1/x".parse::<Target>(),
             Err(TargetError::Trailing("/x".into(), "udp"))

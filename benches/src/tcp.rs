@@ -27,10 +27,12 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use kudurru_core::FrameBuffer;
 
-use crate::doh::{DohPipe, Failures};
+use crate::doh;
 use crate::inflight::InFlight;
+use crate::pipe::{Failures, Inbox, Pipe};
 use crate::queries::{Asked, QueryMix};
-use crate::run::{Clock, Flow, Load, sleep_until};
+use crate::quic::QuicClient;
+use crate::run::{Clock, Flow, Load, Plan, sleep_until};
 use crate::tally::{ErrorKind, Progress, Tally};
 use crate::target::Protocol;
 
@@ -54,7 +56,8 @@ struct Shared {
 enum Stream {
     Plain(TcpStream),
     Tls(Box<futures_rustls::client::TlsStream<TcpStream>>),
-    Doh(Box<DohPipe>),
+    /// One request per query: DoH (HTTP/2 or HTTP/3) or DoQ.
+    Pipe(Box<Pipe>),
 }
 
 impl AsyncRead for Stream {
@@ -66,7 +69,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Self::Tls(s) => Pin::new(s).poll_read(cx, buf),
-            Self::Doh(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Pipe(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -80,7 +83,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Self::Tls(s) => Pin::new(s).poll_write(cx, buf),
-            Self::Doh(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Pipe(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -88,7 +91,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_flush(cx),
             Self::Tls(s) => Pin::new(s).poll_flush(cx),
-            Self::Doh(s) => Pin::new(s).poll_flush(cx),
+            Self::Pipe(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -96,7 +99,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_close(cx),
             Self::Tls(s) => Pin::new(s).poll_close(cx),
-            Self::Doh(s) => Pin::new(s).poll_close(cx),
+            Self::Pipe(s) => Pin::new(s).poll_close(cx),
         }
     }
 }
@@ -109,6 +112,76 @@ async fn until<T>(deadline: Instant, future: impl Future<Output = T>) -> Option<
         None
     })
     .await
+}
+
+/// Why a connection could not be set up.
+enum Setup {
+    /// TCP connect failed or timed out.
+    Connect,
+    /// The TLS or QUIC handshake (or the HTTP/2 or HTTP/3 setup after it) failed or timed out.
+    Tls(String),
+}
+
+/// Opens one connection to the plan's target, bounded by `--timeout`.
+async fn connect(
+    plan: &Plan,
+    quic: Option<&QuicClient>,
+    uri: &Rc<str>,
+    failures: &Failures,
+) -> Result<Stream, Setup> {
+    let deadline = Instant::now() + plan.timeout;
+    let protocol = plan.target.protocol;
+    let inbox = Rc::new(RefCell::new(Inbox::default()));
+    let pipe = |carrier| {
+        Stream::Pipe(Box::new(Pipe::new(
+            carrier,
+            inbox.clone(),
+            failures.clone(),
+        )))
+    };
+    let timed_out = || Setup::Tls("timed out".to_owned());
+    if let Some(quic) = quic {
+        let setup = quic.connect(
+            plan.target.addr,
+            &plan.target.server_name,
+            protocol,
+            uri.clone(),
+            plan.method,
+            &inbox,
+        );
+        return match until(deadline, setup).await {
+            Some(Ok(carrier)) => Ok(pipe(carrier)),
+            Some(Err(e)) => Err(Setup::Tls(e)),
+            None => Err(timed_out()),
+        };
+    }
+    let Some(Ok(stream)) = until(deadline, TcpStream::connect(plan.target.addr)).await else {
+        return Err(Setup::Connect);
+    };
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = &plan.tls else {
+        return Ok(Stream::Plain(stream));
+    };
+    let connector = futures_rustls::TlsConnector::from(tls.config.clone());
+    let setup = async {
+        let stream = connector
+            .connect(tls.server_name.clone(), stream)
+            .await
+            .map_err(|e| e.to_string())?;
+        if protocol != Protocol::Https {
+            return Ok(Stream::Tls(Box::new(stream)));
+        }
+        if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err("the server did not negotiate HTTP/2 (ALPN h2)".to_owned());
+        }
+        let carrier = doh::start(stream, uri.clone(), plan.method, &inbox).await?;
+        Ok(pipe(carrier))
+    };
+    match until(deadline, setup).await {
+        Some(Ok(stream)) => Ok(stream),
+        Some(Err(e)) => Err(Setup::Tls(e)),
+        None => Err(timed_out()),
+    }
 }
 
 /// Waits for a wake from the reader, at most until `deadline_ns`.
@@ -142,6 +215,11 @@ pub(crate) async fn flow(flow: Flow) -> Result<Tally, String> {
     // DoH: the request URI, and requests that delivered no answer (reported once at the end).
     let uri: Rc<str> = plan.target.uri().into();
     let failures: Failures = Rc::default();
+    // QUIC: one client endpoint (one UDP socket) per flow, for all its connections.
+    let quic = match (&plan.tls, plan.target.protocol.is_quic()) {
+        (Some(tls), true) => Some(QuicClient::new(plan.target.addr, &tls.config)?),
+        _ => None,
+    };
     'connections: loop {
         let now = flow.clock.now_ns();
         if sending && !flow.sending(now) {
@@ -151,57 +229,24 @@ pub(crate) async fn flow(flow: Flow) -> Result<Tally, String> {
         if !sending {
             break;
         }
-        let connect_deadline = Instant::now() + plan.timeout;
-        let Some(Ok(stream)) = until(connect_deadline, TcpStream::connect(plan.target.addr)).await
-        else {
-            shared.borrow_mut().tally.error(ErrorKind::Connect, 1);
-            Progress::add(&flow.progress.failed, 1);
-            let pause = flow
-                .clock
-                .instant(duration_ns)
-                .min(Instant::now() + RECONNECT_PAUSE);
-            glommio::timer::sleep(pause.saturating_duration_since(Instant::now())).await;
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let stream = match &plan.tls {
-            None => Stream::Plain(stream),
-            Some(tls) => {
-                let connector = futures_rustls::TlsConnector::from(tls.config.clone());
-                let setup = async {
-                    let stream = connector
-                        .connect(tls.server_name.clone(), stream)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if plan.target.protocol != Protocol::Https {
-                        return Ok(Stream::Tls(Box::new(stream)));
-                    }
-                    if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
-                        return Err("the server did not negotiate HTTP/2 (ALPN h2)".to_owned());
-                    }
-                    let pipe =
-                        DohPipe::start(stream, uri.clone(), plan.method, failures.clone()).await?;
-                    Ok(Stream::Doh(Box::new(pipe)))
-                };
-                match until(Instant::now() + plan.timeout, setup).await {
-                    Some(Ok(stream)) => stream,
-                    other => {
-                        let reason = match other {
-                            Some(Err(e)) => e,
-                            _ => "timed out".to_owned(),
-                        };
+        let stream = match connect(&plan, quic.as_ref(), &uri, &failures).await {
+            Ok(stream) => stream,
+            Err(failure) => {
+                let kind = match failure {
+                    Setup::Connect => ErrorKind::Connect,
+                    Setup::Tls(reason) => {
                         shared.borrow_mut().tls_failure.get_or_insert(reason);
-                        shared.borrow_mut().tally.error(ErrorKind::Tls, 1);
-                        Progress::add(&flow.progress.failed, 1);
-                        let pause = flow
-                            .clock
-                            .instant(duration_ns)
-                            .min(Instant::now() + RECONNECT_PAUSE);
-                        glommio::timer::sleep(pause.saturating_duration_since(Instant::now()))
-                            .await;
-                        continue;
+                        ErrorKind::Tls
                     }
-                }
+                };
+                shared.borrow_mut().tally.error(kind, 1);
+                Progress::add(&flow.progress.failed, 1);
+                let pause = flow
+                    .clock
+                    .instant(duration_ns)
+                    .min(Instant::now() + RECONNECT_PAUSE);
+                glommio::timer::sleep(pause.saturating_duration_since(Instant::now())).await;
+                continue;
             }
         };
         let (reader, mut writer) = futures_lite::io::split(stream);

@@ -190,6 +190,14 @@ fn against_kudurru(scheme: &str, transport: &str) {
             format!("https://{}/dns-query#localhost", k.https.unwrap()),
             vec!["--ca", cert.to_str().unwrap()],
         ),
+        "quic" => (
+            format!("quic://{}#localhost", k.quic.unwrap()),
+            vec!["--ca", cert.to_str().unwrap()],
+        ),
+        "h3" => (
+            format!("h3://{}/dns-query#localhost", k.h3.unwrap()),
+            vec!["--ca", cert.to_str().unwrap()],
+        ),
         _ => (format!("{scheme}://{}", k.addr), vec![]),
     };
     let suffix = format!("{transport}.bench-e2e.example.");
@@ -253,6 +261,69 @@ fn bench_dot_counts_agree_with_the_server() {
 #[test]
 fn bench_doh_counts_agree_with_the_server() {
     against_kudurru("https", "doh");
+}
+
+#[test]
+fn bench_doq_counts_agree_with_the_server() {
+    against_kudurru("quic", "doq");
+}
+
+#[test]
+fn bench_doh3_counts_agree_with_the_server() {
+    against_kudurru("h3", "doh3");
+}
+
+#[test]
+fn bench_doh3_get_on_a_wrong_path_counts_every_404_and_doq_a_wrong_name_is_a_tls_error() {
+    let certs = Scratch::new("bench-quic-errors");
+    let (cert, key) = cert_pair(&certs, "a");
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .tls(&cert, &key)
+        .start();
+    let ca = cert.to_str().unwrap();
+    let target = format!("h3://{}/elsewhere#localhost", k.h3.unwrap());
+    let (report, _) = bench(&[
+        &target,
+        "--ca",
+        ca,
+        "--method",
+        "get",
+        "--rate",
+        "100",
+        "--duration",
+        "1s",
+        "--timeout",
+        "500ms",
+        "--connections",
+        "1",
+    ]);
+    let sent = count(&report, "sent");
+    assert!(sent >= 90, "{report}");
+    assert_eq!(count(&report, "answered"), 0, "{report}");
+    assert_eq!(
+        report["http_failures"]["404"].as_u64(),
+        Some(sent),
+        "{report}"
+    );
+    assert_eq!(
+        k.metric("kudurru_doh_rejected_total{status=\"404\"}"),
+        Some(sent as f64)
+    );
+    let target = format!("quic://{}#other.example", k.quic.unwrap());
+    let (report, stderr) = bench(&[
+        &target,
+        "--ca",
+        ca,
+        "--rate",
+        "50",
+        "--duration",
+        "1s",
+        "--connections",
+        "1",
+    ]);
+    assert_eq!(count(&report, "sent"), 0, "{report}");
+    assert!(count_error(&report, "tls") > 0, "{report}");
+    assert!(stderr.contains("QUIC handshake"), "{stderr}");
 }
 
 #[test]
@@ -433,12 +504,12 @@ fn bench_refuses_bad_arguments_with_specific_errors() {
     std::fs::write(&file, "a.example A\nb.example NOPE\n").unwrap();
     let cases: [(&[&str], &str); 6] = [
         (
-            &["udp://127.0.0.1:9", "--cores", "1000"],
-            "--cores 1000: only",
+            &["quic://127.0.0.1/path"],
+            "unexpected `/path` after the address",
         ),
         (
-            &["quic://127.0.0.1"],
-            "`quic://` targets are not supported yet",
+            &["udp://127.0.0.1:9", "--cores", "1000"],
+            "--cores 1000: only",
         ),
         (&["udp:127.0.0.1"], "has no scheme"),
         (

@@ -7,6 +7,7 @@
 //! [`sys`] alone.
 
 pub mod metrics;
+pub mod quic;
 pub mod runtime;
 pub mod settings;
 pub mod steering;
@@ -17,7 +18,6 @@ mod doh;
 mod doh3;
 mod doq;
 mod pool;
-mod quic;
 mod tcp;
 mod udp;
 mod upstream;

@@ -46,9 +46,10 @@ use crate::worker::Worker;
 /// How long a send that found the socket buffer full waits before trying again.
 pub(crate) const SEND_BACKOFF: Duration = Duration::from_micros(100);
 
-/// quinn's runtime on the current glommio executor.
+/// quinn's runtime on the current glommio executor: every endpoint made with it must be made,
+/// used and dropped on that executor's thread.
 #[derive(Debug)]
-pub(crate) struct GlommioRuntime;
+pub struct GlommioRuntime;
 
 impl Runtime for GlommioRuntime {
     fn new_timer(&self, at: Instant) -> Pin<Box<dyn AsyncTimer>> {
@@ -218,6 +219,17 @@ pub(crate) fn endpoint(fd: OwnedFd, server: &quinn::ServerConfig) -> io::Result<
         quinn::EndpointConfig::default(),
         Some(server.clone()),
         std::net::UdpSocket::from(fd),
+        Arc::new(GlommioRuntime),
+    )
+}
+
+/// A client endpoint on a UDP socket bound to `bind` (port 0 for any), for the current glommio
+/// executor (kudurru-bench's QUIC flows).
+pub fn client_endpoint(bind: SocketAddr) -> io::Result<quinn::Endpoint> {
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        None,
+        std::net::UdpSocket::bind(bind)?,
         Arc::new(GlommioRuntime),
     )
 }

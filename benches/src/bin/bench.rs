@@ -23,13 +23,16 @@ use kudurru_bench::tally::Progress;
 use kudurru_bench::target::{Protocol, Target};
 use kudurru_bench::tls::{self, TlsClient, Verify};
 
-/// Load-tests a DNS server over UDP or TCP and reports answers, errors and latency.
+/// Load-tests a DNS server over UDP, TCP, TLS, HTTPS, QUIC or HTTP/3 and reports answers,
+/// errors and latency.
 #[derive(Debug, Parser)]
 #[command(name = "kudurru-bench", version)]
 struct Args {
     /// Where to send: udp://HOST[:PORT] or tcp://HOST[:PORT] (port 53 by default), or
     /// tls://HOST[:PORT][#NAME] (DNS over TLS, port 853), https://HOST[:PORT][/PATH][#NAME]
-    /// (DNS over HTTPS, HTTP/2, port 443, /dns-query); certificates are checked for NAME or HOST.
+    /// (DNS over HTTPS, HTTP/2, port 443, /dns-query), quic://HOST[:PORT][#NAME] (DNS over
+    /// QUIC, UDP port 853) or h3://HOST[:PORT][/PATH][#NAME] (DNS over HTTPS on HTTP/3, UDP
+    /// port 443); certificates are checked for NAME or HOST.
     #[arg(required_unless_present = "compare")]
     target: Option<String>,
     /// Questions, dnsperf format (`name [type]` per line, `;` or `#` comments), asked in
@@ -65,10 +68,11 @@ struct Args {
     /// Generator cores: one executor pinned to each of the first N CPUs this process may use.
     #[arg(long, default_value_t = 1)]
     cores: usize,
-    /// UDP sockets or TCP connections per core.
+    /// UDP sockets, or TCP or QUIC connections, per core.
     #[arg(long, default_value_t = 4)]
     connections: usize,
-    /// Queries in flight per stream connection at most (TCP, TLS).
+    /// Queries in flight per connection at most (TCP, TLS; streams at once on HTTPS, QUIC,
+    /// HTTP/3).
     #[arg(long, default_value_t = 100)]
     streams: usize,
     /// Add an EDNS(0) OPT record with this UDP payload size.
@@ -200,7 +204,7 @@ fn plan(args: &Args) -> Result<Plan> {
         bail!("--timeout must be above 0");
     }
     let tls = match target.protocol {
-        Protocol::Tls | Protocol::Https => {
+        protocol if protocol.is_encrypted() => {
             let verify = match (&args.ca, args.insecure) {
                 (Some(ca), _) => Verify::Ca(ca.clone()),
                 (None, true) => Verify::Insecure,
@@ -209,17 +213,20 @@ fn plan(args: &Args) -> Result<Plan> {
             Some(TlsClient {
                 config: tls::client_config(
                     &verify,
-                    if target.protocol == Protocol::Tls {
-                        &[b"dot"]
-                    } else {
-                        &[b"h2"]
+                    match target.protocol {
+                        Protocol::Tls => &[b"dot"],
+                        Protocol::Https => &[b"h2"],
+                        Protocol::Quic => &[b"doq"],
+                        _ => &[b"h3"],
                     },
                 )?,
                 server_name: tls::server_name(&target.server_name).map_err(anyhow::Error::msg)?,
             })
         }
         _ if args.ca.is_some() || args.insecure => {
-            bail!("--ca and --insecure apply to tls:// and https:// targets only")
+            bail!(
+                "--ca and --insecure apply to encrypted targets only (tls://, https://, quic://, h3://)"
+            )
         }
         _ => None,
     };

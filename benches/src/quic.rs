@@ -1,0 +1,169 @@
+//! DNS over QUIC (RFC 9250) and DNS over HTTPS on HTTP/3 for the stream flow, as carriers of a
+//! [`crate::pipe::Pipe`]: one bidirectional stream per query, on quinn driven by the flow's
+//! own glommio executor (kudurru's runtime adapter, [`kudurru_transports::quic`]).
+//!
+//! ```text
+//! flow ─▶ connect (one client endpoint per flow, handshake bounded by --timeout)
+//!   ─┬ quic://: stream ─ 2-octet length ‖ query (ID 0) ─ FIN ─▶ read to FIN ─▶ answer (ID restored)
+//!    └ h3://:   h3 request (POST or GET) ─▶ 200 + body ─▶ answer
+//! ```
+//! DoQ sends every query with ID 0 (RFC 9250 §4.2.1) and puts the flow's ID back on an answer
+//! that came back with ID 0; an answer with another ID keeps it, so the flow counts it as a
+//! mismatch, as it would any reply that does not match its query.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes};
+
+use crate::doh::{self, Method};
+use crate::pipe::{Carrier, Inbox, SharedInbox};
+use crate::target::Protocol;
+
+/// Most bytes a DoQ answer stream may carry: the length and a maximum-size message.
+const MAX_STREAM: usize = 2 + 65_535;
+
+/// What a QUIC flow connects with.
+pub(crate) struct QuicClient {
+    endpoint: quinn::Endpoint,
+    config: quinn::ClientConfig,
+}
+
+impl QuicClient {
+    /// A client endpoint for `target` (on the current executor) offering `tls`'s configuration.
+    pub(crate) fn new(target: SocketAddr, tls: &Arc<rustls::ClientConfig>) -> Result<Self, String> {
+        let bind: SocketAddr = if target.is_ipv4() {
+            ([0, 0, 0, 0], 0).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let endpoint = kudurru_transports::quic::client_endpoint(bind)
+            .map_err(|e| format!("QUIC socket: {e}"))?;
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls.clone())
+            .map_err(|e| format!("QUIC TLS configuration: {e}"))?;
+        Ok(Self {
+            endpoint,
+            config: quinn::ClientConfig::new(Arc::new(crypto)),
+        })
+    }
+
+    /// Connects to `target` as `server_name` and starts `protocol` (DoQ or HTTP/3) on the
+    /// connection; the connection's driver closes `inbox` when it ends.
+    pub(crate) async fn connect(
+        &self,
+        target: SocketAddr,
+        server_name: &str,
+        protocol: Protocol,
+        uri: Rc<str>,
+        method: Method,
+        inbox: &SharedInbox,
+    ) -> Result<Carrier, String> {
+        let connection = self
+            .endpoint
+            .connect_with(self.config.clone(), target, server_name)
+            .map_err(|e| format!("QUIC connect: {e}"))?
+            .await
+            .map_err(|e| format!("QUIC handshake: {e}"))?;
+        if protocol == Protocol::Quic {
+            let (inbox, closed) = (inbox.clone(), connection.clone());
+            glommio::spawn_local(async move {
+                closed.closed().await;
+                Inbox::close(&inbox);
+            })
+            .detach();
+            return Ok(Carrier::Doq(connection));
+        }
+        let (mut driver, requests) = h3::client::new(h3_quinn::Connection::new(connection))
+            .await
+            .map_err(|e| format!("HTTP/3 setup: {e}"))?;
+        let inbox = inbox.clone();
+        glommio::spawn_local(async move {
+            let _ = futures_lite::future::poll_fn(|cx| driver.poll_close(cx)).await;
+            Inbox::close(&inbox);
+        })
+        .detach();
+        Ok(Carrier::H3(H3 {
+            requests,
+            uri,
+            method,
+        }))
+    }
+}
+
+/// One DoQ query on a stream of its own: its answer with the query's ID, or `Err(0)`.
+pub(crate) async fn doq_exchange(
+    connection: &quinn::Connection,
+    mut message: Vec<u8>,
+) -> Result<Vec<u8>, u16> {
+    if message.len() < 2 {
+        return Err(0);
+    }
+    let id = [message[0], message[1]];
+    message[..2].copy_from_slice(&[0, 0]);
+    let mut stream = (message.len() as u16).to_be_bytes().to_vec();
+    stream.extend_from_slice(&message);
+    let (mut send, mut recv) = connection.open_bi().await.map_err(|_| 0u16)?;
+    send.write_all(&stream).await.map_err(|_| 0u16)?;
+    send.finish().map_err(|_| 0u16)?;
+    let data = recv.read_to_end(MAX_STREAM).await.map_err(|_| 0u16)?;
+    let len = data
+        .get(..2)
+        .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])));
+    let mut answer = match len {
+        Some(len) if data.len() == 2 + len && len >= 2 => data[2..].to_vec(),
+        _ => return Err(0),
+    };
+    if answer[..2] == [0, 0] {
+        answer[..2].copy_from_slice(&id);
+    }
+    Ok(answer)
+}
+
+/// An HTTP/3 connection's request side, for [`Carrier::H3`].
+#[derive(Clone)]
+pub(crate) struct H3 {
+    requests: h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
+    uri: Rc<str>,
+    method: Method,
+}
+
+impl H3 {
+    /// One query as one request: its answer, or `Err(status)` (0 for a reset or a connection
+    /// error).
+    pub(crate) async fn exchange(mut self, message: Vec<u8>) -> Result<Vec<u8>, u16> {
+        let request = doh::request(&self.uri, self.method, &message)
+            .body(())
+            .map_err(|_| 0u16)?;
+        let mut stream = self
+            .requests
+            .send_request(request)
+            .await
+            .map_err(|_| 0u16)?;
+        if self.method == Method::Post {
+            stream
+                .send_data(Bytes::from(message))
+                .await
+                .map_err(|_| 0u16)?;
+        }
+        stream.finish().await.map_err(|_| 0u16)?;
+        let response = stream.recv_response().await.map_err(|_| 0u16)?;
+        let status = response.status().as_u16();
+        let mut answer = Vec::new();
+        while let Some(mut chunk) = stream.recv_data().await.map_err(|_| status)? {
+            while chunk.has_remaining() {
+                let part = chunk.chunk();
+                answer.extend_from_slice(part);
+                let n = part.len();
+                chunk.advance(n);
+            }
+            if answer.len() > usize::from(u16::MAX) {
+                return Err(status);
+            }
+        }
+        if status != 200 {
+            return Err(status);
+        }
+        Ok(answer)
+    }
+}
