@@ -712,6 +712,27 @@ mod tests {
     }
 
     #[test]
+    fn alt_svc_offers_http3_listeners_for_the_same_path_and_host() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let h3 = [
+            (at("127.0.0.1:8443"), "/dns-query"),
+            (at("0.0.0.0:9443"), "/dns-query"),
+            (at("127.0.0.2:443"), "/dns-query"),
+            (at("127.0.0.1:7443"), "/other"),
+        ];
+        assert_eq!(
+            alt_svc(at("127.0.0.1:8443"), "/dns-query", &h3).as_deref(),
+            Some("h3=\":8443\"; ma=86400, h3=\":9443\"; ma=86400")
+        );
+        assert_eq!(
+            alt_svc(at("127.0.0.1:8443"), "/other", &h3).as_deref(),
+            Some("h3=\":7443\"; ma=86400")
+        );
+        assert_eq!(alt_svc(at("127.0.0.3:443"), "/q", &h3), None);
+        assert_eq!(alt_svc(at("127.0.0.1:443"), "/dns-query", &[]), None);
+    }
+
+    #[test]
     fn port_taken_by_a_reuseport_socket_is_still_an_error() {
         // Another process's SO_REUSEPORT socket would silently share traffic; the probe bind
         // without SO_REUSEPORT refuses instead.
