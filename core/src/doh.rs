@@ -67,7 +67,7 @@ pub enum RequestError {
     BadHead,
     /// An HTTP/1.1 request head over [`MAX_HEAD`] bytes or [`MAX_HEADERS`] headers.
     HeadTooLarge,
-    /// An HTTP/1.1 request with `Transfer-Encoding` (bodies need a `Content-Length`).
+    /// An HTTP/1.1 request with a transfer coding other than `chunked`.
     TransferEncoding,
 }
 
@@ -97,9 +97,7 @@ impl RequestError {
             Self::NotAQuery => "the message is not a DNS query",
             Self::BadHead => "the request head is not valid HTTP/1.1",
             Self::HeadTooLarge => "the request head is over 16 KiB or 64 headers",
-            Self::TransferEncoding => {
-                "request bodies need a Content-Length; Transfer-Encoding is not supported"
-            }
+            Self::TransferEncoding => "the only transfer coding supported is chunked",
         }
     }
 }
@@ -183,6 +181,8 @@ pub struct Http1Head {
     pub request: Result<Request, RequestError>,
     /// The declared body length.
     pub content_length: Option<usize>,
+    /// Whether the body is chunked (`Transfer-Encoding: chunked`; see [`chunked_body`]).
+    pub chunked: bool,
     /// Whether the connection stays open after the answer (RFC 9112 §9.3).
     pub keep_alive: bool,
 }
@@ -217,9 +217,7 @@ pub fn parse_http1_head(buffer: &[u8], path: &str) -> Result<Option<Http1Head>, 
             .filter(move |h| h.name.eq_ignore_ascii_case(name))
             .map(|h| h.value)
     };
-    if values("transfer-encoding").next().is_some() {
-        return Err(RequestError::TransferEncoding);
-    }
+    let chunked = transfer_coding(values("transfer-encoding"))?;
     // Every Content-Length must agree (RFC 9112 §6.3: a conflict is unrecoverable).
     let mut content_length = None;
     for value in values("content-length") {
@@ -233,6 +231,10 @@ pub fn parse_http1_head(buffer: &[u8], path: &str) -> Result<Option<Http1Head>, 
             return Err(RequestError::BadHead);
         }
         content_length = Some(parsed);
+    }
+    // Both framings at once is how requests are smuggled: refuse (RFC 9112 §6.1 allows it).
+    if chunked && content_length.is_some() {
+        return Err(RequestError::BadHead);
     }
     let has_token = |token: &str| {
         values("connection").any(|v| {
@@ -256,8 +258,80 @@ pub fn parse_http1_head(buffer: &[u8], path: &str) -> Result<Option<Http1Head>, 
         len,
         request,
         content_length,
+        chunked,
         keep_alive,
     }))
+}
+
+/// Whether the `Transfer-Encoding` field values frame a chunked body (RFC 9112 §6.1, §7):
+/// `chunked`, once and last; any other coding is not supported (501); a coding list that does
+/// not end in `chunked` leaves the body length unknowable (400).
+fn transfer_coding<'a>(values: impl Iterator<Item = &'a [u8]>) -> Result<bool, RequestError> {
+    let mut codings = 0usize;
+    let mut last_chunked = false;
+    for coding in values.flat_map(|v| v.split(|&b| b == b',')) {
+        let coding = coding.trim_ascii();
+        if coding.is_empty() {
+            continue;
+        }
+        if last_chunked {
+            // A coding after chunked, or chunked twice.
+            return Err(RequestError::BadHead);
+        }
+        codings += 1;
+        last_chunked = coding.eq_ignore_ascii_case(b"chunked");
+        if !last_chunked {
+            return Err(RequestError::TransferEncoding);
+        }
+    }
+    Ok(codings > 0)
+}
+
+/// Most bytes a chunked body may take on the wire (data, chunk framing and trailers): enough
+/// for a maximum-size message in reasonable chunks, bounded so a trickle of tiny chunks cannot
+/// make the buffer grow without end.
+pub const MAX_CHUNKED: usize = 2 * MAX_MESSAGE + MAX_HEAD;
+
+/// Decodes a chunked body (RFC 9112 §7.1) at the start of `buffer`: `Ok(None)` while it is
+/// incomplete, else the data and how many bytes of `buffer` the body took (trailers included,
+/// and ignored). Data over [`MAX_MESSAGE`] or a body over [`MAX_CHUNKED`] is refused (413),
+/// malformed framing is a bad request (400).
+pub fn chunked_body(buffer: &[u8]) -> Result<Option<(Vec<u8>, usize)>, RequestError> {
+    let mut data = Vec::new();
+    let mut at = 0;
+    let outcome = loop {
+        let (line, size) = match httparse::parse_chunk_size(&buffer[at..]) {
+            Ok(httparse::Status::Complete(parsed)) => parsed,
+            Ok(httparse::Status::Partial) => break None,
+            Err(_) => return Err(RequestError::BadHead),
+        };
+        let size = usize::try_from(size).map_err(|_| RequestError::TooLarge)?;
+        check_length(data.len().saturating_add(size))?;
+        at += line;
+        if size == 0 {
+            // The trailer section, ended by an empty line.
+            let mut trailers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            match httparse::parse_headers(&buffer[at..], &mut trailers) {
+                Ok(httparse::Status::Complete((len, _))) => break Some(at + len),
+                Ok(httparse::Status::Partial) => break None,
+                Err(httparse::Error::TooManyHeaders) => return Err(RequestError::HeadTooLarge),
+                Err(_) => return Err(RequestError::BadHead),
+            }
+        }
+        let Some(chunk) = buffer.get(at..at + size + 2) else {
+            break None;
+        };
+        if &chunk[size..] != b"\r\n" {
+            return Err(RequestError::BadHead);
+        }
+        data.extend_from_slice(&chunk[..size]);
+        at += size + 2;
+    };
+    match outcome {
+        Some(len) if len <= MAX_CHUNKED => Ok(Some((data, len))),
+        None if buffer.len() < MAX_CHUNKED => Ok(None),
+        _ => Err(RequestError::TooLarge),
+    }
 }
 
 /// The freshness lifetime of an answer for `Cache-Control: max-age`: its smallest record TTL
@@ -431,6 +505,48 @@ mod tests {
     }
 
     #[test]
+    fn chunked_bodies_decode_with_extensions_and_trailers() {
+        let body = b"5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nx-trailer: 1\r\n\r\nNEXT";
+        let (data, len) = chunked_body(body).unwrap().unwrap();
+        assert_eq!(data, b"hello world");
+        assert_eq!(
+            &body[len..],
+            b"NEXT",
+            "the body ends where the next request starts"
+        );
+        assert_eq!(chunked_body(b"0\r\n\r\n"), Ok(Some((Vec::new(), 5))));
+        // Incomplete at every cut.
+        let whole = &body[..body.len() - 4];
+        for cut in 0..whole.len() {
+            assert_eq!(chunked_body(&whole[..cut]), Ok(None), "cut at {cut}");
+        }
+        assert_eq!(chunked_body(b"zz\r\n"), Err(RequestError::BadHead));
+        assert_eq!(
+            chunked_body(b"3\r\nabcX\r\n0\r\n\r\n"),
+            Err(RequestError::BadHead),
+            "data longer than its size"
+        );
+        assert_eq!(
+            chunked_body(b"10000\r\n"),
+            Err(RequestError::TooLarge),
+            "a chunk over 65535 is refused before it arrives"
+        );
+        assert_eq!(
+            chunked_body(b"ffffffffffffffff\r\n"),
+            Err(RequestError::TooLarge)
+        );
+        let mut trickle = Vec::new();
+        while trickle.len() < MAX_CHUNKED {
+            trickle.extend_from_slice(b"0001;pad=xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\na\r\n");
+        }
+        assert_eq!(
+            chunked_body(&trickle),
+            Err(RequestError::TooLarge),
+            "framing overhead is bounded too"
+        );
+    }
+
+    #[test]
     fn http1_incomplete_and_bad_heads() {
         assert!(matches!(
             head(b"GET /dns-query HTTP/1.1\r\nHost:"),
@@ -438,9 +554,28 @@ mod tests {
         ));
         let status = |raw: &[u8]| head(raw).err().map(RequestError::status);
         assert_eq!(status(b"\x16\x03\x01garbage\r\n\r\n"), Some(400));
+        let coding = |value: &str| {
+            let raw = format!("POST /dns-query HTTP/1.1\r\nTransfer-Encoding: {value}\r\n\r\n");
+            head(raw.as_bytes()).map(|h| h.map(|h| h.chunked))
+        };
+        assert_eq!(coding("chunked"), Ok(Some(true)));
+        assert_eq!(coding("Chunked"), Ok(Some(true)));
+        assert_eq!(coding("gzip, chunked"), Err(RequestError::TransferEncoding));
+        assert_eq!(coding("gzip"), Err(RequestError::TransferEncoding));
         assert_eq!(
-            status(b"POST /dns-query HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            Some(501)
+            coding("chunked, gzip"),
+            Err(RequestError::BadHead),
+            "not last"
+        );
+        assert_eq!(
+            coding("chunked, chunked"),
+            Err(RequestError::BadHead),
+            "twice"
+        );
+        assert_eq!(
+            status(b"POST /dns-query HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"),
+            Some(400),
+            "both framings (request smuggling)"
         );
         for length in ["-1", "+5", "", "1 2", "99999999999999999999999"] {
             let raw = format!("POST /dns-query HTTP/1.1\r\nContent-Length: {length}\r\n\r\n");

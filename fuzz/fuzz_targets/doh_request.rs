@@ -1,7 +1,8 @@
 //! Arbitrary HTTP/1.1 request heads and GET/POST request parts through kudurru's DNS-over-HTTPS
 //! rules: never panics; a head that parses ends inside the input and never claims more than
 //! `MAX_HEAD`; a GET's decoded message re-encodes to a `dns` parameter that decodes to the same
-//! bytes; every rejection maps to one of the statuses kudurru sends; `max_age` is total.
+//! bytes; a chunked body decodes within its input and re-encodes to the same data; every
+//! rejection maps to one of the statuses kudurru sends; `max_age` is total.
 #![no_main]
 
 use base64::Engine;
@@ -54,6 +55,25 @@ fuzz_target!(|data: &[u8]| {
             );
         }
         Ok(Request::Post) => assert_eq!(method, b"POST"),
+        Err(e) => assert!(known(e), "{e:?}"),
+    }
+    // 3. The tail as a chunked body: what decodes fits and re-encodes as one chunk that
+    //    decodes to the same data.
+    match doh::chunked_body(tail) {
+        Ok(Some((body, len))) => {
+            assert!(len <= tail.len() && len <= doh::MAX_CHUNKED);
+            assert!(body.len() <= doh::MAX_MESSAGE);
+            let mut again = Vec::new();
+            if !body.is_empty() {
+                again.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
+                again.extend_from_slice(&body);
+                again.extend_from_slice(b"\r\n");
+            }
+            again.extend_from_slice(b"0\r\n\r\n");
+            let len = again.len();
+            assert_eq!(doh::chunked_body(&again), Ok(Some((body, len))));
+        }
+        Ok(None) => assert!(tail.len() < doh::MAX_CHUNKED),
         Err(e) => assert!(known(e), "{e:?}"),
     }
     let _ = doh::check_message(tail);

@@ -375,7 +375,7 @@ sys.stdout.write(("closed " if closed else "open ") + out.hex())
 }
 
 #[test]
-fn http1_requests_curl_cannot_send_get_411_and_501_and_pipelined_ones_answer_in_order() {
+fn http1_requests_curl_cannot_send_get_411_501_chunked_bodies_and_pipelined_ones_answer_in_order() {
     let d = dir("http1");
     let (cert, key) = cert_pair(&d, "a");
     let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
@@ -395,11 +395,43 @@ fn http1_requests_curl_cannot_send_get_411_and_501_and_pipelined_ones_answer_in_
         addr,
         &cert,
         "http/1.1",
-        b"POST /dns-query HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\ncontent-type: application/dns-message\r\n\r\n0\r\n\r\n",
+        b"POST /dns-query HTTP/1.1\r\nHost: x\r\ntransfer-encoding: gzip, chunked\r\ncontent-type: application/dns-message\r\n\r\n0\r\n\r\n",
     );
     let text = String::from_utf8_lossy(&out);
-    assert!(text.starts_with("HTTP/1.1 501 "), "{text}");
+    assert!(
+        text.starts_with("HTTP/1.1 501 "),
+        "a coding other than chunked: {text}"
+    );
     assert!(closed);
+    // A chunked POST (RFC 9112 §7.1: the query in two chunks, one with an extension, and a
+    // trailer), then a GET on the same connection: both answered.
+    let q = query_bytes(7, "localhost.", 1, 1, None);
+    let mut chunked = b"POST /dns-query HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\ncontent-type: application/dns-message\r\n\r\n".to_vec();
+    chunked.extend_from_slice(format!("{:x};ext=1\r\n", 5).as_bytes());
+    chunked.extend_from_slice(&q[..5]);
+    chunked.extend_from_slice(format!("\r\n{:x}\r\n", q.len() - 5).as_bytes());
+    chunked.extend_from_slice(&q[5..]);
+    chunked.extend_from_slice(b"\r\n0\r\nx-trailer: y\r\n\r\n");
+    chunked.extend_from_slice(
+        format!(
+            "GET /dns-query?dns={} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(query_bytes(
+                8,
+                "localhost.",
+                1,
+                1,
+                None
+            ))
+        )
+        .as_bytes(),
+    );
+    let (out, closed) = raw_tls(addr, &cert, "http/1.1", &chunked);
+    assert!(closed);
+    let answers: Vec<(u16, u16)> = split_http1(&out)
+        .into_iter()
+        .map(|(status, body)| (status, summary(&body).0))
+        .collect();
+    assert_eq!(answers, [(200, 7), (200, 8)]);
     // Two POSTs and a GET in one write: three answers, in order, then the close asked for.
     let mut pipelined = Vec::new();
     for id in [1u16, 2] {

@@ -388,12 +388,37 @@ where
             }
         };
         endpoint.worker.metrics.query(Transport::Doh);
-        // A POST without Content-Length has a body whose end we cannot know.
-        let framed = head.content_length.is_some() || !matches!(head.request, Ok(Request::Post));
+        // A POST without a length or chunking has a body whose end we cannot know; a chunked
+        // body is read (and its end known) only for a POST.
+        let post = matches!(head.request, Ok(Request::Post));
+        let framed = if post {
+            head.content_length.is_some() || head.chunked
+        } else {
+            !head.chunked
+        };
         let mut consumed = head.len;
         let reply = match head.request {
             Err(e) => Reply::Error(Status::from(e)),
             Ok(Request::Get(message)) => endpoint.resolve(&message).await,
+            Ok(Request::Post) if head.chunked => {
+                let body_deadline = Instant::now() + idle;
+                loop {
+                    match doh::chunked_body(&buffer[head.len..]) {
+                        Ok(Some((message, len))) => {
+                            consumed += len;
+                            break endpoint.resolve(&message).await;
+                        }
+                        Ok(None) => {}
+                        Err(e) => break Reply::Error(e.into()),
+                    }
+                    if read_more(&mut stream, &mut buffer, body_deadline)
+                        .await
+                        .is_err()
+                    {
+                        break Reply::Error(TIMEOUT);
+                    }
+                }
+            }
             Ok(Request::Post) => match head.content_length {
                 None => Reply::Error(LENGTH_REQUIRED),
                 Some(len) if doh::check_length(len).is_err() => {
@@ -422,7 +447,11 @@ where
         };
         // Another request can follow only once this one's body was read to its end: unread
         // bytes cannot be skipped safely.
-        let body_read = consumed == head.len + head.content_length.unwrap_or(0);
+        let body_read = if head.chunked {
+            consumed > head.len
+        } else {
+            consumed == head.len + head.content_length.unwrap_or(0)
+        };
         let keep_alive = head.keep_alive && framed && body_read;
         let response = match reply {
             Reply::Answer(out) => answer_response(&out, keep_alive, endpoint.alt_svc.as_deref()),
