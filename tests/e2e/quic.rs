@@ -515,3 +515,60 @@ fn quic_listeners_pick_up_a_reloaded_certificate() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn shutdown_closes_open_quic_connections_with_no_error() {
+    let d = dir("shutdown");
+    let (cert, key) = cert_pair(&d, "a");
+    let mut k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .tls(&cert, &key)
+        .start();
+    let spec = json!({"mode": "doq", "host": "127.0.0.1", "port": k.quic.unwrap().port(),
+                      "ca": cert.display().to_string(),
+                      "requests": [{"data": doq_stream(&localhost())}], "wait_close": 20});
+    let mut held = Command::new(python())
+        .arg(script())
+        .arg(spec.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    // The client is connected once the server has answered its query.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while k.metric("kudurru_dns_queries_total{transport=\"doq\",core=\"0\"}") != Some(1.0) {
+        assert!(Instant::now() < deadline, "the DoQ query never arrived");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(k.terminate().success());
+    let output = held.wait_with_output().unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary(&doq_answer(&report["results"][0])), (0, 0, 1));
+    assert_eq!(
+        report["terminated"],
+        json!({"code": 0, "reason": "shutting down"}),
+        "CONNECTION_CLOSE with DOQ_NO_ERROR: {report}"
+    );
+}
+
+#[test]
+fn an_idle_quic_connection_ends_after_tcp_idle_timeout() {
+    let d = dir("idle");
+    let (cert, key) = cert_pair(&d, "a");
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .tls(&cert, &key)
+        .env("KUDURRU_TCP__IDLETIMEOUT", "1s")
+        .start();
+    // The client would wait 30 s; QUIC's idle timeout is the smaller of both sides'.
+    let started = Instant::now();
+    let report = client(
+        "doq",
+        k.quic.unwrap(),
+        &cert,
+        json!({"requests": [{"data": doq_stream(&localhost())}], "wait_close": 10}),
+    );
+    assert_eq!(summary(&doq_answer(&report["results"][0])), (0, 0, 1));
+    assert!(report["terminated"].is_object(), "{report}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "closed by kudurru's 1 s idle timeout, not the client's 30 s"
+    );
+}

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Buf, Bytes};
+use glommio::sync::Gate;
 use h3::error::Code;
 use h3::server::{RequestResolver, RequestStream};
 use kudurru_core::Client;
@@ -23,7 +24,7 @@ use kudurru_core::doh::{self, Request, RequestError};
 
 use crate::doh::{Endpoint, Reply, TIMEOUT};
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
-use crate::quic::{self, Streams};
+use crate::quic;
 use crate::runtime::TlsConfig;
 use crate::upstream::until;
 use crate::worker::Worker;
@@ -42,15 +43,11 @@ pub(crate) async fn serve(
     path: Arc<str>,
 ) {
     let path: Rc<str> = Rc::from(&*path);
-    let streams = Streams {
-        bidi: worker.settings().tcp_max_pipelined.max(1) as u32,
-        uni: UNI_STREAMS,
-    };
     quic::accept_loop(
         worker,
         endpoint,
         move || tls.load().h3.clone(),
-        streams,
+        UNI_STREAMS,
         move |worker, connection| {
             let path = path.clone();
             async move { serve_connection(worker, connection, path).await }
@@ -84,12 +81,20 @@ async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, pat
             return;
         }
     };
+    // Requests in flight: dropping the h3 connection closes it, so it waits for them.
+    let in_flight = Gate::new();
     loop {
         match h3.accept().await {
             Ok(Some(resolver)) => {
+                let Ok(pass) = in_flight.enter() else { break };
                 let endpoint = endpoint.clone();
-                glommio::spawn_local(async move { request(&endpoint, resolver).await }).detach();
+                glommio::spawn_local(async move {
+                    request(&endpoint, resolver).await;
+                    drop(pass);
+                })
+                .detach();
             }
+            // The client sent GOAWAY (or closed): answer what it already asked.
             Ok(None) => break,
             Err(e) => {
                 tracing::debug!(peer = %peer, error = %e, "HTTP/3 connection ended");
@@ -97,6 +102,8 @@ async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, pat
             }
         }
     }
+    let idle = endpoint.worker.settings().tcp_idle_timeout;
+    let _ = until(Instant::now() + idle, in_flight.close()).await;
 }
 
 /// Answers one request.

@@ -22,22 +22,19 @@ use quinn::VarInt;
 
 use crate::answer::answer;
 use crate::metrics::{CoreMetrics, Transport};
-use crate::quic::{self, Streams};
+use crate::quic;
 use crate::runtime::TlsConfig;
 use crate::upstream::until;
 use crate::worker::Worker;
 
 /// Accepts DNS-over-QUIC connections on `endpoint` until the task is dropped.
 pub(crate) async fn serve(worker: Rc<Worker>, endpoint: quinn::Endpoint, tls: TlsConfig) {
-    let streams = Streams {
-        bidi: worker.settings().tcp_max_pipelined.max(1) as u32,
-        uni: 0,
-    };
+    // Clients open no unidirectional streams (RFC 9250 §4.3.3).
     quic::accept_loop(
         worker,
         endpoint,
         move || tls.load().doq.clone(),
-        streams,
+        0,
         connection,
     )
     .await;

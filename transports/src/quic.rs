@@ -234,24 +234,17 @@ pub fn client_endpoint(bind: SocketAddr) -> io::Result<quinn::Endpoint> {
     )
 }
 
-/// How many streams of each kind a client may open at once on one connection.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Streams {
-    /// Bidirectional (one per DNS query or HTTP request).
-    pub(crate) bidi: u32,
-    /// Unidirectional (HTTP/3's control and QPACK streams; none for DoQ).
-    pub(crate) uni: u32,
-}
-
 /// The accept loop of a QUIC listener: each connection that completes its handshake within
 /// `tls.handshakeTimeout` runs `serve` in a task of its own. Connections count against
 /// `tcp.maxConnectionsPerCore` with the stream transports'; past it, new ones are refused
-/// (CONNECTION_REFUSED, stateless).
+/// (CONNECTION_REFUSED, stateless). Each connection is accepted with the certificate and the
+/// limits current at that moment: `tcp.maxPipelined` bidirectional streams at once, `uni`
+/// unidirectional ones (HTTP/3's control and QPACK streams; none for DoQ), `tcp.idleTimeout`.
 pub(crate) async fn accept_loop<F, Fut>(
     worker: Rc<Worker>,
     endpoint: quinn::Endpoint,
     config: impl Fn() -> Arc<quinn::ServerConfig>,
-    streams: Streams,
+    uni: u32,
     serve: F,
 ) where
     F: Fn(Rc<Worker>, quinn::Connection) -> Fut + 'static,
@@ -270,8 +263,10 @@ pub(crate) async fn accept_loop<F, Fut>(
         let idle = quinn::IdleTimeout::try_from(settings.tcp_idle_timeout)
             .unwrap_or(quinn::IdleTimeout::from(VarInt::MAX));
         transport
-            .max_concurrent_bidi_streams(VarInt::from_u32(streams.bidi))
-            .max_concurrent_uni_streams(VarInt::from_u32(streams.uni))
+            .max_concurrent_bidi_streams(VarInt::from_u32(
+                u32::try_from(settings.tcp_max_pipelined.max(1)).unwrap_or(u32::MAX),
+            ))
+            .max_concurrent_uni_streams(VarInt::from_u32(uni))
             .max_idle_timeout(Some(idle));
         server.transport_config(Arc::new(transport));
         let deadline = Instant::now() + settings.tls_handshake_timeout;
