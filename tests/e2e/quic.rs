@@ -526,7 +526,7 @@ fn shutdown_closes_open_quic_connections_with_no_error() {
     let spec = json!({"mode": "doq", "host": "127.0.0.1", "port": k.quic.unwrap().port(),
                       "ca": cert.display().to_string(),
                       "requests": [{"data": doq_stream(&localhost())}], "wait_close": 20});
-    let mut held = Command::new(python())
+    let held = Command::new(python())
         .arg(script())
         .arg(spec.to_string())
         .stdout(Stdio::piped())
