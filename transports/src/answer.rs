@@ -65,3 +65,16 @@ pub(crate) async fn answer(
         .response(wire::header_rcode(&out).unwrap_or(0));
     Some(out)
 }
+
+/// Spawns a request's task behind the tasks already queued on this core, detached. glommio's
+/// `spawn_local` runs a new task at once, inside its spawner: a connection loop that spawned
+/// that way would answer, and its transport flush, request by request. Queued, the loop first
+/// takes every request that has arrived, then they are answered, and one flush carries them
+/// all.
+pub(crate) fn spawn_queued(request: impl Future<Output = ()> + 'static) {
+    let queue = glommio::executor().current_task_queue();
+    // The running task's own queue always exists.
+    if let Ok(task) = glommio::spawn_local_into(request, queue) {
+        task.detach();
+    }
+}

@@ -22,6 +22,7 @@ use h3::server::{RequestResolver, RequestStream};
 use kudurru_core::Client;
 use kudurru_core::doh::{self, Request, RequestError};
 
+use crate::answer::spawn_queued;
 use crate::doh::{Endpoint, Reply, TIMEOUT};
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
 use crate::quic;
@@ -88,11 +89,10 @@ async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, pat
             Ok(Some(resolver)) => {
                 let Ok(pass) = in_flight.enter() else { break };
                 let endpoint = endpoint.clone();
-                glommio::spawn_local(async move {
+                spawn_queued(async move {
                     request(&endpoint, resolver).await;
                     drop(pass);
-                })
-                .detach();
+                });
             }
             // The client sent GOAWAY (or closed): answer what it already asked.
             Ok(None) => break,

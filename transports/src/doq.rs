@@ -20,7 +20,7 @@ use kudurru_core::doq::{self, ErrorCode};
 use kudurru_core::wire::ReplyOptions;
 use quinn::VarInt;
 
-use crate::answer::answer;
+use crate::answer::{answer, spawn_queued};
 use crate::metrics::{CoreMetrics, Transport};
 use crate::quic;
 use crate::runtime::TlsConfig;
@@ -54,10 +54,9 @@ async fn connection(worker: Rc<Worker>, connection: quinn::Connection) {
         match connection.accept_bi().await {
             Ok((send, recv)) => {
                 let (worker, connection) = (worker.clone(), connection.clone());
-                glommio::spawn_local(async move {
+                spawn_queued(async move {
                     stream(&worker, &connection, client, send, recv).await;
-                })
-                .detach();
+                });
             }
             Err(e) => {
                 tracing::debug!(peer = %connection.remote_address(), error = %e, "DoQ connection ended");
