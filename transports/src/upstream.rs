@@ -20,8 +20,14 @@ use crate::metrics::{CoreMetrics, UpstreamCounters, UpstreamError};
 use crate::pool::UdpPool;
 use crate::worker::Worker;
 
-/// Runs `future` until `deadline`; `None` when the deadline passed first.
+/// Runs `future` until `deadline`; `None` when the deadline passed first. A future that is
+/// ready at once arms no timer: on the hot paths (the next request already read, a body
+/// already buffered) that is most of them.
 pub(crate) async fn until<T>(deadline: Instant, future: impl Future<Output = T>) -> Option<T> {
+    let mut future = std::pin::pin!(future);
+    if let Some(done) = futures_lite::future::poll_once(future.as_mut()).await {
+        return Some(done);
+    }
     let left = deadline.saturating_duration_since(Instant::now());
     futures_lite::future::or(async { Some(future.await) }, async {
         glommio::timer::sleep(left).await;
