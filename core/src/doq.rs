@@ -99,7 +99,9 @@ pub fn query(stream: &[u8]) -> Result<&[u8], ProtocolError> {
     if wire::message_id(message).is_some_and(|id| id != 0) {
         return Err(ProtocolError::NonZeroId);
     }
-    if let Ok(query) = Query::parse(message)
+    // Only a message with additional records can carry OPT: the common query is not parsed twice.
+    if wire::read_u16(message, 10).is_some_and(|arcount| arcount > 0)
+        && let Ok(query) = Query::parse(message)
         && query.edns().is_some_and(|edns| edns.tcp_keepalive)
     {
         return Err(ProtocolError::Keepalive);

@@ -51,16 +51,7 @@ pub(crate) async fn serve(
             let Some(stream) = tcp::handshake(&worker, stream, config).await else {
                 return;
             };
-            let endpoint = Endpoint {
-                worker,
-                path,
-                client: Client {
-                    addr: peer.ip(),
-                    datagram: false,
-                },
-                peer,
-                alt_svc,
-            };
+            let endpoint = Endpoint::new(worker, path, peer, alt_svc);
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                 CoreMetrics::bump(
                     &endpoint.worker.metrics.doh_connections[HttpVersion::H2 as usize],
@@ -124,6 +115,25 @@ const LENGTH_REQUIRED: Status = Status {
 };
 
 impl Endpoint {
+    /// The endpoint of one connection from `peer`.
+    pub(crate) fn new(
+        worker: Rc<Worker>,
+        path: Rc<str>,
+        peer: SocketAddr,
+        alt_svc: Option<Rc<str>>,
+    ) -> Self {
+        Self {
+            worker,
+            path,
+            client: Client {
+                addr: peer.ip(),
+                datagram: false,
+            },
+            peer,
+            alt_svc,
+        }
+    }
+
     /// Answers one DNS message that a valid request carried.
     pub(crate) async fn resolve(&self, message: &[u8]) -> Reply {
         if let Err(e) = doh::check_message(message) {

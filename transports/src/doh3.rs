@@ -19,7 +19,6 @@ use bytes::{Buf, Bytes};
 use glommio::sync::Gate;
 use h3::error::Code;
 use h3::server::{RequestResolver, RequestStream};
-use kudurru_core::Client;
 use kudurru_core::doh::{self, Request, RequestError};
 
 use crate::answer::spawn_queued;
@@ -61,16 +60,7 @@ pub(crate) async fn serve(
 async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, path: Rc<str>) {
     CoreMetrics::bump(&worker.metrics.doh_connections[HttpVersion::H3 as usize]);
     let peer = connection.remote_address();
-    let endpoint = Rc::new(Endpoint {
-        worker,
-        path,
-        client: Client {
-            addr: peer.ip(),
-            datagram: false,
-        },
-        peer,
-        alt_svc: None,
-    });
+    let endpoint = Rc::new(Endpoint::new(worker, path, peer, None));
     let built = h3::server::builder()
         .max_field_section_size(doh::MAX_HEAD as u64)
         .build::<_, Bytes>(h3_quinn::Connection::new(connection))
