@@ -25,16 +25,26 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
     let mut replies = Box::new(MmsgBatch::new());
     let mut out = Vec::with_capacity(sys::DATAGRAM_MAX);
     let mut peek = [0u8; 1];
+    // Whether the last receive found the socket empty, or emptied it (a short batch).
+    let mut drained = false;
     loop {
+        if drained {
+            // Sleep until a datagram arrives (cancel-safe: nothing is consumed). glommio first
+            // tries a plain non-blocking peek, so a datagram that came in meanwhile costs no
+            // sleep, and a short batch needs no `recvmmsg` that only says EAGAIN.
+            if let Err(e) = socket.peek_from(&mut peek).await {
+                tracing::debug!(error = %e, "udp wait failed");
+            }
+        }
         let n = match incoming.recv(fd) {
             Ok(0) => {
-                // Empty: sleep until a datagram arrives (cancel-safe: nothing is consumed).
-                if let Err(e) = socket.peek_from(&mut peek).await {
-                    tracing::debug!(error = %e, "udp wait failed");
-                }
+                drained = true;
                 continue;
             }
-            Ok(n) => n,
+            Ok(n) => {
+                drained = n < sys::BATCH;
+                n
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "udp receive failed");
                 glommio::yield_if_needed().await;
