@@ -353,9 +353,19 @@ fn std_to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t
 }
 
 /// Waits until one of `fds` is readable or `timeout` passes (nanosecond resolution, `ppoll`);
-/// returns how many are readable. For callers that block their thread on purpose, such as the
-/// load generator's UDP loop: a glommio wait would add its reactor's wake-up delay.
-pub fn poll_readable(fds: &[RawFd], timeout: std::time::Duration) -> io::Result<usize> {
+/// sets `ready[i]` to whether `fds[i]` is readable (or has an error to report) and returns how
+/// many are. For callers that block their thread on purpose, such as the load generator's UDP
+/// loop: a glommio wait would add its reactor's wake-up delay.
+///
+/// # Panics
+///
+/// If `ready` is shorter than `fds`.
+pub fn poll_readable(
+    fds: &[RawFd],
+    timeout: std::time::Duration,
+    ready: &mut [bool],
+) -> io::Result<usize> {
+    assert!(ready.len() >= fds.len(), "one ready flag per descriptor");
     let mut polled: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -381,10 +391,14 @@ pub fn poll_readable(fds: &[RawFd], timeout: std::time::Duration) -> io::Result<
     if rc < 0 {
         let err = io::Error::last_os_error();
         return if err.kind() == io::ErrorKind::Interrupted {
+            ready[..fds.len()].fill(false);
             Ok(0)
         } else {
             Err(err)
         };
+    }
+    for (ready, polled) in ready.iter_mut().zip(&polled) {
+        *ready = polled.revents != 0;
     }
     Ok(rc as usize)
 }
@@ -398,4 +412,27 @@ pub fn set_timer_slack(nanoseconds: u64) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsRawFd;
+    use std::time::Duration;
+
+    #[test]
+    fn poll_readable_names_the_sockets_with_data() {
+        let quiet = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let busy = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fds = [quiet.as_raw_fd(), busy.as_raw_fd()];
+        let mut ready = [true, true];
+        // Nothing sent yet: the timeout passes and neither is readable.
+        let n = poll_readable(&fds, Duration::from_millis(1), &mut ready).unwrap();
+        assert_eq!((n, ready), (0, [false, false]));
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sender.send_to(b"x", busy.local_addr().unwrap()).unwrap();
+        let n = poll_readable(&fds, Duration::from_secs(5), &mut ready).unwrap();
+        assert_eq!((n, ready), (1, [false, true]));
+    }
 }
