@@ -31,7 +31,7 @@ use crate::answer::{answer, spawn_queued};
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
 use crate::runtime::TlsConfig;
 use crate::tcp;
-use crate::upstream::until;
+use crate::upstream::{until, within};
 use crate::worker::Worker;
 
 /// Accepts DNS-over-HTTPS connections for `path` until the task is dropped.
@@ -239,7 +239,7 @@ where
         .initial_connection_window_size(doh::MAX_MESSAGE as u32 * 4)
         .max_send_buffer_size(64 * 1024);
     let handshake = builder.handshake::<_, Bytes>(stream.compat());
-    let mut connection = match until(Instant::now() + idle, handshake).await {
+    let mut connection = match within(idle, handshake).await {
         Some(Ok(connection)) => connection,
         Some(Err(e)) => {
             tracing::debug!(peer = %endpoint.peer, error = %e, "HTTP/2 handshake failed");
@@ -252,7 +252,7 @@ where
     };
     let in_flight = Rc::new(Cell::new(0usize));
     loop {
-        match until(Instant::now() + idle, connection.accept()).await {
+        match within(idle, connection.accept()).await {
             Some(Some(Ok((request, respond)))) => {
                 let (endpoint, in_flight) = (endpoint.clone(), in_flight.clone());
                 in_flight.set(in_flight.get() + 1);
@@ -275,7 +275,7 @@ where
                 // GOAWAY, then let the peer see it (bounded: a peer that never reads is cut).
                 connection.graceful_shutdown();
                 let drain = async { while let Some(Ok(_)) = connection.accept().await {} };
-                until(Instant::now() + idle, drain).await;
+                within(idle, drain).await;
                 break;
             }
         }
@@ -305,7 +305,7 @@ async fn h2_stream(
         Ok(Request::Get(message)) => endpoint.resolve(&message).await,
         Ok(Request::Post) => {
             let idle = endpoint.worker.settings().tcp_idle_timeout;
-            match until(Instant::now() + idle, h2_body(&mut body)).await {
+            match within(idle, h2_body(&mut body)).await {
                 Some(Ok(message)) => endpoint.resolve(&message).await,
                 Some(Err(BodyError::TooLarge)) => Reply::Error(RequestError::TooLarge.into()),
                 Some(Err(BodyError::Stream)) => return,
@@ -317,10 +317,7 @@ async fn h2_stream(
         // An upload still in flight (an error answered before its body): take it to its end,
         // bounded, so the client sees a complete exchange rather than a stream reset.
         let idle = endpoint.worker.settings().tcp_idle_timeout;
-        if until(Instant::now() + idle, h2_body(&mut body))
-            .await
-            .is_none()
-        {
+        if within(idle, h2_body(&mut body)).await.is_none() {
             respond.send_reset(h2::Reason::CANCEL);
             return;
         }
@@ -353,6 +350,10 @@ async fn h2_body(body: &mut h2::RecvStream) -> Result<Vec<u8>, BodyError> {
         if doh::check_length(total).is_ok() {
             message.extend_from_slice(&chunk);
         } else if total > LINGER_BYTES {
+            break;
+        }
+        // The usual POST is one DATA frame with END_STREAM: done, without asking h2 again.
+        if body.is_end_stream() {
             break;
         }
     }

@@ -13,7 +13,6 @@
 
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::{Buf, Bytes};
 use glommio::sync::Gate;
@@ -26,7 +25,7 @@ use crate::doh::{Endpoint, Reply, TIMEOUT};
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
 use crate::quic;
 use crate::runtime::TlsConfig;
-use crate::upstream::until;
+use crate::upstream::within;
 use crate::worker::Worker;
 
 /// Unidirectional streams an HTTP/3 client opens: control, QPACK encoder and decoder (RFC 9114
@@ -93,13 +92,13 @@ async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, pat
         }
     }
     let idle = endpoint.worker.settings().tcp_idle_timeout;
-    let _ = until(Instant::now() + idle, in_flight.close()).await;
+    let _ = within(idle, in_flight.close()).await;
 }
 
 /// Answers one request.
 async fn request(endpoint: &Endpoint, resolver: RequestResolver<h3_quinn::Connection, Bytes>) {
     let idle = endpoint.worker.settings().tcp_idle_timeout;
-    let (head, mut stream) = match until(Instant::now() + idle, resolver.resolve_request()).await {
+    let (head, mut stream) = match within(idle, resolver.resolve_request()).await {
         Some(Ok(request)) => request,
         Some(Err(e)) => {
             tracing::debug!(peer = %endpoint.peer, error = %e, "HTTP/3 request head unreadable");
@@ -129,7 +128,7 @@ async fn request(endpoint: &Endpoint, resolver: RequestResolver<h3_quinn::Connec
             Reply::Error(e.into())
         }
         Ok(Request::Get(message)) => endpoint.resolve(&message).await,
-        Ok(Request::Post) => match until(Instant::now() + idle, body(&mut stream)).await {
+        Ok(Request::Post) => match within(idle, body(&mut stream)).await {
             Some(Ok(message)) => endpoint.resolve(&message).await,
             Some(Err(BodyError::TooLarge)) => {
                 body_read = false;
@@ -152,7 +151,7 @@ async fn request(endpoint: &Endpoint, resolver: RequestResolver<h3_quinn::Connec
         stream.send_data(Bytes::from(payload)).await?;
         stream.finish().await
     };
-    if until(Instant::now() + idle, sent).await.is_none() {
+    if within(idle, sent).await.is_none() {
         cancel(&mut stream);
         return;
     }

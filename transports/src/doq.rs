@@ -13,7 +13,6 @@
 //! idle timeout.
 
 use std::rc::Rc;
-use std::time::Instant;
 
 use kudurru_core::Client;
 use kudurru_core::doq::{self, ErrorCode};
@@ -24,7 +23,7 @@ use crate::answer::{answer, spawn_queued};
 use crate::metrics::{CoreMetrics, Transport};
 use crate::quic;
 use crate::runtime::TlsConfig;
-use crate::upstream::until;
+use crate::upstream::within;
 use crate::worker::Worker;
 
 /// Accepts DNS-over-QUIC connections on `endpoint` until the task is dropped.
@@ -75,7 +74,7 @@ async fn stream(
     mut recv: quinn::RecvStream,
 ) {
     let idle = worker.settings().tcp_idle_timeout;
-    let read = until(Instant::now() + idle, recv.read_to_end(doq::MAX_STREAM)).await;
+    let read = within(idle, recv.read_to_end(doq::MAX_STREAM)).await;
     let bytes = match read {
         Some(Ok(bytes)) => bytes,
         Some(Err(quinn::ReadToEndError::TooLong)) => {

@@ -652,7 +652,7 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
         endpoint.close(quinn::VarInt::from_u32(0), b"shutting down");
     }
     for endpoint in &endpoints {
-        let _ = upstream::until(Instant::now() + QUIC_CLOSE_WAIT, endpoint.wait_idle()).await;
+        let _ = upstream::within(QUIC_CLOSE_WAIT, endpoint.wait_idle()).await;
     }
     worker.maintain(Instant::now());
     drop(maintenance);

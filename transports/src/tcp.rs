@@ -30,7 +30,7 @@ use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
 use crate::metrics::{CoreMetrics, Transport};
 use crate::runtime::TlsConfig;
-use crate::upstream::until;
+use crate::upstream::{until, within};
 use crate::worker::{Active, Worker};
 
 /// Accepts connections until the task is dropped.
@@ -236,7 +236,7 @@ impl FrameReader {
             // A frame is incomplete: wait for more, at most the idle timeout. A client that sent
             // part of a frame and stalls is closed the same way.
             let idle = worker.settings().tcp_idle_timeout;
-            match until(Instant::now() + idle, reader.read(self.frames.spare())).await {
+            match within(idle, reader.read(self.frames.spare())).await {
                 Some(Ok(0)) | Some(Err(_)) => return None,
                 Some(Ok(n)) => self.frames.filled(n),
                 None => {

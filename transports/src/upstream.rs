@@ -36,6 +36,24 @@ pub(crate) async fn until<T>(deadline: Instant, future: impl Future<Output = T>)
     .await
 }
 
+/// Runs `future` for at most `timeout`; `None` when it ran out first. Like [`until`], but the
+/// clock is read only when the future has to wait: for the per-request deadlines of the
+/// stream transports, which are mostly met at the first poll.
+pub(crate) async fn within<T>(
+    timeout: std::time::Duration,
+    future: impl Future<Output = T>,
+) -> Option<T> {
+    let mut future = std::pin::pin!(future);
+    if let Some(done) = futures_lite::future::poll_once(future.as_mut()).await {
+        return Some(done);
+    }
+    futures_lite::future::or(async { Some(future.await) }, async {
+        glommio::timer::sleep(timeout).await;
+        None
+    })
+    .await
+}
+
 /// Passes over the upstream set before giving up (a lost datagram is retried, as stubs and
 /// Unbound do), always bounded by `upstream.resolveTimeout`.
 const PASSES: usize = 3;
