@@ -55,9 +55,8 @@ struct UdpFlow {
     next: u64,
     scheduled: u64,
     sending: bool,
-    /// Whether the socket may hold replies: `ppoll` said so, the last receive filled a whole
-    /// batch, or the loop is spinning. A flow that is not readable skips its `recvmmsg`, which
-    /// would only say EAGAIN (with 4 sockets at 10k q/s: ~14 such calls per query before).
+    /// Whether the socket may hold replies (`ppoll` said so, or the loop is spinning and did
+    /// not ask): a flow that is not readable skips its `recvmmsg`, which would only say EAGAIN.
     readable: bool,
     tally: Tally,
 }

@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
@@ -24,14 +24,8 @@ use crate::worker::Worker;
 /// ready at once arms no timer: on the hot paths (the next request already read, a body
 /// already buffered) that is most of them.
 pub(crate) async fn until<T>(deadline: Instant, future: impl Future<Output = T>) -> Option<T> {
-    let mut future = std::pin::pin!(future);
-    if let Some(done) = futures_lite::future::poll_once(future.as_mut()).await {
-        return Some(done);
-    }
-    let left = deadline.saturating_duration_since(Instant::now());
-    futures_lite::future::or(async { Some(future.await) }, async {
-        glommio::timer::sleep(left).await;
-        None
+    bounded(future, || {
+        deadline.saturating_duration_since(Instant::now())
     })
     .await
 }
@@ -39,16 +33,19 @@ pub(crate) async fn until<T>(deadline: Instant, future: impl Future<Output = T>)
 /// Runs `future` for at most `timeout`; `None` when it ran out first. Like [`until`], but the
 /// clock is read only when the future has to wait: for the per-request deadlines of the
 /// stream transports, which are mostly met at the first poll.
-pub(crate) async fn within<T>(
-    timeout: std::time::Duration,
-    future: impl Future<Output = T>,
-) -> Option<T> {
+pub(crate) async fn within<T>(timeout: Duration, future: impl Future<Output = T>) -> Option<T> {
+    bounded(future, || timeout).await
+}
+
+/// Polls `future` once; only if it must wait, races it against a timer of `left()`.
+async fn bounded<T>(future: impl Future<Output = T>, left: impl FnOnce() -> Duration) -> Option<T> {
     let mut future = std::pin::pin!(future);
     if let Some(done) = futures_lite::future::poll_once(future.as_mut()).await {
         return Some(done);
     }
+    let left = left();
     futures_lite::future::or(async { Some(future.await) }, async {
-        glommio::timer::sleep(timeout).await;
+        glommio::timer::sleep(left).await;
         None
     })
     .await

@@ -1767,7 +1767,14 @@ impl Reactor {
             None,
             None,
         ));
-        ring.sleep(link).or_else(Self::busy_ok).map(|_| {})
+        let slept = ring.sleep(link);
+        if slept.is_err() {
+            // The POLL_ADD never reached the kernel (its SQE became a NOP without our
+            // user_data, so it never completes): arm a new one next time, or we would sleep
+            // with the rings unlinked.
+            *link_rings = None;
+        }
+        slept.or_else(Self::busy_ok).map(|_| {})
     }
 
     pub(crate) fn poll_io(&self, woke: &mut usize) -> io::Result<()> {
