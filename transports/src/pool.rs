@@ -18,6 +18,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +68,9 @@ impl PooledSocket {
             glommio::spawn_local(async move {
                 let mut buf = vec![0u8; REPLY_BUFFER];
                 loop {
-                    let Ok(n) = socket.recv(&mut buf).await else {
+                    // Through the ring with the next poll: no `getpeername` and no failed
+                    // non-blocking attempt per reply (two system calls on every cache miss).
+                    let Ok(n) = socket.recv_queued(&mut buf, false).await else {
                         // An ICMP error (port unreachable) on a connected socket concerns the
                         // upstream as a whole: every waiter fails over now, not at its timeout.
                         for tx in waiters.borrow().values() {
@@ -123,9 +126,12 @@ impl Exchange {
 
     /// Sends the query.
     pub(crate) async fn send(&self, query: &[u8]) -> io::Result<()> {
-        self.socket
-            .socket
-            .send(query)
+        let socket = &self.socket.socket;
+        if crate::sys::try_send(socket.as_raw_fd(), query, None)?.is_some() {
+            return Ok(());
+        }
+        // Socket buffer full: wait for room (boxed: rare, and its future is large).
+        Box::pin(socket.send(query))
             .await
             .map(|_| ())
             .map_err(io::Error::from)
@@ -170,8 +176,10 @@ impl UdpPool {
             // A rotated-out socket lives on (and keeps reading) until its last exchange ends.
             Some(s) if s.sent.get() < ROTATE_AFTER => s,
             _ => {
-                let fresh =
-                    Rc::new(PooledSocket::open(self.addr, self.metrics.clone(), self.index).await?);
+                // Boxed: opening is rare (once per ROTATE_AFTER queries) and its state would
+                // otherwise widen every query's future.
+                let open = PooledSocket::open(self.addr, self.metrics.clone(), self.index);
+                let fresh = Rc::new(Box::pin(open).await?);
                 self.sockets.borrow_mut()[slot] = Some(fresh.clone());
                 fresh
             }

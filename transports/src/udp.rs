@@ -29,10 +29,10 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
     let mut drained = false;
     loop {
         if drained {
-            // Sleep until a datagram arrives (cancel-safe: nothing is consumed). glommio first
-            // tries a plain non-blocking peek, so a datagram that came in meanwhile costs no
-            // sleep, and a short batch needs no `recvmmsg` that only says EAGAIN.
-            if let Err(e) = socket.peek_from(&mut peek).await {
+            // Sleep until a datagram arrives (cancel-safe: nothing is consumed): a one-byte
+            // peek through the ring, submitted with the executor's next poll, so waiting costs
+            // no system call of its own; a short batch needs no `recvmmsg` that only says EAGAIN.
+            if let Err(e) = socket.recv_queued(&mut peek, true).await {
                 tracing::debug!(error = %e, "udp wait failed");
             }
         }
@@ -148,7 +148,16 @@ async fn resolve_and_reply(
     worker
         .metrics
         .response(wire::header_rcode(&out).unwrap_or(0));
-    if let Err(e) = socket.send_to(&out, peer).await {
+    let sent = match sys::try_send(socket.as_raw_fd(), &out, Some(peer)) {
+        Ok(Some(_)) => Ok(()),
+        // Socket buffer full: wait for room. Boxed, as it is rare and its future is large.
+        Ok(None) => Box::pin(socket.send_to(&out, peer))
+            .await
+            .map(|_| ())
+            .map_err(std::io::Error::from),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = sent {
         tracing::debug!(%peer, error = %e, "udp send failed");
     }
 }

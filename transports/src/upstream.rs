@@ -8,7 +8,9 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -23,32 +25,71 @@ use crate::worker::Worker;
 /// Runs `future` until `deadline`; `None` when the deadline passed first. A future that is
 /// ready at once arms no timer: on the hot paths (the next request already read, a body
 /// already buffered) that is most of them.
-pub(crate) async fn until<T>(deadline: Instant, future: impl Future<Output = T>) -> Option<T> {
-    bounded(future, || {
+pub(crate) fn until<F: Future>(
+    deadline: Instant,
+    future: F,
+) -> Bounded<F, impl FnOnce() -> Duration> {
+    Bounded::new(future, move || {
         deadline.saturating_duration_since(Instant::now())
     })
-    .await
 }
 
 /// Runs `future` for at most `timeout`; `None` when it ran out first. Like [`until`], but the
 /// clock is read only when the future has to wait: for the per-request deadlines of the
 /// stream transports, which are mostly met at the first poll.
-pub(crate) async fn within<T>(timeout: Duration, future: impl Future<Output = T>) -> Option<T> {
-    bounded(future, || timeout).await
+pub(crate) fn within<F: Future>(
+    timeout: Duration,
+    future: F,
+) -> Bounded<F, impl FnOnce() -> Duration> {
+    Bounded::new(future, move || timeout)
 }
 
-/// Polls `future` once; only if it must wait, races it against a timer of `left()`.
-async fn bounded<T>(future: impl Future<Output = T>, left: impl FnOnce() -> Duration) -> Option<T> {
-    let mut future = std::pin::pin!(future);
-    if let Some(done) = futures_lite::future::poll_once(future.as_mut()).await {
-        return Some(done);
+pin_project_lite::pin_project! {
+    /// [`until`] and [`within`]: polls the future first and arms a timer of `left()` only when
+    /// the future has to wait.
+    ///
+    /// Written out rather than as an `async fn`: an async wrapper keeps its argument and its
+    /// pinned copy side by side in its state, so every level of `until` doubled the size of
+    /// the future inside it (the UDP cache-miss task was 2.9 KB, past the allocator's
+    /// thread cache, and each miss paid for a large allocation).
+    pub(crate) struct Bounded<F, L> {
+        #[pin]
+        future: F,
+        left: Option<L>,
+        timer: Option<glommio::timer::Timer>,
     }
-    let left = left();
-    futures_lite::future::or(async { Some(future.await) }, async {
-        glommio::timer::sleep(left).await;
-        None
-    })
-    .await
+}
+
+impl<F, L> Bounded<F, L> {
+    fn new(future: F, left: L) -> Self {
+        Self {
+            future,
+            left: Some(left),
+            timer: None,
+        }
+    }
+}
+
+impl<F: Future, L: FnOnce() -> Duration> Future for Bounded<F, L> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(done) = this.future.poll(cx) {
+            return Poll::Ready(Some(done));
+        }
+        let timer = match this.timer {
+            Some(timer) => timer,
+            None => {
+                let left = this.left.take().map_or(Duration::ZERO, |left| left());
+                this.timer.insert(glommio::timer::Timer::new(left))
+            }
+        };
+        match Pin::new(timer).poll(cx) {
+            Poll::Ready(_) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 /// Passes over the upstream set before giving up (a lost datagram is retried, as stubs and
@@ -67,7 +108,9 @@ pub(crate) async fn forward(worker: &Rc<Worker>, key: &CacheKey) -> CachedAnswer
     let attempts = order.len() * PASSES;
     // An upstream that answered with a failure is not asked again for this query; one that
     // timed out may have lost a datagram and is.
-    let mut refused = vec![false; upstreams.len()];
+    // Collected rather than `vec![false; n]`, which is a zeroed allocation: glibc's `calloc`
+    // bypasses its per-thread cache, and this runs on every miss.
+    let mut refused: Vec<bool> = upstreams.iter().map(|_| false).collect();
     for index in order.into_iter().cycle().take(attempts) {
         let now = Instant::now();
         if now >= deadline {
@@ -131,13 +174,15 @@ async fn ask(
             let pool = worker.udp_pool(index, spec.addr);
             until(deadline, ask_udp(&pool, key, policy, counters)).await
         }
-        UpstreamProtocol::Tcp => until(deadline, ask_tcp(spec.addr, key, policy)).await,
+        // TCP futures are boxed: a connection costs far more than the allocation, and their
+        // state would otherwise widen every UDP attempt's future.
+        UpstreamProtocol::Tcp => until(deadline, Box::pin(ask_tcp(spec.addr, key, policy))).await,
     };
     match outcome {
         None => Err(UpstreamError::Timeout),
         Some(Err(Attempt::Truncated)) => {
             CoreMetrics::bump(&counters.tcp_retries);
-            match until(deadline, ask_tcp(spec.addr, key, policy)).await {
+            match until(deadline, Box::pin(ask_tcp(spec.addr, key, policy))).await {
                 None => Err(UpstreamError::Timeout),
                 Some(result) => result.map_err(Attempt::into_error),
             }

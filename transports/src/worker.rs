@@ -272,7 +272,9 @@ impl Worker {
             key,
             answer: None,
         };
-        let answer = Arc::new(upstream::forward(self, key).await);
+        // Boxed so the tasks that wait on a miss stay small enough for the allocator's
+        // thread cache (under 1 KiB); the upstream exchange allocates on its own.
+        let answer = Arc::new(Box::pin(upstream::forward(self, key)).await);
         self.cache
             .borrow_mut()
             .insert(key, answer.clone(), Instant::now());

@@ -4,7 +4,7 @@
 // This product includes software developed at Datadog (https://www.datadoghq.com/). Copyright 2020 Datadog, Inc.
 //
 use super::datagram::GlommioDatagram;
-use nix::sys::socket::{SockaddrLike, SockaddrStorage};
+use nix::sys::socket::{MsgFlags, SockaddrLike, SockaddrStorage};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::{
     io,
@@ -511,6 +511,24 @@ impl UdpSocket {
         let (sz, addr) = self.socket.peek_from(buf).await?;
         let addr = sockaddr_storage_to_std(addr).expect("invalid socket addr for this family!");
         Ok((sz, addr))
+    }
+
+    /// kudurru patch: waits on the ring for the next datagram and receives it, or with `peek`
+    /// leaves it queued. Unlike [`recv`] and [`peek_from`] it makes no system call of its own:
+    /// no `getpeername`, no non-blocking attempt first, and the submission goes out with the
+    /// reactor's next poll (usually the `io_uring_enter` that puts the executor to sleep)
+    /// instead of entering the kernel at once. For a caller that has just found the socket
+    /// empty. On an unconnected socket it receives from any sender; the source is not reported.
+    ///
+    /// [`recv`]: UdpSocket::recv
+    /// [`peek_from`]: UdpSocket::peek_from
+    pub async fn recv_queued(&self, buf: &mut [u8], peek: bool) -> Result<usize> {
+        let flags = if peek {
+            MsgFlags::MSG_PEEK
+        } else {
+            MsgFlags::empty()
+        };
+        self.socket.recv_queued(buf, flags).await.map_err(Into::into)
     }
 
     /// Returns the socket address of the remote peer this socket was connected
