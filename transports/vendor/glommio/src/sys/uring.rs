@@ -389,7 +389,8 @@ fn fill_sqe<F>(
             }
 
             UringOpDescriptor::SockRecv(len, flags) => {
-                let mut buf = DmaBuffer::new(len).expect("failed to allocate buffer");
+                // kudurru patch: socket buffers need no page alignment.
+                let mut buf = DmaBuffer::for_socket(len).expect("failed to allocate buffer");
                 sqe.prep_recv(op.fd, buf.as_bytes_mut(), MsgFlags::from_bits_retain(flags));
 
                 source_map.peek_source_mut(from_user_data(op.user_data), |mut src| {
@@ -403,7 +404,8 @@ fn fill_sqe<F>(
             }
 
             UringOpDescriptor::SockRecvMsg(len, flags) => {
-                let mut buf = DmaBuffer::new(len).expect("failed to allocate buffer");
+                // kudurru patch: socket buffers need no page alignment.
+                let mut buf = DmaBuffer::for_socket(len).expect("failed to allocate buffer");
                 source_map.peek_source_mut(from_user_data(op.user_data), |mut src| {
                     match &mut src.source_type {
                         SourceType::SockRecvMsg(slot, iov, hdr, msg_name) => {
