@@ -151,7 +151,9 @@ impl AsyncUdpSocket for Socket {
                 let socket = self.glommio.clone();
                 Box::pin(async move {
                     let mut byte = [0u8; 1];
-                    let _ = socket.peek_from(&mut byte).await;
+                    // The socket was just found empty: wait through the ring, no system
+                    // call of its own (a failed non-blocking peek and an immediate submit).
+                    let _ = socket.recv_queued(&mut byte, true).await;
                 })
             });
             match wait.as_mut().poll(cx) {

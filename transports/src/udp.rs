@@ -1,9 +1,9 @@
 //! The UDP listener of one core: one SO_REUSEPORT socket, answers sent from the same socket.
 //!
 //! The loop moves datagrams in batches (`recvmmsg` / `sendmmsg`, [`sys::BATCH`] at a time) and
-//! sleeps on glommio (a one-byte `peek_from`, which leaves the datagram queued) only when the
-//! socket is empty. Hits and local answers are written straight into the send batch; misses are
-//! handed to a task so the loop never waits on an upstream.
+//! sleeps on glommio (a one-byte peek through the ring, `recv_queued`, which leaves the
+//! datagram queued) only when the socket is empty. Hits and local answers are written straight
+//! into the send batch; misses are handed to a task so the loop never waits on an upstream.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
