@@ -18,6 +18,15 @@ Workloads:
   tcp-hit   the same over TCP (dnsperf -m tcp, persistent connections)
   udp-miss  unique random names, each asked once (every query goes upstream)
   latency   udp-hit at a moderate rate with per-query latency (dnsperf -v) for percentiles
+  tcp-max   tcp-hit with no rate limit (closed loop, 512 queries outstanding): each server's
+            capacity on its one core, where CPU per answer is 1/QPS
+  miss-max  udp-miss with no rate limit, likewise
+
+At a fixed offered rate below a server's capacity, its CPU per answer includes the cost of
+waking for nearly every query; a saturated server batches (several queries per read, several
+answers per write) and its CPU per answer drops. The fixed-rate rows compare the servers at the
+same load; the -max rows compare their capacity. Both are reported because on TCP and on misses
+the peers saturate at or near the fixed rates.
 
 Also measured: kudurru's RSS and bytes per cached entry with 1M cached names, and, with
 --cores 2, hit rate and upstream queries per distinct name for a Zipf-distributed mixed workload.
@@ -223,7 +232,7 @@ def main():
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-mixed", action="store_true")
     ap.add_argument("--servers", default="ceiling,kudurru,unbound,dnsdist", help="comma-separated subset")
-    ap.add_argument("--workloads", default="udp-hit,latency,tcp-hit,udp-miss", help="comma-separated subset")
+    ap.add_argument("--workloads", default="udp-hit,latency,tcp-hit,udp-miss,tcp-max,miss-max", help="comma-separated subset")
     args = ap.parse_args()
     if args.quick:
         args.duration = 4
@@ -242,6 +251,9 @@ def main():
     misses = os.path.join(workdir, "misses.txt")
     miss_count = args.miss_rate * args.duration * 2
     write_names(misses, [f"m{rng.getrandbits(48):x}.miss.example." for _ in range(miss_count)])
+    # Enough fresh names for a saturated miss run (no server here answers 150k misses/s on a core).
+    misses_max = os.path.join(workdir, "misses-max.txt")
+    write_names(misses_max, [f"x{rng.getrandbits(48):x}.max.example." for _ in range(150_000 * args.duration)])
     unbound_conf, dnsdist_conf = configs(workdir)
     report = {"machine": machine(), "offered": vars(args), "results": {}}
 
@@ -274,6 +286,10 @@ def main():
                     res["tcp-hit"] = measure(server, hits, args.duration, args.tcp_rate, mode="tcp")
                 if name != "ceiling" and "udp-miss" in workloads:
                     res["udp-miss"] = measure(server, misses, args.duration, args.miss_rate, runs=1)
+                if name != "ceiling" and "tcp-max" in workloads:
+                    res["tcp-max"] = measure(server, hits, args.duration, None, mode="tcp")
+                if name != "ceiling" and "miss-max" in workloads:
+                    res["miss-max"] = measure(server, misses_max, args.duration, None, runs=1)
                 report["results"][name] = res
                 log(json.dumps(res))
         if not args.skip_memory:
@@ -379,7 +395,9 @@ def markdown(report):
     lines = [f"Machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, kernel {report['machine']['kernel']}, "
              f"{report['machine']['date']}.", ""]
     for workload, title in (("udp-hit", "UDP cache hits"), ("tcp-hit", "TCP cache hits (persistent connections)"),
-                            ("udp-miss", "UDP cache misses (every query goes upstream)")):
+                            ("udp-miss", "UDP cache misses (every query goes upstream)"),
+                            ("tcp-max", "TCP cache hits at full load (no rate limit: capacity of one core)"),
+                            ("miss-max", "UDP cache misses at full load (no rate limit: capacity of one core)")):
         lines += [f"### {title}", "", "| server | offered QPS | answered QPS | lost | avg latency ms | server CPU µs/answer | vs ceiling | vs kudurru |",
                   "|---|---|---|---|---|---|---|---|"]
         base = res.get("kudurru", {}).get(workload, {}).get("cpu_us_per_answer")
@@ -388,7 +406,8 @@ def markdown(report):
             if not r:
                 continue
             cpu = r["cpu_us_per_answer"]
-            offered = report["offered"]["hit_rate" if workload == "udp-hit" else "tcp_rate" if workload == "tcp-hit" else "miss_rate"]
+            offered = {"udp-hit": report["offered"]["hit_rate"], "tcp-hit": report["offered"]["tcp_rate"],
+                       "udp-miss": report["offered"]["miss_rate"]}.get(workload, "max")
             vs_ceiling = f"{cpu / ceiling:.2f}x" if cpu and ceiling and workload == "udp-hit" else "–"
             vs_kudurru = f"{cpu / base:.2f}x" if cpu and base else "–"
             lines.append(f"| {name} | {offered} | {r['qps']:.0f} | {r['lost']} | {r['avg_latency_ms']:.3f} | "
