@@ -454,12 +454,22 @@ fn transmute_error(res: io::Result<u32>) -> io::Result<usize> {
         })
 }
 
+/// kudurru patch: whether a source's latency is collected (its timestamps read).
+fn wants_latency(src: &InnerSource) -> bool {
+    src.stats_collection.is_some_and(|s| s.latency.is_some())
+}
+
 fn record_stats<Ring: UringCommon>(
     ring: &mut Ring,
     src: &mut InnerSource,
     res: &io::Result<usize>,
 ) {
-    src.wakers.fulfilled_at = Some(Instant::now());
+    // kudurru patch: the three timestamps of a source feed only its latency
+    // collection function (file reads with `record_io_latencies`); every other
+    // source (all sockets) skipped three clock reads per operation.
+    if wants_latency(src) {
+        src.wakers.fulfilled_at = Some(Instant::now());
+    }
     if let Some(fulfilled) = src.stats_collection.and_then(|x| x.fulfilled) {
         fulfilled(res, ring.io_stats_mut(), 1);
         if let Some(handle) = src.task_queue {
@@ -505,7 +515,7 @@ fn extract_one_chain(
     source_map: &mut SourceMap,
     queue: &mut VecDeque<UringDescriptor>,
     chain: Range<usize>,
-    now: Instant,
+    now: &mut Option<Instant>,
 ) -> SmallVec<[UringDescriptor; 1]> {
     queue
         .drain(chain)
@@ -513,7 +523,9 @@ fn extract_one_chain(
             if op.user_data > 0 {
                 let id = from_user_data(op.user_data);
                 let status = source_map.peek_source_mut(from_user_data(op.user_data), |mut x| {
-                    x.wakers.submitted_at = Some(now);
+                    if wants_latency(&x) {
+                        x.wakers.submitted_at = Some(*now.get_or_insert_with(Instant::now));
+                    }
                     let current = x.enqueued.as_mut().expect("bug");
                     match current.status {
                         EnqueuedStatus::Enqueued => {
@@ -858,11 +870,12 @@ impl UringCommon for PollRing {
 
     fn submit_one_event(&mut self, queue: &mut VecDeque<UringDescriptor>) -> Option<bool> {
         let source_map = &mut *self.source_map.borrow_mut();
-        let now = Instant::now();
+        // kudurru patch: read the clock only for a source that records latency.
+        let mut now = None;
 
         while let Some(chain) = peek_one_chain(queue, self.size) {
             return if let Some(sqes) = self.ring.sq().prepare_sqes(chain.len() as u32) {
-                let ops = extract_one_chain(source_map, queue, chain, now);
+                let ops = extract_one_chain(source_map, queue, chain, &mut now);
                 if ops.is_empty() {
                     // all the sources in the ring were cancelled
                     continue;
@@ -1204,11 +1217,12 @@ impl UringCommon for SleepableRing {
 
     fn submit_one_event(&mut self, queue: &mut VecDeque<UringDescriptor>) -> Option<bool> {
         let source_map = &mut *self.source_map.borrow_mut();
-        let now = Instant::now();
+        // kudurru patch: read the clock only for a source that records latency.
+        let mut now = None;
 
         while let Some(chain) = peek_one_chain(queue, self.size) {
             return if let Some(sqes) = self.ring.sq().prepare_sqes(chain.len() as u32) {
-                let ops = extract_one_chain(source_map, queue, chain, now);
+                let ops = extract_one_chain(source_map, queue, chain, &mut now);
                 if ops.is_empty() {
                     // all the sources in the ring were cancelled
                     continue;
@@ -2057,7 +2071,13 @@ fn queue_request_into_ring(
     descriptor: UringOpDescriptor,
     source_map: &mut SourceMap,
 ) {
-    source.inner.borrow_mut().wakers.queued_at = Some(Instant::now());
+    {
+        // kudurru patch: see `wants_latency`.
+        let mut inner = source.inner.borrow_mut();
+        if wants_latency(&inner) {
+            inner.wakers.queued_at = Some(Instant::now());
+        }
+    }
     let q = ring.submission_queue();
     let id = source_map.add_source(source, Rc::clone(&q));
 
