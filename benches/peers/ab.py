@@ -1,101 +1,130 @@
 #!/usr/bin/env python3
-"""Two kudurru builds (and the echo ceiling) side by side: server CPU per answered query.
+"""Servers side by side in alternating rounds: server CPU per answered query.
 
     python3 benches/peers/ab.py --binaries OLD/kudurru,NEW/kudurru --rate 40000
+    python3 benches/peers/ab.py --binaries target/release/kudurru,dnsdist,unbound --workload tcp-hit --rate 40000
+    python3 benches/peers/ab.py --binaries target/release/kudurru,unbound --workload miss --rate 15000
 
 For a change to the data plane or to the vendored glommio: build the binary before and after
-(copy each `target/release/kudurru` aside), then run this. Each round starts every server in
-turn (`kudurru serve --cores 1` pinned to CPU 0, or `ceiling`: `kudurru-echo --mode echo`),
-warms the cache, and drives UDP cache hits with dnsperf at the same offered rate from CPU 1;
-the server's utime+stime over the run, divided by the answers, is its CPU per answer. Rounds
-alternate the servers so drift on a shared machine lands on all of them. Prints each round and
-the medians, with each median's ratio to the first server's.
+(copy each `target/release/kudurru` aside), then run this. A server is a kudurru binary
+(`serve --cores 1`), `ceiling` (`kudurru-echo --mode echo`, UDP only), `unbound` or `dnsdist`
+(configured as in compare.py: caching forwarders to the same upstream). Each round starts every
+server in turn pinned to CPU 0, warms its cache and drives the workload with dnsperf at the same
+offered rate from CPU 1, next to the `kudurru-echo --mode answer` upstream:
 
-Needs: dnsperf, taskset, a release build of kudurru-echo (the ceiling and the upstream).
-Traffic stays on 127.0.0.1.
+  hit      UDP cache hits on 1000 names (the default; the ceiling is added first)
+  tcp-hit  the same over TCP (dnsperf -m tcp, 8 persistent connections); also reports the TCP
+           segments the host sent per answer (nstat TcpOutSegs, both directions on loopback)
+  miss     a fresh file of unique names every round, each asked once (every query goes upstream)
+
+The server's utime+stime over the run, divided by the answers, is its CPU per answer. Rounds
+alternate the order of the servers so drift on a shared machine lands on all of them. Prints each
+round and the medians, with each median's ratio to the first server's.
+
+Needs: dnsperf, taskset, nstat (iproute2) for tcp-hit, unbound/dnsdist when named, a release
+build of kudurru-echo. Traffic stays on 127.0.0.1.
 """
 
 import argparse
 import os
+import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
-import time
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import CLIENT_CPU, SERVER_CPU, TARGET, cpu_seconds, write_names  # noqa: E402
-
-PORT, UPSTREAM_PORT, OPS_PORT = 47451, 47450, 47452
-
-
-def server_argv(binary):
-    if binary == "ceiling":
-        return [os.path.join(TARGET, "kudurru-echo"), "--mode", "echo", "--listen", f"127.0.0.1:{PORT}"]
-    return [binary, "serve", "--cores", "1", "--cpus", SERVER_CPU, "--listen", f"127.0.0.1:{PORT}",
-            "--upstream", f"udp://127.0.0.1:{UPSTREAM_PORT}", "--ops-address", f"127.0.0.1:{OPS_PORT}"]
+from compare import (CLIENT_CPU, OPS_PORT, PORTS, TARGET, UPSTREAM_PORT, Server, configs,  # noqa: E402
+                     dnsperf, measure, write_names)
 
 
-def dnsperf(names, seconds, rate, cpu=None):
-    argv = ["dnsperf", "-s", "127.0.0.1", "-p", str(PORT), "-d", names, "-l", str(seconds), "-c", "8",
-            "-Q", str(rate)]
-    if cpu is not None:
-        argv = ["taskset", "-c", cpu] + argv
-    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+def server_argv(server, unbound_conf, dnsdist_conf):
+    """The command line and port of a server named on --binaries."""
+    if server == "ceiling":
+        port = PORTS["ceiling"]
+        return [os.path.join(TARGET, "kudurru-echo"), "--mode", "echo", "--listen", f"127.0.0.1:{port}"], port
+    if server == "unbound":
+        return ["unbound", "-d", "-c", unbound_conf], PORTS["unbound"]
+    if server == "dnsdist":
+        return ["dnsdist", "--supervised", "--disable-syslog", "-C", dnsdist_conf], PORTS["dnsdist"]
+    port = PORTS["kudurru"]
+    return [server, "serve", "--cores", "1", "--cpus", "0", "--listen", f"127.0.0.1:{port}", "--upstream",
+            f"udp://127.0.0.1:{UPSTREAM_PORT}", "--ops-address", f"127.0.0.1:{OPS_PORT}",
+            "--log-level", "warn"], port
 
 
-def one_run(binary, names, seconds, rate):
-    proc = subprocess.Popen(["taskset", "-c", SERVER_CPU] + server_argv(binary),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1.0)
-        dnsperf(names, 2, 20000)  # warm: every name once
-        before = cpu_seconds(proc.pid)
-        out = dnsperf(names, seconds, rate, cpu=CLIENT_CPU)
-        cpu = cpu_seconds(proc.pid) - before
-    finally:
-        proc.terminate()
-        proc.wait()
-    answered = int(re.search(r"Queries completed:\s+(\d+)", out).group(1))
-    lost = int(re.search(r"Queries lost:\s+(\d+)", out).group(1))
-    return {"us_per_answer": cpu / max(answered, 1) * 1e6, "qps": answered / seconds, "lost": lost}
+def tcp_segments_sent():
+    out = subprocess.run(["nstat", "-az", "TcpOutSegs"], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"TcpOutSegs\s+(\d+)", out).group(1))
+
+
+def one_run(server, args, workdir, hits, rng, confs):
+    argv, port = server_argv(server, *confs)
+    tcp = args.workload == "tcp-hit"
+    with Server(os.path.basename(server), argv, port, workdir) as srv:
+        if args.workload == "miss":
+            data = os.path.join(workdir, "misses.txt")
+            count = args.rate * (args.duration + 1)
+            write_names(data, [f"m{rng.getrandbits(48):x}.miss.example." for _ in range(count)])
+            res = measure(srv, data, args.duration, args.rate, runs=1)
+        else:
+            dnsperf(port, hits, 5, 20000, runs=1)  # warm: every name once
+            if tcp:
+                dnsperf(port, hits, 5, 20000, mode="tcp", runs=1)  # and the TCP connections' path
+            segments = tcp_segments_sent() if tcp else 0
+            res = measure(srv, hits, args.duration, args.rate, mode="tcp" if tcp else "udp")
+            if tcp:
+                res["segments_per_answer"] = (tcp_segments_sent() - segments) / max(res["completed"], 1)
+    return res
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binaries", required=True, help="comma-separated kudurru binaries; 'ceiling' for the echo ceiling")
+    ap.add_argument("--binaries", required=True,
+                    help="comma-separated servers: kudurru binaries, 'ceiling', 'unbound', 'dnsdist'")
+    ap.add_argument("--workload", choices=["hit", "tcp-hit", "miss"], default="hit")
     ap.add_argument("--rate", type=int, default=40000, help="offered QPS (dnsperf -Q)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=6, help="seconds per measured run")
     args = ap.parse_args()
-    binaries = ["ceiling"] + [b for b in args.binaries.split(",") if b != "ceiling"]
-    workdir = os.path.join(os.path.dirname(TARGET), "bench-ab")
-    os.makedirs(workdir, exist_ok=True)
-    names = os.path.join(workdir, "hits.txt")
-    write_names(names, [f"n{i}.example.com" for i in range(1000)])
+    servers = [b for b in args.binaries.split(",") if b]
+    if args.workload == "hit" and "ceiling" not in servers:
+        servers.insert(0, "ceiling")
+    if args.workload != "hit" and "ceiling" in servers:
+        sys.exit("ab.py: the echo ceiling answers UDP only; leave it out of tcp-hit and miss runs")
+    workdir = tempfile.mkdtemp(prefix="kudurru-ab-")
+    hits = os.path.join(workdir, "hits.txt")
+    write_names(hits, [f"h{i}.bench.example." for i in range(1000)])
+    confs = configs(workdir)
+    rng = random.Random()
     upstream = subprocess.Popen(["taskset", "-c", CLIENT_CPU, os.path.join(TARGET, "kudurru-echo"), "--mode",
-                                 "answer", "--listen", f"127.0.0.1:{UPSTREAM_PORT}"],
+                                 "answer", "--tcp", "--listen", f"127.0.0.1:{UPSTREAM_PORT}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    results = {b: [] for b in binaries}
+    results = {s: [] for s in servers}
     try:
         for r in range(args.rounds):
-            for b in binaries:
-                res = one_run(b, names, args.duration, args.rate)
-                results[b].append(res)
-                print(f"round {r + 1} {b}: {res['us_per_answer']:.2f} us/answer, {res['qps']:.0f} q/s, "
-                      f"lost {res['lost']}", flush=True)
-                time.sleep(0.5)
+            for s in (servers if r % 2 == 0 else servers[::-1]):
+                res = one_run(s, args, workdir, hits, rng, confs)
+                results[s].append(res)
+                extra = f", {res['segments_per_answer']:.2f} segments/answer" if "segments_per_answer" in res else ""
+                print(f"round {r + 1} {s}: {res['cpu_us_per_answer'] or 0:.2f} us/answer, {res['qps']:.0f} q/s, "
+                      f"lost {res['lost']}{extra}", flush=True)
     finally:
         upstream.terminate()
         upstream.wait()
-    base = statistics.median(x["us_per_answer"] for x in results[binaries[0]])
-    print(f"\nUDP cache hits at {args.rate} q/s, {args.rounds} alternating rounds of {args.duration} s, medians:\n")
-    print("| server | CPU µs/answer (median) | rounds | vs ceiling |")
-    print("|---|---|---|---|")
-    for b in binaries:
-        xs = [x["us_per_answer"] for x in results[b]]
+    shutil.rmtree(workdir, ignore_errors=True)
+    base = statistics.median(x["cpu_us_per_answer"] or 0 for x in results[servers[0]])
+    print(f"\n{args.workload} at {args.rate} q/s, {args.rounds} alternating rounds of {args.duration} s, medians:\n")
+    print(f"| server | CPU µs/answer (median) | rounds | answered q/s (median) | vs {servers[0]} |")
+    print("|---|---|---|---|---|")
+    for s in servers:
+        xs = [x["cpu_us_per_answer"] or 0 for x in results[s]]
         med = statistics.median(xs)
-        print(f"| {b} | {med:.2f} | {' '.join(f'{x:.2f}' for x in xs)} | {med / base:.2f}x |")
+        qps = statistics.median(x["qps"] for x in results[s])
+        print(f"| {s} | {med:.2f} | {' '.join(f'{x:.2f}' for x in xs)} | {qps:.0f} | "
+              f"{med / base if base else 0:.2f}x |")
 
 
 if __name__ == "__main__":
