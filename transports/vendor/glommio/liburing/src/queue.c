@@ -35,9 +35,20 @@ static inline bool sq_ring_needs_enter(struct io_uring *ring, unsigned *flags)
 	return false;
 }
 
+/*
+ * kudurru patch: a ring set up with IORING_SETUP_TASKRUN_FLAG has this bit
+ * set while completions wait as task work (IORING_SETUP_COOP_TASKRUN posts
+ * them only when the task enters the kernel); a peek then enters the kernel
+ * to post them, as later liburing releases do.
+ */
+#ifndef IORING_SQ_TASKRUN
+#define IORING_SQ_TASKRUN	(1U << 2)
+#endif
+
 static inline bool cq_ring_needs_flush(struct io_uring *ring)
 {
-	return IO_URING_READ_ONCE(*ring->sq.kflags) & IORING_SQ_CQ_OVERFLOW;
+	return IO_URING_READ_ONCE(*ring->sq.kflags) &
+	       (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN);
 }
 
 static int __io_uring_peek_cqe(struct io_uring *ring,

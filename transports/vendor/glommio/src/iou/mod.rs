@@ -92,6 +92,12 @@ bitflags::bitflags! {
         const CQSIZE    = 1 << 3;
         const CLAMP     = 1 << 4;
         const ATTACH_WQ = 1 << 5;
+        /// kudurru patch: completions from other CPUs do not interrupt the task with an
+        /// IPI; they are posted when it next enters the kernel (Linux 5.19).
+        const COOP_TASKRUN = 1 << 8;
+        /// kudurru patch: with `COOP_TASKRUN`, the kernel sets `IORING_SQ_TASKRUN` while
+        /// completions wait to be posted, so a peek knows to enter the kernel (Linux 5.19).
+        const TASKRUN_FLAG = 1 << 9;
     }
 }
 

@@ -919,8 +919,29 @@ impl SleepableRing {
         source_map: Rc<RefCell<SourceMap>>,
     ) -> io::Result<Self> {
         assert!(*IO_URING_RECENT_ENOUGH);
+        // kudurru patch: the main ring carries the sockets' operations. By default a
+        // completion raised on another CPU (a datagram delivered by the sender's
+        // softirq) interrupts this thread with an IPI to post it, even while it runs
+        // tasks. With cooperative task work it is posted when the thread next enters
+        // the kernel (a send, a submission, a tick) or wakes it if it sleeps; the
+        // peek enters the kernel when `IORING_SQ_TASKRUN` says completions wait
+        // (`cq_ring_needs_flush` in liburing/src/queue.c). The latency ring keeps the
+        // default: its completions must show in `need_preempt` at once.
+        // Kernels before 5.19 reject the flags; the ring is then set up without them.
+        let ring = if name == "main" {
+            match iou::IoUring::new_with_flags(
+                size as _,
+                iou::SetupFlags::COOP_TASKRUN | iou::SetupFlags::TASKRUN_FLAG,
+                iou::SetupFeatures::empty(),
+            ) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => iou::IoUring::new(size as _)?,
+                ring => ring?,
+            }
+        } else {
+            iou::IoUring::new(size as _)?
+        };
         Ok(SleepableRing {
-            ring: iou::IoUring::new(size as _)?,
+            ring,
             size,
             submission_queue: UringQueueState::with_capacity(size * 4),
             name,

@@ -70,6 +70,9 @@ pub const IORING_SETUP_SQ_AFF: libc::c_uint = 1 << 2; /* sq_thread_cpu is valid 
 pub const IORING_SETUP_CQSIZE: libc::c_uint = 1 << 3; /* app defines CQ size */
 pub const IORING_SETUP_CLAMP: libc::c_uint = 1 << 4; /* clamp SQ/CQ ring sizes */
 pub const IORING_SETUP_ATTACH_WQ: libc::c_uint = 1 << 5; /* attach to existing wq */
+// kudurru patch: Linux 5.19's cooperative task work (see `SleepableRing::new`).
+pub const IORING_SETUP_COOP_TASKRUN: libc::c_uint = 1 << 8; /* no IPI for completions */
+pub const IORING_SETUP_TASKRUN_FLAG: libc::c_uint = 1 << 9; /* IORING_SQ_TASKRUN when pending */
 
 // cqe.flags
 pub const IORING_CQE_BUFFER_SHIFT: libc::c_uint = 1 << 0;
@@ -82,6 +85,7 @@ pub const IORING_OFF_SQES: libc::__u64 = 0x10000000;
 // sq_ring.kflags
 pub const IORING_SQ_NEED_WAKEUP: libc::c_uint = 1 << 0;
 pub const IORING_SQ_CQ_OVERFLOW: libc::c_uint = 1 << 1;
+pub const IORING_SQ_TASKRUN: libc::c_uint = 1 << 2; // kudurru patch
 
 // cq_ring.kflags
 pub const IORING_CQ_EVENTFD_DISABLED: libc::c_uint = 1 << 0;
