@@ -7,13 +7,15 @@
 //!          server.shutdownGrace), waits for its peers to drain, exits
 //! ```
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -33,8 +35,6 @@ pub const IO_MEMORY_PER_CORE: usize = 1 << 20;
 pub const RING_DEPTH: usize = 256;
 /// Messages buffered between each pair of cores.
 const MESH_CAPACITY: usize = 1024;
-/// How often a core checks the shutdown flag.
-const STOP_POLL: Duration = Duration::from_millis(20);
 
 /// A client-facing listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,7 +223,7 @@ pub enum StartError {
 /// The running data plane.
 pub struct Server {
     threads: Vec<JoinHandle<()>>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<StopSignal>,
     ready: Arc<AtomicUsize>,
     metrics: Vec<Arc<CoreMetrics>>,
     bound: Vec<(&'static str, SocketAddr)>,
@@ -247,7 +247,7 @@ impl Server {
 
     /// Asks every core to stop (non-blocking).
     pub fn request_stop(&self) {
-        self.stop.store(true, Ordering::Release);
+        self.stop.raise();
     }
 
     /// Stops and waits for every core to exit.
@@ -374,7 +374,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             tracing::warn!(error = %e, "cannot attach the client steering program; rate limits are per core");
         }
     }
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(StopSignal::default());
     let ready = Arc::new(AtomicUsize::new(0));
     let drained = Arc::new(AtomicUsize::new(0));
     let ownership = Ownership::new(rand::random(), cores);
@@ -488,7 +488,7 @@ struct CoreContext {
     metrics: Arc<CoreMetrics>,
     ownership: Ownership,
     mesh: Option<MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<StopSignal>,
     ready: Arc<AtomicUsize>,
     drained: Arc<AtomicUsize>,
     lameduck: Arc<AtomicBool>,
@@ -498,9 +498,55 @@ struct CoreContext {
     tls: Option<TlsConfig>,
 }
 
-async fn wait_for(flag: &AtomicBool) {
-    while !flag.load(Ordering::Acquire) {
-        glommio::timer::sleep(STOP_POLL).await;
+/// The request to stop, raised once by the control thread and awaited by every core.
+///
+/// A waiting core sleeps until it is raised: the control thread wakes each waiter's task
+/// (glommio delivers a wake from another thread through the core's eventfd), so an idle core
+/// has no timer to service for it.
+#[derive(Default)]
+struct StopSignal {
+    raised: AtomicBool,
+    waiters: Mutex<Vec<Waker>>,
+}
+
+impl StopSignal {
+    fn raise(&self) {
+        self.raised.store(true, Ordering::Release);
+        let waiters = std::mem::take(&mut *self.lock());
+        for waker in waiters {
+            waker.wake();
+        }
+    }
+
+    fn is_raised(&self) -> bool {
+        self.raised.load(Ordering::Acquire)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Waker>> {
+        // A waker list has no invariant a panicking holder could break.
+        self.waiters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Resolves once the signal is raised.
+    fn wait(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.is_raised() {
+                return Poll::Ready(());
+            }
+            {
+                let mut waiters = self.lock();
+                if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                    waiters.push(cx.waker().clone());
+                }
+            }
+            // Raised between the first check and the registration: `raise` may have taken
+            // the list before this waker joined it.
+            if self.is_raised() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
     }
 }
 
@@ -522,7 +568,7 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
         None => (0, None, None),
         Some(mesh) => {
             let joined = futures_lite::future::or(async { Some(mesh.join().await) }, async {
-                wait_for(&stop).await;
+                stop.wait().await;
                 None
             })
             .await;
@@ -622,7 +668,7 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
         })
     };
     ready.fetch_add(1, Ordering::AcqRel);
-    wait_for(&stop).await;
+    stop.wait().await;
 
     // Stop accepting: cancelling the listener tasks closes their sockets.
     for task in listeners {
@@ -730,6 +776,71 @@ mod tests {
         );
         assert_eq!(alt_svc(at("127.0.0.3:443"), "/q", &h3), None);
         assert_eq!(alt_svc(at("127.0.0.1:443"), "/dns-query", &[]), None);
+    }
+
+    /// Runs `waiters` tasks on a glommio executor, each waiting on `stop` or giving up after
+    /// 10 s; returns how many saw the signal.
+    fn core_waiting_on(stop: Arc<StopSignal>, waiters: usize) -> JoinHandle<usize> {
+        std::thread::spawn(move || {
+            let executor = LocalExecutorBuilder::new(Placement::Unbound)
+                .io_memory(IO_MEMORY_PER_CORE)
+                .ring_depth(RING_DEPTH)
+                .make()
+                .expect("a glommio executor");
+            executor.run(async move {
+                let tasks: Vec<_> = (0..waiters)
+                    .map(|_| {
+                        let stop = stop.clone();
+                        glommio::spawn_local(async move {
+                            futures_lite::future::or(
+                                async {
+                                    stop.wait().await;
+                                    true
+                                },
+                                async {
+                                    glommio::timer::sleep(Duration::from_secs(10)).await;
+                                    false
+                                },
+                            )
+                            .await
+                        })
+                    })
+                    .collect();
+                let mut seen = 0;
+                for task in tasks {
+                    seen += usize::from(task.await);
+                }
+                seen
+            })
+        })
+    }
+
+    #[test]
+    fn a_stop_raised_on_another_thread_wakes_every_waiting_task() {
+        let stop = Arc::new(StopSignal::default());
+        let core = core_waiting_on(stop.clone(), 3);
+        // Let the tasks park on the signal first: the wake, not a first poll, must end them.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            stop.lock().len(),
+            3,
+            "each waiting task registers one waker"
+        );
+        stop.raise();
+        assert_eq!(
+            core.join().unwrap(),
+            3,
+            "woken by the raise, not by their 10 s timeout"
+        );
+        assert!(stop.lock().is_empty(), "raise hands every waker back");
+    }
+
+    #[test]
+    fn a_stop_raised_before_anyone_waits_is_seen_at_once() {
+        let stop = Arc::new(StopSignal::default());
+        stop.raise();
+        assert_eq!(core_waiting_on(stop.clone(), 2).join().unwrap(), 2);
+        assert!(stop.lock().is_empty(), "nothing registers after the raise");
     }
 
     #[test]
