@@ -19,6 +19,7 @@ pub mod cache;
 pub mod doh;
 pub mod doq;
 pub mod framing;
+pub mod http2;
 pub mod key;
 pub mod limiter;
 pub mod local;

@@ -6,6 +6,7 @@ mod api;
 mod bench;
 mod doh;
 mod dot;
+mod http2;
 mod lifecycle;
 mod quic;
 mod ratelimit;

@@ -25,45 +25,86 @@ pub(crate) async fn answer(
 ) -> Option<Vec<u8>> {
     let _active = Active::enter(worker);
     let mut out = Vec::with_capacity(512);
-    let query = {
-        let settings = worker.settings();
-        let stage = Stage {
-            local: &settings.local,
-            options,
-            ratelimit: &settings.ratelimit,
-            lameduck: worker.lameduck(),
-        };
-        let now = Instant::now();
-        let decision = ingress(
-            message,
-            &stage,
-            client,
-            &mut worker.limiter.borrow_mut(),
-            now,
-            &mut out,
-        );
-        match decision {
-            Decision::Respond => None,
-            Decision::Drop => {
-                worker.metrics.dropped();
-                return None;
-            }
-            Decision::Resolve(query) => {
-                let hit = worker.serve_local(query.key(), now, |answer| {
-                    answer.write_response(&query, now, None, options, &mut out)
-                });
-                if hit.is_some() { None } else { Some(query) }
+    match answer_now(worker, message, client, options, &mut out) {
+        Now::Answered => Some(out),
+        Now::Dropped => None,
+        Now::Miss => Some(answer_miss(worker, message, options).await),
+    }
+}
+
+/// What [`answer_now`] could do without waiting.
+pub(crate) enum Now {
+    /// The answer is in `out` (and counted).
+    Answered,
+    /// The pipeline dropped the query: send nothing (counted).
+    Dropped,
+    /// A cache miss on this core: [`answer_miss`] finishes it.
+    Miss,
+}
+
+/// The synchronous part of [`answer`]: ingress, then a hit on this core or a locally answered
+/// name, written to `out`. A connection loop calls it inline and spawns a task only for a miss.
+pub(crate) fn answer_now(
+    worker: &Worker,
+    message: &[u8],
+    client: Client,
+    options: &ReplyOptions,
+    out: &mut Vec<u8>,
+) -> Now {
+    let settings = worker.settings();
+    let stage = Stage {
+        local: &settings.local,
+        options,
+        ratelimit: &settings.ratelimit,
+        lameduck: worker.lameduck(),
+    };
+    let now = Instant::now();
+    let decision = ingress(
+        message,
+        &stage,
+        client,
+        &mut worker.limiter.borrow_mut(),
+        now,
+        out,
+    );
+    match decision {
+        Decision::Respond => {}
+        Decision::Drop => {
+            worker.metrics.dropped();
+            return Now::Dropped;
+        }
+        Decision::Resolve(query) => {
+            let hit = worker.serve_local(query.key(), now, |answer| {
+                answer.write_response(&query, now, None, options, out)
+            });
+            if hit.is_none() {
+                return Now::Miss;
             }
         }
-    };
-    if let Some(query) = query {
+    }
+    worker
+        .metrics
+        .response(wire::header_rcode(out).unwrap_or(0));
+    Now::Answered
+}
+
+/// Resolves a query [`answer_now`] found missing on this core (it passed ingress there) and
+/// returns the counted answer.
+pub(crate) async fn answer_miss(
+    worker: &Rc<Worker>,
+    message: &[u8],
+    options: &ReplyOptions,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    // Ingress accepted this message, so it parses.
+    if let Ok(query) = wire::Query::parse(message) {
         let answer = worker.resolve(query.key()).await;
         answer.write_response(&query, Instant::now(), None, options, &mut out);
     }
     worker
         .metrics
         .response(wire::header_rcode(&out).unwrap_or(0));
-    Some(out)
+    out
 }
 
 /// Spawns a request's task behind the tasks already queued on this core, detached. glommio's

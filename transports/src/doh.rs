@@ -12,27 +12,28 @@
 //! flight for `tcp.idleTimeout` is closed (HTTP/2 with GOAWAY). A pipeline drop aborts the
 //! request: RST_STREAM(CANCEL) on HTTP/2, the connection closed without a response on HTTP/1.1.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures_lite::io::{AsyncRead, AsyncWrite};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpListener;
 use kudurru_core::Client;
 use kudurru_core::doh::{self, Request, RequestError};
+use kudurru_core::http2;
 use kudurru_core::wire::ReplyOptions;
-use tokio_util::compat::FuturesAsyncReadCompatExt;
 
-use crate::answer::{answer, spawn_queued};
+use crate::answer::{Now, answer, answer_miss, answer_now, spawn_queued};
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
 use crate::runtime::TlsConfig;
 use crate::tcp;
-use crate::upstream::{until, within};
-use crate::worker::Worker;
+use crate::upstream::until;
+use crate::worker::{Active, Worker};
 
 /// Accepts DNS-over-HTTPS connections for `path` until the task is dropped.
 pub(crate) async fn serve(
@@ -134,19 +135,21 @@ impl Endpoint {
         }
     }
 
+    /// How answers to this endpoint's queries are written: padded when asked (RFC 8467).
+    fn reply_options(&self) -> ReplyOptions {
+        ReplyOptions {
+            payload: self.worker.settings().edns_payload,
+            tcp_keepalive: None,
+            padding: true,
+        }
+    }
+
     /// Answers one DNS message that a valid request carried.
     pub(crate) async fn resolve(&self, message: &[u8]) -> Reply {
         if let Err(e) = doh::check_message(message) {
             return Reply::Error(e.into());
         }
-        let options = {
-            let settings = self.worker.settings();
-            ReplyOptions {
-                payload: settings.edns_payload,
-                tcp_keepalive: None,
-                padding: true,
-            }
-        };
+        let options = self.reply_options();
         match answer(&self.worker, message, self.client, &options).await {
             Some(out) => Reply::Answer(out),
             None => Reply::Abort,
@@ -193,7 +196,7 @@ impl Endpoint {
 /// once a second per core.
 fn date() -> Rc<str> {
     thread_local! {
-        static DATE: std::cell::RefCell<(u64, Rc<str>)> = std::cell::RefCell::new((u64::MAX, Rc::from("")));
+        static DATE: RefCell<(u64, Rc<str>)> = RefCell::new((u64::MAX, Rc::from("")));
     }
     let now = std::time::SystemTime::now();
     let second = now
@@ -219,146 +222,433 @@ fn error_body(status: Status) -> Vec<u8> {
 
 // ---- HTTP/2 -------------------------------------------------------------------------------
 
-/// Serves one HTTP/2 connection: this task drives the connection, each stream runs in a task
-/// of its own.
+/// Output waiting to be written past which a connection stops reading requests.
+const HTTP2_OUTPUT_LIMIT: usize = 64 * 1024;
+/// Bytes read at once; holds at least one whole frame (RFC 9113 §4.2).
+const HTTP2_READ_BUFFER: usize = 32 * 1024;
+
+/// What the connection task and the tasks answering its cache misses share.
+struct Http2Shared {
+    connection: RefCell<http2::Connection>,
+    /// Answers being resolved by their own tasks.
+    in_flight: Cell<usize>,
+    /// The connection task, to wake when an answer is written.
+    waker: Cell<Option<Waker>>,
+}
+
+impl Http2Shared {
+    fn wake(&self) {
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+/// Serves one HTTP/2 connection with kudurru's sans-IO codec (`kudurru_core::http2`): this
+/// task reads frames, answers cache hits at once and writes; a miss runs in a task of its own
+/// that writes its response into the connection and wakes this one. Reading stops while
+/// `tcp.maxPipelined` answers are in flight or output waits, so a client that floods or does
+/// not read holds only its own connection.
 async fn http2<S>(endpoint: Rc<Endpoint>, stream: S)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let worker = &endpoint.worker;
-    let settings = worker.settings();
+    let settings = endpoint.worker.settings();
     let idle = settings.tcp_idle_timeout;
-    let streams = settings.tcp_max_pipelined.max(1) as u32;
+    let max_in_flight = settings.tcp_max_pipelined.max(1);
     drop(settings);
-    let mut builder = h2::server::Builder::new();
-    builder
-        .max_concurrent_streams(streams)
-        .max_header_list_size(doh::MAX_HEAD as u32)
-        // Room for one full-size message per stream without waiting for a window update.
-        .initial_window_size(doh::MAX_MESSAGE as u32)
-        .initial_connection_window_size(doh::MAX_MESSAGE as u32 * 4)
-        .max_send_buffer_size(64 * 1024);
-    let handshake = builder.handshake::<_, Bytes>(stream.compat());
-    let mut connection = match within(idle, handshake).await {
-        Some(Ok(connection)) => connection,
-        Some(Err(e)) => {
-            tracing::debug!(peer = %endpoint.peer, error = %e, "HTTP/2 handshake failed");
-            return;
-        }
-        None => {
-            CoreMetrics::bump(&worker.metrics.tcp_timeouts);
-            return;
-        }
+    let connection = http2::Connection::new(http2::Config {
+        max_streams: max_in_flight as u32,
+        max_head: doh::MAX_HEAD,
+        max_body: doh::MAX_MESSAGE,
+        connection_window: doh::MAX_MESSAGE as u32 * 16,
+    });
+    let shared = Rc::new(Http2Shared {
+        connection: RefCell::new(connection),
+        in_flight: Cell::new(0),
+        waker: Cell::new(None),
+    });
+    let now = Instant::now();
+    let driver = Http2Driver {
+        io: stream,
+        endpoint,
+        shared,
+        input: vec![0; HTTP2_READ_BUFFER],
+        filled: 0,
+        requests: Vec::new(),
+        unflushed: false,
+        eof: false,
+        idle,
+        max_in_flight,
+        last_request: now,
+        blocked_since: None,
+        closing_at: None,
+        timer: None,
+        timer_at: now,
     };
-    let in_flight = Rc::new(Cell::new(0usize));
-    loop {
-        match within(idle, connection.accept()).await {
-            Some(Some(Ok((request, respond)))) => {
-                let (endpoint, in_flight) = (endpoint.clone(), in_flight.clone());
-                in_flight.set(in_flight.get() + 1);
-                // Queued: run at once, each stream would be answered, and h2 would flush,
-                // request by request (a `sendto` per 2.7 responses, measured).
-                spawn_queued(async move {
-                    h2_stream(&endpoint, request, respond).await;
-                    in_flight.set(in_flight.get() - 1);
-                });
+    driver.await;
+}
+
+/// The connection task of [`http2`], written out as a future: reads, writes and the deadline
+/// timer are all polled from one place, so none of them is ever dropped half-way.
+struct Http2Driver<S> {
+    io: S,
+    endpoint: Rc<Endpoint>,
+    shared: Rc<Http2Shared>,
+    input: Vec<u8>,
+    filled: usize,
+    requests: Vec<http2::Request>,
+    /// Bytes written since the last flush (a TLS stream holds records until flushed).
+    unflushed: bool,
+    /// The client closed its side: no more requests.
+    eof: bool,
+    idle: Duration,
+    max_in_flight: usize,
+    /// When the last request arrived (or the connection opened).
+    last_request: Instant,
+    /// Since when output has been waiting for the client to read.
+    blocked_since: Option<Instant>,
+    /// GOAWAY was sent for idleness: the connection closes at this instant (or at EOF).
+    closing_at: Option<Instant>,
+    timer: Option<glommio::timer::Timer>,
+    timer_at: Instant,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Future for Http2Driver<S> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        match this.shared.waker.take() {
+            Some(waker) if waker.will_wake(cx.waker()) => this.shared.waker.set(Some(waker)),
+            _ => this.shared.waker.set(Some(cx.waker().clone())),
+        }
+        loop {
+            match this.write(cx) {
+                Poll::Ready(Err(())) => return Poll::Ready(()),
+                Poll::Ready(Ok(())) => continue,
+                Poll::Pending => {}
             }
-            Some(Some(Err(e))) => {
-                tracing::debug!(peer = %endpoint.peer, error = %e, "HTTP/2 connection error");
-                break;
+            let (failed, waiting) = {
+                let connection = this.shared.connection.borrow();
+                (connection.failed(), connection.output().len())
+            };
+            let in_flight = this.shared.in_flight.get();
+            // Done when nothing more can come in and every answer owed was written.
+            if (this.eof || failed) && in_flight == 0 && waiting == 0 && !this.unflushed {
+                return Poll::Ready(());
             }
-            Some(None) => break,
-            // Idle only when nothing is in flight; streams in flight finish first.
-            None if in_flight.get() > 0 => {}
-            None => {
-                CoreMetrics::bump(&worker.metrics.tcp_timeouts);
-                // GOAWAY, then let the peer see it (bounded: a peer that never reads is cut).
-                connection.graceful_shutdown();
-                let drain = async { while let Some(Ok(_)) = connection.accept().await {} };
-                within(idle, drain).await;
-                break;
+            if !this.eof
+                && !failed
+                && in_flight < this.max_in_flight
+                && waiting < HTTP2_OUTPUT_LIMIT
+            {
+                debug_assert!(this.filled < this.input.len(), "a whole frame always fits");
+                match Pin::new(&mut this.io).poll_read(cx, &mut this.input[this.filled..]) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                        this.eof = true;
+                        continue;
+                    }
+                    Poll::Ready(Ok(n)) => {
+                        this.filled += n;
+                        this.process();
+                        continue;
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            match this.poll_timer(cx) {
+                Deadline::Pending => return Poll::Pending,
+                Deadline::Acted => continue,
+                Deadline::Close => return Poll::Ready(()),
             }
         }
     }
 }
 
-/// Answers one HTTP/2 stream.
-async fn h2_stream(
-    endpoint: &Endpoint,
-    request: http::Request<h2::RecvStream>,
-    mut respond: h2::server::SendResponse<Bytes>,
-) {
-    let (head, mut body) = request.into_parts();
-    let target = head
-        .uri
-        .path_and_query()
-        .map_or(head.uri.path(), |p| p.as_str());
-    let content_type = head.headers.get(http::header::CONTENT_TYPE);
+/// What the deadline timer of an HTTP/2 connection did.
+enum Deadline {
+    /// Armed (or nothing to wait for).
+    Pending,
+    /// A deadline passed and was handled.
+    Acted,
+    /// The connection is to be closed now.
+    Close,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Http2Driver<S> {
+    /// Writes waiting output, then flushes it. `Ready(Ok)`: progress, call again.
+    fn write(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        let mut connection = self.shared.connection.borrow_mut();
+        let output = connection.output();
+        let progress = if !output.is_empty() {
+            match Pin::new(&mut self.io).poll_write(cx, output) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
+                Poll::Ready(Ok(n)) => {
+                    connection.sent(n);
+                    self.unflushed = true;
+                    Poll::Ready(Ok(()))
+                }
+                Poll::Pending => Poll::Pending,
+            }
+        } else if self.unflushed {
+            match Pin::new(&mut self.io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => {
+                    self.unflushed = false;
+                    Poll::Ready(Ok(()))
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
+                Poll::Pending => Poll::Pending,
+            }
+        } else {
+            return Poll::Pending;
+        };
+        // A client that stops reading is cut after the idle timeout.
+        if progress.is_pending() {
+            self.blocked_since.get_or_insert_with(Instant::now);
+        } else {
+            self.blocked_since = None;
+        }
+        progress
+    }
+
+    /// Feeds what was read to the codec and answers the requests it completed.
+    fn process(&mut self) {
+        let now = Instant::now();
+        let used = {
+            let mut connection = self.shared.connection.borrow_mut();
+            match connection.receive(&self.input[..self.filled], now, &mut self.requests) {
+                Ok(used) => used,
+                Err(e) => {
+                    // GOAWAY is in the output; the connection ends once it is written.
+                    tracing::debug!(peer = %self.endpoint.peer, error = %e, "HTTP/2 connection error");
+                    self.filled
+                }
+            }
+        };
+        self.input.copy_within(used..self.filled, 0);
+        self.filled -= used;
+        if !self.requests.is_empty() {
+            self.last_request = now;
+            self.answer_requests();
+        }
+    }
+
+    /// Answers what can be answered at once; spawns a task for each cache miss.
+    fn answer_requests(&mut self) {
+        for request in self.requests.drain(..) {
+            let stream = request.stream;
+            match h2_request(&self.endpoint, request) {
+                Answer::Ready(reply) => {
+                    let mut connection = self.shared.connection.borrow_mut();
+                    h2_respond(&mut connection, &self.endpoint, stream, reply);
+                }
+                Answer::Miss(message) => {
+                    self.shared.in_flight.set(self.shared.in_flight.get() + 1);
+                    let (endpoint, shared) = (self.endpoint.clone(), self.shared.clone());
+                    spawn_queued(async move {
+                        let _active = Active::enter(&endpoint.worker);
+                        let options = endpoint.reply_options();
+                        let out = answer_miss(&endpoint.worker, &message, &options).await;
+                        let mut connection = shared.connection.borrow_mut();
+                        h2_respond(&mut connection, &endpoint, stream, Reply::Answer(out));
+                        drop(connection);
+                        shared.in_flight.set(shared.in_flight.get() - 1);
+                        shared.wake();
+                    });
+                }
+            }
+        }
+    }
+
+    /// Arms the deadline timer, or acts on the deadline that passed. Deadlines: no request for
+    /// `tcp.idleTimeout` with nothing in flight (GOAWAY, then close after a short linger);
+    /// a request body not complete in that time (408); output the client does not read for
+    /// that long (close).
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Deadline {
+        let expiry = self.shared.connection.borrow().next_expiry(self.idle);
+        let busy = self.shared.in_flight.get() > 0;
+        let idle_at = (!busy && self.closing_at.is_none()).then(|| self.last_request + self.idle);
+        let deadline = [
+            idle_at,
+            expiry,
+            self.blocked_since.map(|since| since + self.idle),
+            self.closing_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(deadline) = deadline else {
+            self.timer = None;
+            return Deadline::Pending;
+        };
+        if self.timer.is_none() || deadline < self.timer_at {
+            self.timer = Some(glommio::timer::Timer::new(
+                deadline.saturating_duration_since(Instant::now()),
+            ));
+            self.timer_at = deadline;
+        }
+        let fired = self
+            .timer
+            .as_mut()
+            .is_some_and(|timer| Pin::new(timer).poll(cx).is_ready());
+        if !fired {
+            return Deadline::Pending;
+        }
+        self.timer = None;
+        let now = Instant::now();
+        if self.closing_at.is_some_and(|at| at <= now)
+            || self
+                .blocked_since
+                .is_some_and(|since| since + self.idle <= now)
+        {
+            return Deadline::Close;
+        }
+        if expiry.is_some_and(|at| at <= now) {
+            let mut connection = self.shared.connection.borrow_mut();
+            connection.expire(now, self.idle, &mut self.requests);
+            drop(connection);
+            self.answer_requests();
+        }
+        if idle_at.is_some_and(|at| at <= now) {
+            CoreMetrics::bump(&self.endpoint.worker.metrics.tcp_timeouts);
+            // GOAWAY (RFC 9113 §6.8), then a short linger so the client reads it before the
+            // close (unread bytes at close would make the kernel send a reset).
+            self.shared.connection.borrow_mut().shut_down();
+            self.closing_at = Some(now + LINGER_TIME);
+        }
+        Deadline::Acted
+    }
+}
+
+/// A request answered at once, or a miss to resolve.
+enum Answer {
+    Ready(Reply),
+    Miss(Vec<u8>),
+}
+
+/// Classifies one HTTP/2 request and answers it if that needs no waiting.
+fn h2_request(endpoint: &Endpoint, request: http2::Request) -> Answer {
     endpoint.worker.metrics.query(Transport::Doh);
-    let reply = match doh::request(
-        head.method.as_str().as_bytes(),
-        target.as_bytes(),
-        &endpoint.path,
-        content_type.map(|v| v.as_bytes()),
+    let message = match (
+        doh::request(
+            request.method.as_bytes(),
+            &request.target,
+            &endpoint.path,
+            request.content_type.as_deref(),
+        ),
+        request.body,
     ) {
-        Err(e) => Reply::Error(e.into()),
-        Ok(Request::Get(message)) => endpoint.resolve(&message).await,
-        Ok(Request::Post) => {
-            let idle = endpoint.worker.settings().tcp_idle_timeout;
-            match within(idle, h2_body(&mut body)).await {
-                Some(Ok(message)) => endpoint.resolve(&message).await,
-                Some(Err(BodyError::TooLarge)) => Reply::Error(RequestError::TooLarge.into()),
-                Some(Err(BodyError::Stream)) => return,
-                None => Reply::Error(TIMEOUT),
+        (_, Err(http2::BodyError::HeadTooLarge)) => {
+            return Answer::Ready(Reply::Error(RequestError::HeadTooLarge.into()));
+        }
+        (Err(e), _) => return Answer::Ready(Reply::Error(e.into())),
+        (Ok(Request::Get(message)), _) => message,
+        (Ok(Request::Post), Ok(body)) => body,
+        (Ok(Request::Post), Err(http2::BodyError::TimedOut)) => {
+            return Answer::Ready(Reply::Error(TIMEOUT));
+        }
+        (Ok(Request::Post), Err(_)) => {
+            return Answer::Ready(Reply::Error(RequestError::TooLarge.into()));
+        }
+    };
+    if let Err(e) = doh::check_message(&message) {
+        return Answer::Ready(Reply::Error(e.into()));
+    }
+    let options = endpoint.reply_options();
+    let mut out = Vec::with_capacity(512);
+    match answer_now(
+        &endpoint.worker,
+        &message,
+        endpoint.client,
+        &options,
+        &mut out,
+    ) {
+        Now::Answered => Answer::Ready(Reply::Answer(out)),
+        Now::Dropped => Answer::Ready(Reply::Abort),
+        Now::Miss => Answer::Miss(message),
+    }
+}
+
+/// Writes the response to `reply` on `stream` (or aborts it); counts a rejection.
+fn h2_respond(connection: &mut http2::Connection, endpoint: &Endpoint, stream: u32, reply: Reply) {
+    let (status, content_type, payload) = match reply {
+        Reply::Answer(out) => (200, doh::MEDIA_TYPE, out),
+        Reply::Error(status) => {
+            endpoint.rejected(status);
+            (status.code, "application/json", error_body(status))
+        }
+        Reply::Abort => return connection.cancel(stream),
+    };
+    let date = date();
+    let mut length = Decimal::default();
+    let mut age = Decimal::default();
+    let mut fields = Vec::with_capacity(6);
+    fields.push(http2::Field {
+        name: b"date",
+        value: date.as_bytes(),
+        remember: true,
+    });
+    fields.push(http2::Field {
+        name: b"content-type",
+        value: content_type.as_bytes(),
+        remember: true,
+    });
+    fields.push(http2::Field {
+        name: b"content-length",
+        value: length.format("", payload.len() as u64),
+        remember: false,
+    });
+    if status == 200 {
+        fields.push(http2::Field {
+            name: b"cache-control",
+            value: age.format("max-age=", u64::from(doh::max_age(&payload))),
+            remember: false,
+        });
+    }
+    if status == 405 {
+        fields.push(http2::Field {
+            name: b"allow",
+            value: b"GET, POST",
+            remember: true,
+        });
+    }
+    if let Some(alt_svc) = &endpoint.alt_svc {
+        fields.push(http2::Field {
+            name: b"alt-svc",
+            value: alt_svc.as_bytes(),
+            remember: true,
+        });
+    }
+    connection.respond(stream, status, &fields, &payload);
+}
+
+/// A prefix and a decimal number, formatted without allocating.
+#[derive(Default)]
+struct Decimal {
+    bytes: [u8; 32],
+}
+
+impl Decimal {
+    /// `prefix` (at most 12 bytes) followed by `n` in decimal.
+    fn format(&mut self, prefix: &str, n: u64) -> &[u8] {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = n;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
             }
         }
-    };
-    if !body.is_end_stream() {
-        // An upload still in flight (an error answered before its body): take it to its end,
-        // bounded, so the client sees a complete exchange rather than a stream reset.
-        let idle = endpoint.worker.settings().tcp_idle_timeout;
-        if within(idle, h2_body(&mut body)).await.is_none() {
-            respond.send_reset(h2::Reason::CANCEL);
-            return;
-        }
+        let prefix = &prefix.as_bytes()[..prefix.len().min(12)];
+        let len = prefix.len() + digits.len() - at;
+        self.bytes[..prefix.len()].copy_from_slice(prefix);
+        self.bytes[prefix.len()..len].copy_from_slice(&digits[at..]);
+        &self.bytes[..len]
     }
-    let Some((response, payload)) = endpoint.response(reply) else {
-        respond.send_reset(h2::Reason::CANCEL);
-        return;
-    };
-    // Errors here mean the client reset the stream or the connection is gone: nothing to do.
-    if let Ok(mut send) = respond.send_response(response, false) {
-        let _ = send.send_data(Bytes::from(payload), true);
-    }
-}
-
-enum BodyError {
-    TooLarge,
-    Stream,
-}
-
-/// Reads a request body of at most [`doh::MAX_MESSAGE`] bytes, returning flow-control credit
-/// as it goes. A longer body is read to its end and discarded (up to [`LINGER_BYTES`]), so
-/// the client gets its 413 after a complete upload instead of a stream error mid-way.
-async fn h2_body(body: &mut h2::RecvStream) -> Result<Vec<u8>, BodyError> {
-    let mut message = Vec::new();
-    let mut total = 0usize;
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.map_err(|_| BodyError::Stream)?;
-        let _ = body.flow_control().release_capacity(chunk.len());
-        total += chunk.len();
-        if doh::check_length(total).is_ok() {
-            message.extend_from_slice(&chunk);
-        } else if total > LINGER_BYTES {
-            break;
-        }
-        // The usual POST is one DATA frame with END_STREAM: done, without asking h2 again.
-        if body.is_end_stream() {
-            break;
-        }
-    }
-    doh::check_length(total).map_err(|_| BodyError::TooLarge)?;
-    Ok(message)
 }
 
 // ---- HTTP/1.1 -----------------------------------------------------------------------------
@@ -488,7 +778,7 @@ where
 /// Most bytes read and discarded after the last response on a closing connection.
 const LINGER_BYTES: usize = 128 * 1024;
 /// How long a closing connection keeps reading.
-const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(1);
+const LINGER_TIME: Duration = Duration::from_secs(1);
 
 /// Closes our side (TLS close_notify), then reads and discards what the client still sends, for
 /// a bounded time and amount: closing with unread bytes makes the kernel send a reset, which
