@@ -3,20 +3,25 @@
 
 One command (from the repository root):
 
-    python3 benches/peers/encrypted.py            # ~3 minutes
-    python3 benches/peers/encrypted.py --quick    # ~1.5 minutes
+    python3 benches/peers/encrypted.py            # ~4 minutes
+    python3 benches/peers/encrypted.py --quick    # ~2 minutes
 
-Both servers are pinned to CPU 0 (kudurru `--cores 1`; dnsdist with all its threads), dnsperf
-and the benchmark upstream (kudurru-echo in answer mode) to CPU 1. Each server gets the same
-certificate (`kudurru cert generate`) and the same offered rate (dnsperf -Q) over persistent
-connections: `-m dot`, and `-m doh` (HTTP/2, GET and POST). Per run it reports QPS, latency,
-and the server's CPU time per answered query (utime+stime of all its threads over the run).
-Each workload runs twice: at --rate, where both servers keep up and CPU per answer is the
-comparison, and unthrottled (`-max`), where the QPS one server core sustains is. Rounds alternate between the servers (--rounds) and the median is reported.
+Both servers are pinned to CPU 0 (kudurru `--cores 1`; dnsdist with all its threads), the load
+generator and the benchmark upstream (kudurru-echo in answer mode) to CPU 1. Each server gets
+the same certificate (`kudurru cert generate`) and the same offered rate over persistent
+connections. Generators: dnsperf `-m dot` for DNS over TLS; for DNS over HTTPS (HTTP/2, GET and
+POST) h2load from nghttp2 (one name, 4 connections x 100 streams) and kudurru-bench's
+`https://` target (1000 names, 4 connections x 100 streams); dnsperf 2.10's own DoH loses
+~97% of its queries against either server (docs/benchmarks.md) and is not used. Per run it
+reports QPS, latency, and the server's CPU time per answered query (utime+stime of all its
+threads over the run). Each workload runs twice: at --rate, where both servers keep up and CPU
+per answer is the comparison, and unthrottled (`-max`), where the QPS one server core sustains
+is (or, when the generator is the limit, CPU per answer again). Rounds alternate between the
+servers (--rounds) and the median is reported.
 
-Needs: dnsperf and dnsdist (Debian packages; dnsdist built with DoT and DoH, as Debian's is), a
-release build (built here). Traffic stays on 127.0.0.1. Prints Markdown for docs/benchmarks.md
-and writes a JSON report (--json).
+Needs: dnsperf, dnsdist (Debian's is built with DoT and DoH) and nghttp2-client (h2load), a
+release build (built here). Traffic stays on 127.0.0.1. Prints Markdown for
+docs/benchmarks.md and writes a JSON report (--json).
 """
 
 import argparse
@@ -39,12 +44,15 @@ PORTS = {
 }
 OPS_PORT = 47581
 # (transport, HTTP method, offered): "rate" offers --rate q/s (compare CPU per answer), "max"
-# lets dnsperf send as fast as its 100 outstanding queries allow (compare QPS).
+# lets the generator send as fast as its 400 outstanding queries allow (compare QPS). DoT is
+# dnsperf's, DoH h2load's (one name, so each HTTP/2 request is a few indexed HPACK fields).
 WORKLOADS = [(mode, method, offered) for mode, method in (("dot", None), ("doh", "GET"), ("doh", "POST"))
              for offered in ("rate", "max")]
-# The same DoH workloads driven by kudurru-bench (`https://` target), which dnsdist 1.7's DoH
-# frontend answers (dnsperf 2.10's DoH loses 97% against it).
+# The same DoH workloads driven by kudurru-bench (`https://` target) over 1000 names.
 BENCH_WORKLOADS = [("doh", method, offered) for method in ("GET", "POST") for offered in ("rate", "max")]
+# The query h2load sends: h0.bench.example. A, ID 0 (RFC 8484 §4.1), as POST body and GET path.
+H2LOAD_QUERY = bytes.fromhex("000001000001000000000000") + b"".join(
+    bytes([len(label)]) + label.encode() for label in "h0.bench.example".split(".")) + bytes.fromhex("0000010001")
 
 
 def dnsperf(port, datafile, duration, rate, mode, method=None, runs=None, clients=4):
@@ -78,11 +86,44 @@ def bench(port, datafile, duration, rate, method):
             "noerror": r["rcodes"].get("NOERROR", 0)}
 
 
-def measure(server, datafile, duration, rate, mode, method, tool="dnsperf"):
+def h2load(port, workdir, duration, rate, method):
+    """h2load (nghttp2) over DoH: 4 connections, up to 100 streams each, one name; at `rate`
+    q/s in all (`--rps` per connection), or as fast as it can. Returns dnsperf-like keys."""
+    import base64
+    import re
+    body = os.path.join(workdir, "h2load-query.bin")
+    with open(body, "wb") as f:
+        f.write(H2LOAD_QUERY)
+    url = f"https://127.0.0.1:{port}/dns-query"
+    argv = ["taskset", "-c", CLIENT_CPU, "h2load", "-c", "4", "-m", "100", "-t", "1", "-D", str(duration)]
+    if method == "GET":
+        url += "?dns=" + base64.urlsafe_b64encode(H2LOAD_QUERY).decode().rstrip("=")
+    else:
+        argv += ["-d", body, "-H", "content-type: application/dns-message"]
+    if rate:
+        argv += ["--rps", str(rate // 4)]
+    out = subprocess.run(argv + [url], capture_output=True, text=True).stdout
+    done = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded", out)
+    finished = re.search(r"finished in ([\d.]+)(m?s),", out)
+    latency = re.search(r"time for request:\s+\S+\s+\S+\s+([\d.]+)(us|ms|s)", out)
+    ok = re.search(r"status codes: (\d+) 2xx", out)
+    if not (done and finished and latency and ok):
+        log(out)
+        return {"sent": 0, "completed": 0, "lost": 0, "qps": 0, "avg_latency_ms": 0}
+    seconds = float(finished.group(1)) / (1000 if finished.group(2) == "ms" else 1)
+    answered = int(ok.group(1))
+    scale = {"us": 1e-3, "ms": 1, "s": 1e3}[latency.group(2)]
+    return {"sent": int(done.group(2)), "completed": answered, "lost": int(done.group(2)) - answered,
+            "qps": answered / seconds, "avg_latency_ms": float(latency.group(1)) * scale}
+
+
+def measure(server, datafile, duration, rate, mode, method, tool="dnsperf", workdir=None):
     port = PORTS[server.name][mode]
     before = cpu_seconds(server.proc.pid)
     if tool == "bench":
         r = bench(port, datafile, duration, rate, method)
+    elif mode == "doh":
+        r = h2load(port, workdir, duration, rate, method)
     else:
         r = parse_dnsperf(dnsperf(port, datafile, duration, rate, mode, method))
     cpu = cpu_seconds(server.proc.pid) - before
@@ -131,9 +172,9 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.duration, args.rounds = 4, 1
-    for tool in ("dnsperf", "dnsdist", "taskset"):
+    for tool in ("dnsperf", "dnsdist", "h2load", "taskset"):
         if not shutil.which(tool):
-            sys.exit(f"{tool} is missing: apt-get install dnsperf dnsdist util-linux")
+            sys.exit(f"{tool} is missing: apt-get install dnsperf dnsdist nghttp2-client util-linux")
     if not args.no_build:
         log("building release binaries")
         subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kudurru-control", "-p", "kudurru-bench"],
@@ -159,9 +200,13 @@ def main():
                     for mode, method, offered in WORKLOADS:
                         if offered == "rate":
                             # Warm this transport's cache entries (dnsdist keys DoH apart).
-                            dnsperf(PORTS[name][mode], hits, 5, 20000, mode, method, runs=1)
+                            if mode == "dot":
+                                dnsperf(PORTS[name][mode], hits, 5, 20000, mode, method, runs=1)
+                            else:
+                                bench(PORTS[name][mode], hits, 1, 20000, method)
                         rate = args.rate if offered == "rate" else None
-                        res[label(mode, method, offered)] = measure(server, hits, args.duration, rate, mode, method)
+                        res[label(mode, method, offered)] = measure(server, hits, args.duration, rate, mode, method,
+                                                                    workdir=workdir)
                     for mode, method, offered in BENCH_WORKLOADS:
                         rate = args.rate if offered == "rate" else None
                         res["bench-" + label(mode, method, offered)] = measure(
@@ -194,8 +239,9 @@ def markdown(report):
     o = report["offered"]
     lines = [f"Offered {o['rate']} q/s (`-max`: as fast as 100 outstanding queries allow) for "
              f"{o['duration']} s per run, median of {len(report['rounds'])} "
-             "alternating rounds; cache hits over persistent connections (dnsperf -c 4 -q 100; `bench-` rows: "
-             "kudurru-bench, 4 connections × 100 streams, `-max` closed loop with 400 outstanding). "
+             "alternating rounds; cache hits over persistent connections (DoT: dnsperf -c 4 -q 100; DoH: h2load "
+             "-c 4 -m 100, one name; `bench-` rows: kudurru-bench, 4 connections × 100 streams over 1000 names, "
+             "`-max` closed loop with 400 outstanding). "
              "A run that lost 1% or more of its queries is shown but not compared.", "",
              "| workload | server | QPS | avg latency ms | lost | server CPU µs/answer | kudurru/dnsdist QPS | dnsdist/kudurru CPU per answer |",
              "|---|---|---|---|---|---|---|---|"]
