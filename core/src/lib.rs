@@ -20,6 +20,7 @@ pub mod doh;
 pub mod doq;
 pub mod framing;
 pub mod http2;
+pub mod http3;
 pub mod key;
 pub mod limiter;
 pub mod local;

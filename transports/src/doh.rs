@@ -25,7 +25,7 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpListener;
 use kudurru_core::Client;
 use kudurru_core::doh::{self, Request, RequestError};
-use kudurru_core::http2;
+use kudurru_core::http2::{self, BodyError, Method};
 use kudurru_core::wire::ReplyOptions;
 
 use crate::answer::{Now, answer, answer_miss, answer_now, spawn_queued};
@@ -136,7 +136,7 @@ impl Endpoint {
     }
 
     /// How answers to this endpoint's queries are written: padded when asked (RFC 8467).
-    fn reply_options(&self) -> ReplyOptions {
+    pub(crate) fn reply_options(&self) -> ReplyOptions {
         ReplyOptions {
             payload: self.worker.settings().edns_payload,
             tcp_keepalive: None,
@@ -160,35 +160,6 @@ impl Endpoint {
     fn rejected(&self, status: Status) {
         self.worker.metrics.doh_rejected(status.code);
         tracing::debug!(peer = %self.peer, status = status.code, reason = status.reason, "DoH request rejected");
-    }
-
-    /// The head and body of the HTTP/2 or HTTP/3 response to `reply`; `None` when the request
-    /// is to be aborted. Counts a rejection.
-    pub(crate) fn response(&self, reply: Reply) -> Option<(http::Response<()>, Vec<u8>)> {
-        let (status, content_type, cache, payload) = match reply {
-            Reply::Answer(out) => (200, doh::MEDIA_TYPE, Some(doh::max_age(&out)), out),
-            Reply::Error(status) => {
-                self.rejected(status);
-                (status.code, "application/json", None, error_body(status))
-            }
-            Reply::Abort => return None,
-        };
-        let mut response = http::Response::builder()
-            .status(status)
-            .header(http::header::DATE, &*date())
-            .header(http::header::CONTENT_TYPE, content_type)
-            .header(http::header::CONTENT_LENGTH, payload.len());
-        if let Some(age) = cache {
-            response = response.header(http::header::CACHE_CONTROL, format!("max-age={age}"));
-        }
-        if status == 405 {
-            response = response.header(http::header::ALLOW, "GET, POST");
-        }
-        if let Some(alt_svc) = &self.alt_svc {
-            response = response.header(http::header::ALT_SVC, &**alt_svc);
-        }
-        // Every part is valid by construction.
-        response.body(()).ok().map(|response| (response, payload))
     }
 }
 
@@ -438,7 +409,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http2Driver<S> {
     fn answer_requests(&mut self) {
         for request in self.requests.drain(..) {
             let stream = request.stream;
-            match h2_request(&self.endpoint, request) {
+            let answer = classify(
+                &self.endpoint,
+                Transport::Doh,
+                request.method,
+                &request.target,
+                request.content_type.as_deref(),
+                request.body,
+            );
+            match answer {
                 Answer::Ready(reply) => {
                     let mut connection = self.shared.connection.borrow_mut();
                     h2_respond(&mut connection, &self.endpoint, stream, reply);
@@ -522,30 +501,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http2Driver<S> {
 }
 
 /// A request answered at once, or a miss to resolve.
-enum Answer {
+pub(crate) enum Answer {
     Ready(Reply),
     Miss(Vec<u8>),
 }
 
-/// Classifies one HTTP/2 request and answers it if that needs no waiting.
-fn h2_request(endpoint: &Endpoint, request: http2::Request) -> Answer {
-    endpoint.worker.metrics.query(Transport::Doh);
+/// Classifies one HTTP/2 or HTTP/3 request (counted as a query on `transport`) and answers it
+/// if that needs no waiting.
+pub(crate) fn classify(
+    endpoint: &Endpoint,
+    transport: Transport,
+    method: Method,
+    target: &[u8],
+    content_type: Option<&[u8]>,
+    body: Result<Vec<u8>, BodyError>,
+) -> Answer {
+    endpoint.worker.metrics.query(transport);
     let message = match (
-        doh::request(
-            request.method.as_bytes(),
-            &request.target,
-            &endpoint.path,
-            request.content_type.as_deref(),
-        ),
-        request.body,
+        doh::request(method.as_bytes(), target, &endpoint.path, content_type),
+        body,
     ) {
-        (_, Err(http2::BodyError::HeadTooLarge)) => {
+        (_, Err(BodyError::HeadTooLarge)) => {
             return Answer::Ready(Reply::Error(RequestError::HeadTooLarge.into()));
         }
         (Err(e), _) => return Answer::Ready(Reply::Error(e.into())),
         (Ok(Request::Get(message)), _) => message,
         (Ok(Request::Post), Ok(body)) => body,
-        (Ok(Request::Post), Err(http2::BodyError::TimedOut)) => {
+        (Ok(Request::Post), Err(BodyError::TimedOut)) => {
             return Answer::Ready(Reply::Error(TIMEOUT));
         }
         (Ok(Request::Post), Err(_)) => {
@@ -570,68 +552,90 @@ fn h2_request(endpoint: &Endpoint, request: http2::Request) -> Answer {
     }
 }
 
+/// The head of a DoH response as HTTP/2 and HTTP/3 send it: `:status` and the fields.
+pub(crate) struct ResponseHead {
+    pub(crate) status: u16,
+    content_type: &'static str,
+    date: Rc<str>,
+    length: Decimal,
+    max_age: Option<Decimal>,
+    alt_svc: Option<Rc<str>>,
+}
+
+impl ResponseHead {
+    /// The head and body answering `reply`; `None` when the request is to be aborted. Counts
+    /// a rejection.
+    pub(crate) fn new(endpoint: &Endpoint, reply: Reply) -> Option<(Self, Vec<u8>)> {
+        let (status, content_type, payload) = match reply {
+            Reply::Answer(out) => (200, doh::MEDIA_TYPE, out),
+            Reply::Error(status) => {
+                endpoint.rejected(status);
+                (status.code, "application/json", error_body(status))
+            }
+            Reply::Abort => return None,
+        };
+        let head = Self {
+            status,
+            content_type,
+            date: date(),
+            length: Decimal::new("", payload.len() as u64),
+            max_age: (status == 200)
+                .then(|| Decimal::new("max-age=", u64::from(doh::max_age(&payload)))),
+            alt_svc: endpoint.alt_svc.clone(),
+        };
+        Some((head, payload))
+    }
+
+    /// Each field as (name, value, whether the value repeats across responses).
+    pub(crate) fn fields(&self) -> impl Iterator<Item = (&'static [u8], &[u8], bool)> {
+        [
+            Some((&b"date"[..], self.date.as_bytes(), true)),
+            Some((&b"content-type"[..], self.content_type.as_bytes(), true)),
+            Some((&b"content-length"[..], self.length.as_bytes(), false)),
+            self.max_age
+                .as_ref()
+                .map(|age| (&b"cache-control"[..], age.as_bytes(), false)),
+            (self.status == 405).then_some((&b"allow"[..], &b"GET, POST"[..], true)),
+            self.alt_svc
+                .as_ref()
+                .map(|alt_svc| (&b"alt-svc"[..], alt_svc.as_bytes(), true)),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
 /// Writes the response to `reply` on `stream` (or aborts it); counts a rejection.
 fn h2_respond(connection: &mut http2::Connection, endpoint: &Endpoint, stream: u32, reply: Reply) {
-    let (status, content_type, payload) = match reply {
-        Reply::Answer(out) => (200, doh::MEDIA_TYPE, out),
-        Reply::Error(status) => {
-            endpoint.rejected(status);
-            (status.code, "application/json", error_body(status))
-        }
-        Reply::Abort => return connection.cancel(stream),
+    let Some((head, payload)) = ResponseHead::new(endpoint, reply) else {
+        return connection.cancel(stream);
     };
-    let date = date();
-    let mut length = Decimal::default();
-    let mut age = Decimal::default();
-    let mut fields = Vec::with_capacity(6);
-    fields.push(http2::Field {
-        name: b"date",
-        value: date.as_bytes(),
-        remember: true,
-    });
-    fields.push(http2::Field {
-        name: b"content-type",
-        value: content_type.as_bytes(),
-        remember: true,
-    });
-    fields.push(http2::Field {
-        name: b"content-length",
-        value: length.format("", payload.len() as u64),
+    let mut fields = [http2::Field {
+        name: b"",
+        value: b"",
         remember: false,
-    });
-    if status == 200 {
-        fields.push(http2::Field {
-            name: b"cache-control",
-            value: age.format("max-age=", u64::from(doh::max_age(&payload))),
-            remember: false,
-        });
+    }; 6];
+    let mut n = 0;
+    for (name, value, remember) in head.fields() {
+        fields[n] = http2::Field {
+            name,
+            value,
+            remember,
+        };
+        n += 1;
     }
-    if status == 405 {
-        fields.push(http2::Field {
-            name: b"allow",
-            value: b"GET, POST",
-            remember: true,
-        });
-    }
-    if let Some(alt_svc) = &endpoint.alt_svc {
-        fields.push(http2::Field {
-            name: b"alt-svc",
-            value: alt_svc.as_bytes(),
-            remember: true,
-        });
-    }
-    connection.respond(stream, status, &fields, &payload);
+    connection.respond(stream, head.status, &fields[..n], &payload);
 }
 
 /// A prefix and a decimal number, formatted without allocating.
-#[derive(Default)]
 struct Decimal {
     bytes: [u8; 32],
+    len: usize,
 }
 
 impl Decimal {
     /// `prefix` (at most 12 bytes) followed by `n` in decimal.
-    fn format(&mut self, prefix: &str, n: u64) -> &[u8] {
+    fn new(prefix: &str, n: u64) -> Self {
         let mut digits = [0u8; 20];
         let mut at = digits.len();
         let mut n = n;
@@ -645,9 +649,14 @@ impl Decimal {
         }
         let prefix = &prefix.as_bytes()[..prefix.len().min(12)];
         let len = prefix.len() + digits.len() - at;
-        self.bytes[..prefix.len()].copy_from_slice(prefix);
-        self.bytes[prefix.len()..len].copy_from_slice(&digits[at..]);
-        &self.bytes[..len]
+        let mut bytes = [0u8; 32];
+        bytes[..prefix.len()].copy_from_slice(prefix);
+        bytes[prefix.len()..len].copy_from_slice(&digits[at..]);
+        Self { bytes, len }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 

@@ -2,37 +2,42 @@
 //! request rules, statuses and bodies as DoH over HTTP/2.
 //!
 //! ```text
-//! quic::accept_loop ─▶ connection task: h3 connection (control + QPACK streams) ─ accept
-//!   ─▶ request task: head ─▶ core::doh::request ─▶ body (POST) ─▶ answer ─▶ 200 | 4xx
-//!                                                                  └ drop ─▶ H3_REQUEST_CANCELLED
+//! quic::accept_loop ─▶ connection task ─┬ control stream out: SETTINGS
+//!                                       ├ client uni streams ─▶ core::http3::UniStream (checked)
+//!                                       └ accept_bi ─▶ request task: core::http3::RequestStream
+//!     ─▶ doh::classify ─▶ hit: answer at once | miss: resolve ─▶ HEADERS ‖ DATA, FIN
+//!                                                   └ drop ─▶ H3_REQUEST_CANCELLED both ways
 //! ```
-//! h3 and h3-quinn run unchanged on quinn's glommio runtime ([`crate::quic`]). Up to
-//! `tcp.maxPipelined` requests at once per connection; an idle connection is closed by QUIC's
-//! idle timeout (`tcp.idleTimeout`). A drop aborts the request: the response stream is reset
-//! and the request stream stopped, both with H3_REQUEST_CANCELLED; the connection goes on.
+//! HTTP/3 framing and QPACK are kudurru's own (`kudurru_core::http3`; why in its module doc)
+//! on quinn streams, on quinn's glommio runtime ([`crate::quic`]). Up to `tcp.maxPipelined`
+//! requests at once per connection (QUIC's stream limit); a request that does not arrive whole
+//! within `tcp.idleTimeout` gets 408 (or, without a head, is reset); an idle connection is
+//! closed by QUIC's idle timeout. Protocol errors end the stream or the connection with the
+//! RFC 9114 code and the reason.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes};
-use glommio::sync::Gate;
-use h3::error::Code;
-use h3::server::{RequestResolver, RequestStream};
-use kudurru_core::doh::{self, Request, RequestError};
+use kudurru_core::doh;
+use kudurru_core::http3::{self, CriticalStreams, Scope, UniKind, UniStream, code};
+use quinn::VarInt;
 
-use crate::answer::spawn_queued;
-use crate::doh::{Endpoint, Reply, TIMEOUT};
+use crate::answer::{answer_miss, spawn_queued};
+use crate::doh::{Answer, Endpoint, Reply, ResponseHead, classify};
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
 use crate::quic;
 use crate::runtime::TlsConfig;
 use crate::upstream::within;
-use crate::worker::Worker;
+use crate::worker::{Active, Worker};
 
 /// Unidirectional streams an HTTP/3 client opens: control, QPACK encoder and decoder (RFC 9114
 /// §6.2, RFC 9204 §4.2), and one spare for extensions the server ignores.
 const UNI_STREAMS: u32 = 4;
 
-type Stream = RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+fn varint(code: u64) -> VarInt {
+    VarInt::from_u64(code).unwrap_or(VarInt::MAX)
+}
 
 /// Accepts DNS-over-HTTP/3 connections for `path` on `endpoint` until the task is dropped.
 pub(crate) async fn serve(
@@ -55,136 +60,196 @@ pub(crate) async fn serve(
     .await;
 }
 
-/// Serves one connection: each request runs in a task of its own.
+/// Serves one connection: opens the control stream, checks the client's, and answers each
+/// request in a task of its own.
 async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, path: Rc<str>) {
     CoreMetrics::bump(&worker.metrics.doh_connections[HttpVersion::H3 as usize]);
     let peer = connection.remote_address();
     let endpoint = Rc::new(Endpoint::new(worker, path, peer, None));
-    let built = h3::server::builder()
-        .max_field_section_size(doh::MAX_HEAD as u64)
-        .build::<_, Bytes>(h3_quinn::Connection::new(connection))
-        .await;
-    let mut h3 = match built {
-        Ok(h3) => h3,
-        Err(e) => {
-            tracing::debug!(peer = %peer, error = %e, "HTTP/3 connection setup failed");
-            return;
-        }
+    // Held for the connection's life: closing a control stream is a connection error.
+    let Ok(mut control) = connection.open_uni().await else {
+        return;
     };
-    // Requests in flight: dropping the h3 connection closes it, so it waits for them.
-    let in_flight = Gate::new();
+    if control
+        .write_all(&http3::server_control_stream(doh::MAX_HEAD as u64))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    glommio::spawn_local(uni_streams(connection.clone())).detach();
     loop {
-        match h3.accept().await {
-            Ok(Some(resolver)) => {
-                let Ok(pass) = in_flight.enter() else { break };
-                let endpoint = endpoint.clone();
+        match connection.accept_bi().await {
+            Ok((send, recv)) => {
+                let (endpoint, connection) = (endpoint.clone(), connection.clone());
                 spawn_queued(async move {
-                    request(&endpoint, resolver).await;
-                    drop(pass);
+                    request(&endpoint, &connection, send, recv).await;
                 });
             }
-            // The client sent GOAWAY (or closed): answer what it already asked.
-            Ok(None) => break,
             Err(e) => {
                 tracing::debug!(peer = %peer, error = %e, "HTTP/3 connection ended");
                 break;
             }
         }
     }
-    let idle = endpoint.worker.settings().tcp_idle_timeout;
-    let _ = within(idle, in_flight.close()).await;
+    drop(control);
 }
 
-/// Answers one request.
-async fn request(endpoint: &Endpoint, resolver: RequestResolver<h3_quinn::Connection, Bytes>) {
-    let idle = endpoint.worker.settings().tcp_idle_timeout;
-    let (head, mut stream) = match within(idle, resolver.resolve_request()).await {
-        Some(Ok(request)) => request,
-        Some(Err(e)) => {
-            tracing::debug!(peer = %endpoint.peer, error = %e, "HTTP/3 request head unreadable");
+/// Ends the connection for an HTTP/3 connection error, with its code and reason.
+fn close(connection: &quinn::Connection, error: http3::Error) {
+    tracing::debug!(peer = %connection.remote_address(), error = %error, "HTTP/3 protocol error; closing the connection");
+    connection.close(varint(error.code), error.reason.as_bytes());
+}
+
+/// Accepts and checks the client's unidirectional streams until the connection ends.
+async fn uni_streams(connection: quinn::Connection) {
+    let critical = Rc::new(RefCell::new(CriticalStreams::default()));
+    while let Ok(recv) = connection.accept_uni().await {
+        let (connection, critical) = (connection.clone(), critical.clone());
+        glommio::spawn_local(async move { uni_stream(&connection, &critical, recv).await })
+            .detach();
+    }
+}
+
+/// Reads one of the client's unidirectional streams: its type, then what it carries, checked
+/// by `core::http3`; a stream of a type this side does not know is stopped.
+async fn uni_stream(
+    connection: &quinn::Connection,
+    critical: &RefCell<CriticalStreams>,
+    mut recv: quinn::RecvStream,
+) {
+    let mut stream = UniStream::new();
+    let mut opened = false;
+    loop {
+        let (bytes, fin) = match recv.read_chunk(4096, true).await {
+            Ok(Some(chunk)) => (chunk.bytes, false),
+            Ok(None) => (Default::default(), true),
+            Err(quinn::ReadError::Reset(_)) if opened => {
+                return close(
+                    connection,
+                    http3::Error {
+                        scope: Scope::Connection,
+                        code: code::H3_CLOSED_CRITICAL_STREAM,
+                        reason: "a critical stream was reset",
+                    },
+                );
+            }
+            // The connection is gone (or a stream without a type was reset).
+            Err(_) => return,
+        };
+        if let Err(e) = stream.receive(&bytes, fin) {
+            return close(connection, e);
+        }
+        if !opened && let Some(kind) = stream.kind() {
+            if let Err(e) = critical.borrow_mut().open(kind) {
+                return close(connection, e);
+            }
+            if kind == UniKind::Unknown {
+                let _ = recv.stop(varint(code::H3_STREAM_CREATION_ERROR));
+                return;
+            }
+            opened = true;
+        }
+        if fin {
             return;
         }
+    }
+}
+
+/// Answers the one request of a bidirectional stream.
+async fn request(
+    endpoint: &Rc<Endpoint>,
+    connection: &quinn::Connection,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+) {
+    let _active = Active::enter(&endpoint.worker);
+    let idle = endpoint.worker.settings().tcp_idle_timeout;
+    let mut parser = http3::RequestStream::new(doh::MAX_HEAD, doh::MAX_MESSAGE);
+    // The whole request within the idle timeout (the clock is read only if it must wait).
+    let read = async {
+        loop {
+            let parsed = match recv.read_chunk(usize::MAX, true).await {
+                Ok(Some(chunk)) => parser.receive(&chunk.bytes, false),
+                Ok(None) => parser.receive(&[], true),
+                // Reset by the client, or the connection is gone: nothing to answer.
+                Err(_) => return None,
+            };
+            match parsed {
+                Ok(None) => {}
+                result => return Some(result),
+            }
+        }
+    };
+    let parsed = match within(idle, read).await {
+        Some(Some(parsed)) => parsed,
+        Some(None) => return,
         None => {
             CoreMetrics::bump(&endpoint.worker.metrics.tcp_timeouts);
+            match parser.expire() {
+                Some(request) => Ok(Some(request)),
+                None => {
+                    let _ = recv.stop(varint(code::H3_REQUEST_INCOMPLETE));
+                    let _ = send.reset(varint(code::H3_REQUEST_INCOMPLETE));
+                    return;
+                }
+            }
+        }
+    };
+    let request = match parsed {
+        Ok(Some(request)) => request,
+        Ok(None) => return,
+        Err(e) if e.scope == Scope::Stream => {
+            tracing::debug!(peer = %endpoint.peer, error = %e, "HTTP/3 request reset");
+            let _ = recv.stop(varint(e.code));
+            let _ = send.reset(varint(e.code));
             return;
         }
+        Err(e) => return close(connection, e),
     };
-    let (head, ()) = head.into_parts();
-    let target = head
-        .uri
-        .path_and_query()
-        .map_or(head.uri.path(), |p| p.as_str());
-    let content_type = head.headers.get(http::header::CONTENT_TYPE);
-    endpoint.worker.metrics.query(Transport::Doh3);
-    let mut body_read = true;
-    let reply = match doh::request(
-        head.method.as_str().as_bytes(),
-        target.as_bytes(),
-        &endpoint.path,
-        content_type.map(|v| v.as_bytes()),
-    ) {
-        Err(e) => {
-            body_read = false;
-            Reply::Error(e.into())
+    let complete = request.complete;
+    let answer = classify(
+        endpoint,
+        Transport::Doh3,
+        request.method,
+        &request.target,
+        request.content_type.as_deref(),
+        request.body,
+    );
+    let reply = match answer {
+        Answer::Ready(reply) => reply,
+        Answer::Miss(message) => {
+            let options = endpoint.reply_options();
+            Reply::Answer(answer_miss(&endpoint.worker, &message, &options).await)
         }
-        Ok(Request::Get(message)) => endpoint.resolve(&message).await,
-        Ok(Request::Post) => match within(idle, body(&mut stream)).await {
-            Some(Ok(message)) => endpoint.resolve(&message).await,
-            Some(Err(BodyError::TooLarge)) => {
-                body_read = false;
-                Reply::Error(RequestError::TooLarge.into())
-            }
-            Some(Err(BodyError::Stream)) => return,
-            None => {
-                body_read = false;
-                Reply::Error(TIMEOUT)
-            }
-        },
     };
-    let Some((response, payload)) = endpoint.response(reply) else {
-        cancel(&mut stream);
+    let Some((head, payload)) = ResponseHead::new(endpoint, reply) else {
+        // A drop: nothing is sent, nothing more read.
+        let _ = send.reset(varint(code::H3_REQUEST_CANCELLED));
+        let _ = recv.stop(varint(code::H3_REQUEST_CANCELLED));
         return;
     };
+    let mut fields: [(&[u8], &[u8]); 6] = [(b"", b""); 6];
+    let mut n = 0;
+    for (name, value, _) in head.fields() {
+        fields[n] = (name, value);
+        n += 1;
+    }
+    let mut out = Vec::with_capacity(payload.len() + 128);
+    http3::encode_response(head.status, &fields[..n], &payload, &mut out);
     // Errors mean the client cancelled the request or the connection is gone.
-    let sent = async {
-        stream.send_response(response).await?;
-        stream.send_data(Bytes::from(payload)).await?;
-        stream.finish().await
-    };
-    if within(idle, sent).await.is_none() {
-        cancel(&mut stream);
-        return;
-    }
-    if !body_read {
-        // Answered before the upload ended: the rest is not wanted (RFC 9114 §4.1.2).
-        stream.stop_sending(Code::H3_NO_ERROR);
-    }
-}
-
-/// Aborts a request: nothing (more) is sent and nothing more read.
-fn cancel(stream: &mut Stream) {
-    stream.stop_stream(Code::H3_REQUEST_CANCELLED);
-    stream.stop_sending(Code::H3_REQUEST_CANCELLED);
-}
-
-enum BodyError {
-    TooLarge,
-    Stream,
-}
-
-/// Reads a request body of at most [`doh::MAX_MESSAGE`] bytes; stops at the first byte past it.
-async fn body(stream: &mut Stream) -> Result<Vec<u8>, BodyError> {
-    let mut message = Vec::new();
-    while let Some(mut chunk) = stream.recv_data().await.map_err(|_| BodyError::Stream)? {
-        while chunk.has_remaining() {
-            let part = chunk.chunk();
-            if doh::check_length(message.len() + part.len()).is_err() {
-                return Err(BodyError::TooLarge);
-            }
-            message.extend_from_slice(part);
-            let n = part.len();
-            chunk.advance(n);
+    match within(idle, send.write_all(&out)).await {
+        Some(Ok(())) => {
+            let _ = send.finish();
+        }
+        Some(Err(_)) => return,
+        None => {
+            let _ = send.reset(varint(code::H3_REQUEST_CANCELLED));
+            return;
         }
     }
-    Ok(message)
+    if !complete {
+        // Answered before the upload ended: the rest is not wanted (RFC 9114 §4.1.2).
+        let _ = recv.stop(varint(code::H3_NO_ERROR));
+    }
 }

@@ -50,7 +50,7 @@ const LOOKUP_BITS: u32 = 10;
 
 /// Why a Huffman-coded string could not be decoded (RFC 7541 §5.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum HuffmanError {
+pub(crate) enum HuffmanError {
     /// The string contains the EOS symbol.
     EosSymbol,
     /// The string ends with more than 7 bits of padding, or padding that is not all ones.
@@ -273,7 +273,7 @@ impl<'a> BitReader<'a> {
 }
 
 /// Decodes a Huffman-coded string (RFC 7541 §5.2), appending the octets to `output`.
-pub(super) fn decode(input: &[u8], output: &mut Vec<u8>) -> Result<(), HuffmanError> {
+pub(crate) fn decode(input: &[u8], output: &mut Vec<u8>) -> Result<(), HuffmanError> {
     // The shortest code is 5 bits, so no string decodes to more octets than this.
     output.reserve(input.len() * 8 / 5);
     let mut reader = BitReader::new(input);

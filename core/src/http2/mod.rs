@@ -32,9 +32,9 @@
 
 mod connection;
 pub mod frame;
-mod head;
+pub(crate) mod head;
 pub mod hpack;
-mod huffman;
+pub(crate) mod huffman;
 
 pub use connection::{
     BodyError, Config, Connection, ConnectionError, Field, IDLE_FRAME_ALLOWANCE, MAX_LOCAL_RESETS,
