@@ -1929,6 +1929,10 @@ impl Reactor {
         flush_rings!(lat_ring, poll_ring, main_ring)?;
         // pick up the results of any cancellations
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
+        // kudurru patch: the kept timer may have fired since it was checked, and its
+        // completion was just consumed (a timer wakes no task, so `woke` does not show it).
+        // Sleeping on it would sleep until some unrelated event; arm a new one instead.
+        latency_timer = latency_timer.filter(|t| t.source.is_pending());
 
         // If we generated any event so far, we can't sleep. Need to handle them.
         let should_sleep = preempt.is_none()
