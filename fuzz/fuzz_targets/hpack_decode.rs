@@ -13,7 +13,9 @@ fuzz_target!(|data: &[u8]| {
     for block in data.split(|&b| b == 0xff) {
         let mut fields = Vec::new();
         if decoder
-            .decode(block, |name, value| fields.push((name.to_vec(), value.to_vec())))
+            .decode(block, |name, value| {
+                fields.push((name.to_vec(), value.to_vec()))
+            })
             .is_err()
         {
             return;
@@ -26,7 +28,9 @@ fuzz_target!(|data: &[u8]| {
         }
         let mut again = Vec::new();
         mirror
-            .decode(&encoded, |name, value| again.push((name.to_vec(), value.to_vec())))
+            .decode(&encoded, |name, value| {
+                again.push((name.to_vec(), value.to_vec()))
+            })
             .expect("kudurru's own encoding decodes");
         let lowered: Vec<_> = fields
             .iter()

@@ -69,7 +69,11 @@ fuzz_target!(|data: &[u8]| {
                 _ => {}
             }
         }
-        connection.expire(now + Duration::from_secs(n as u64), Duration::from_secs(3), &mut requests);
+        connection.expire(
+            now + Duration::from_secs(n as u64),
+            Duration::from_secs(3),
+            &mut requests,
+        );
         let output = connection.output().to_vec();
         connection.sent(output.len());
         let mut rest = &output[..];
