@@ -19,6 +19,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use kudurru_core::doh;
 use kudurru_core::http3::{self, CriticalStreams, Scope, UniKind, UniStream, code};
 use quinn::VarInt;
@@ -82,9 +83,20 @@ async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, pat
         match connection.accept_bi().await {
             Ok((send, recv)) => {
                 let (endpoint, connection) = (endpoint.clone(), connection.clone());
-                spawn_queued(async move {
+                let mut request = Box::pin(async move {
                     request(&endpoint, &connection, send, recv).await;
                 });
+                // Most requests arrive whole with their stream and are cache hits: answered
+                // here, with no task of their own (quinn's driver, woken by the write, still
+                // sends every answer of this batch together once this loop waits). A request
+                // that must wait (more bytes, a miss) goes on in a task of its own, queued
+                // behind this loop, whose first poll takes over its wake-ups.
+                if futures_lite::future::poll_once(&mut request)
+                    .await
+                    .is_none()
+                {
+                    spawn_queued(request);
+                }
             }
             Err(e) => {
                 tracing::debug!(peer = %peer, error = %e, "HTTP/3 connection ended");
@@ -237,8 +249,9 @@ async fn request(
     }
     let mut out = Vec::with_capacity(payload.len() + 128);
     http3::encode_response(head.status, &fields[..n], &payload, &mut out);
-    // Errors mean the client cancelled the request or the connection is gone.
-    match within(idle, send.write_all(&out)).await {
+    // Handed to quinn as it is (`write_all` would copy it into a buffer of its own). Errors
+    // mean the client cancelled the request or the connection is gone.
+    match within(idle, send.write_chunk(Bytes::from(out))).await {
         Some(Ok(())) => {
             let _ = send.finish();
         }
