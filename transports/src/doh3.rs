@@ -4,7 +4,8 @@
 //! ```text
 //! quic::accept_loop ─▶ connection task ─┬ control stream out: SETTINGS
 //!                                       ├ client uni streams ─▶ core::http3::UniStream (checked)
-//!                                       └ accept_bi ─▶ request task: core::http3::RequestStream
+//!                                       └ accept_bi ─▶ request (inline, or a task if it waits):
+//!                                                      core::http3::RequestStream
 //!     ─▶ doh::classify ─▶ hit: answer at once | miss: resolve ─▶ HEADERS ‖ DATA, FIN
 //!                                                   └ drop ─▶ H3_REQUEST_CANCELLED both ways
 //! ```
@@ -62,7 +63,7 @@ pub(crate) async fn serve(
 }
 
 /// Serves one connection: opens the control stream, checks the client's, and answers each
-/// request in a task of its own.
+/// request where it is accepted, or in a task of its own when it has to wait.
 async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, path: Rc<str>) {
     CoreMetrics::bump(&worker.metrics.doh_connections[HttpVersion::H3 as usize]);
     let peer = connection.remote_address();
