@@ -7,14 +7,16 @@
 
 For a change to the data plane or to the vendored glommio: build the binary before and after
 (copy each `target/release/kudurru` aside), then run this. A server is a kudurru binary
-(`serve --cores 1`), `ceiling` (`kudurru-echo --mode echo`, UDP only), `unbound` or `dnsdist`
+(`serve --cores 1`), `ceiling` (`kudurru-echo --mode echo --tcp`: batched UDP, and TCP with
+one `epoll` thread that answers every whole frame of a read with one write), `unbound` or `dnsdist`
 (configured as in compare.py: caching forwarders to the same upstream). Each round starts every
 server in turn pinned to CPU 0, warms its cache and drives the workload with dnsperf at the same
 offered rate from CPU 1, next to the `kudurru-echo --mode answer` upstream:
 
   hit      UDP cache hits on 1000 names (the default; the ceiling is added first)
-  tcp-hit  the same over TCP (dnsperf -m tcp, 8 persistent connections); also reports the TCP
-           segments the host sent per answer (nstat TcpOutSegs, both directions on loopback)
+  tcp-hit  the same over TCP (dnsperf -m tcp, 8 persistent connections; the ceiling is added
+           first); also reports the TCP segments the host sent per answer (nstat TcpOutSegs,
+           both directions on loopback)
   miss     a fresh file of unique names every round, each asked once (every query goes upstream)
 
 The server's utime+stime over the run, divided by the answers, is its CPU per answer. Rounds
@@ -44,7 +46,7 @@ def server_argv(server, unbound_conf, dnsdist_conf):
     """The command line and port of a server named on --binaries."""
     if server == "ceiling":
         port = PORTS["ceiling"]
-        return [os.path.join(TARGET, "kudurru-echo"), "--mode", "echo", "--listen", f"127.0.0.1:{port}"], port
+        return [os.path.join(TARGET, "kudurru-echo"), "--mode", "echo", "--tcp", "--listen", f"127.0.0.1:{port}"], port
     if server == "unbound":
         return ["unbound", "-d", "-c", unbound_conf], PORTS["unbound"]
     if server == "dnsdist":
@@ -90,10 +92,10 @@ def main():
     ap.add_argument("--duration", type=int, default=6, help="seconds per measured run")
     args = ap.parse_args()
     servers = [b for b in args.binaries.split(",") if b]
-    if args.workload == "hit" and "ceiling" not in servers:
+    if args.workload in ("hit", "tcp-hit") and "ceiling" not in servers:
         servers.insert(0, "ceiling")
-    if args.workload != "hit" and "ceiling" in servers:
-        sys.exit("ab.py: the echo ceiling answers UDP only; leave it out of tcp-hit and miss runs")
+    if args.workload == "miss" and "ceiling" in servers:
+        sys.exit("ab.py: the echo ceiling resolves nothing; leave it out of miss runs")
     workdir = tempfile.mkdtemp(prefix="kudurru-ab-")
     hits = os.path.join(workdir, "hits.txt")
     write_names(hits, [f"h{i}.bench.example." for i in range(1000)])

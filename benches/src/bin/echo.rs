@@ -1,6 +1,8 @@
 //! `kudurru-echo`: the benchmark ceiling and the benchmark upstream.
 //!
-//! A single-threaded UDP responder with batched `recvmmsg`/`sendmmsg` (64 datagrams per call).
+//! A single-threaded UDP responder with batched `recvmmsg`/`sendmmsg` (64 datagrams per call),
+//! and with `--tcp` a single-threaded `epoll` TCP responder on the same port that answers every
+//! whole frame of a read with one write.
 //! `--mode echo` only flips QR and RA and sends the query back: nothing a DNS server can do is
 //! cheaper, so its CPU per answer is the ceiling a server is compared against. `--mode answer`
 //! also appends `A 192.0.2.1` (TTL `--ttl`, owner compressed to the question) after dropping any
@@ -35,44 +37,151 @@ struct Args {
     /// TTL of the answer record in `answer` mode.
     #[arg(long, default_value_t = 3600)]
     ttl: u32,
-    /// Also answer over TCP on the same port (a thread per connection; for forwarders that
-    /// send TCP queries upstream, such as dnsdist for TCP clients).
+    /// Also answer over TCP on the same port (one `epoll` thread for every connection): the TCP
+    /// ceiling in `echo` mode, and an upstream for forwarders that send TCP queries upstream,
+    /// such as dnsdist for TCP clients, in `answer` mode.
     #[arg(long)]
     tcp: bool,
 }
 
+/// Bytes read from a TCP connection at once; also the output a connection may hold.
+const TCP_BUFFER: usize = 64 * 1024;
+
+/// One client connection of the TCP side.
+struct TcpConnection {
+    stream: std::net::TcpStream,
+    /// Bytes read and not yet framed.
+    input: Vec<u8>,
+    /// Framed replies not yet written.
+    output: Vec<u8>,
+}
+
+/// The TCP side, on a thread of its own: one `epoll` loop over the listener and every
+/// connection, each read drained of every whole frame and all of its replies written with one
+/// `write` — the least a TCP DNS server can do per read, so its CPU per answer is the TCP
+/// ceiling. A connection that sends a frame over `MAX_DATAGRAM` bytes or fails is closed.
 fn serve_tcp(listen: SocketAddr, mode: Mode, ttl: u32) -> Result<()> {
-    use std::io::{Read, Write};
     let listener =
         std::net::TcpListener::bind(listen).with_context(|| format!("binding tcp {listen}"))?;
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut stream = stream;
-                let _ = stream.set_nodelay(true);
-                let mut buf = [0u8; MAX_DATAGRAM];
-                loop {
-                    let mut len = [0u8; 2];
-                    if stream.read_exact(&mut len).is_err() {
-                        return;
-                    }
-                    let len = usize::from(u16::from_be_bytes(len));
-                    if len > MAX_DATAGRAM || stream.read_exact(&mut buf[..len]).is_err() {
-                        return;
-                    }
-                    let Some(reply_len) = respond(&mut buf, len, mode, ttl) else {
-                        return;
-                    };
-                    let mut frame = (reply_len as u16).to_be_bytes().to_vec();
-                    frame.extend_from_slice(&buf[..reply_len]);
-                    if stream.write_all(&frame).is_err() {
-                        return;
+    listener.set_nonblocking(true)?;
+    // SAFETY: epoll_create1 has no memory arguments; the descriptor is checked below.
+    let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if epoll < 0 {
+        bail!("epoll_create1: {}", std::io::Error::last_os_error());
+    }
+    epoll_add(epoll, listener.as_raw_fd(), u64::MAX)?;
+    std::thread::spawn(move || tcp_loop(epoll, listener, mode, ttl));
+    Ok(())
+}
+
+fn epoll_add(epoll: i32, fd: i32, token: u64) -> Result<()> {
+    let mut event = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: token,
+    };
+    // SAFETY: `event` is a valid epoll_event for the duration of the call.
+    if unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, &mut event) } < 0 {
+        bail!("epoll_ctl: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn tcp_loop(epoll: i32, listener: std::net::TcpListener, mode: Mode, ttl: u32) {
+    use std::io::{ErrorKind, Read, Write};
+    let mut connections: Vec<Option<TcpConnection>> = Vec::new();
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
+    let mut chunk = vec![0u8; TCP_BUFFER];
+    loop {
+        // SAFETY: `events` has room for the 64 events asked for.
+        let n = unsafe { libc::epoll_wait(epoll, events.as_mut_ptr(), 64, -1) };
+        if n < 0 {
+            continue; // EINTR
+        }
+        for event in &events[..n as usize] {
+            let token = event.u64;
+            if token == u64::MAX {
+                while let Ok((stream, _)) = listener.accept() {
+                    let _ = stream.set_nonblocking(true);
+                    let _ = stream.set_nodelay(true);
+                    let slot = connections
+                        .iter()
+                        .position(Option::is_none)
+                        .unwrap_or_else(|| {
+                            connections.push(None);
+                            connections.len() - 1
+                        });
+                    if epoll_add(epoll, stream.as_raw_fd(), slot as u64).is_ok() {
+                        connections[slot] = Some(TcpConnection {
+                            stream,
+                            input: Vec::with_capacity(TCP_BUFFER),
+                            output: Vec::with_capacity(TCP_BUFFER),
+                        });
                     }
                 }
-            });
+                continue;
+            }
+            let slot = token as usize;
+            let Some(connection) = connections.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            let open = loop {
+                match connection.stream.read(&mut chunk) {
+                    Ok(0) => break false,
+                    Ok(read) => {
+                        connection.input.extend_from_slice(&chunk[..read]);
+                        if !answer_frames(connection, mode, ttl) {
+                            break false;
+                        }
+                        if read < chunk.len() {
+                            break true;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break true,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => break false,
+                }
+            };
+            // Blocking write of what this read produced: a benchmark client reads its replies.
+            let written = connection.output.is_empty() || {
+                let _ = connection.stream.set_nonblocking(false);
+                let ok = connection.stream.write_all(&connection.output).is_ok();
+                let _ = connection.stream.set_nonblocking(true);
+                connection.output.clear();
+                ok
+            };
+            if !open || !written {
+                // Dropping the stream closes it, which also removes it from the epoll set.
+                connections[slot] = None;
+            }
         }
-    });
-    Ok(())
+    }
+}
+
+/// Answers every whole frame in `connection.input` into `connection.output`; `false` when the
+/// connection is to be closed.
+fn answer_frames(connection: &mut TcpConnection, mode: Mode, ttl: u32) -> bool {
+    let mut used = 0;
+    let mut buf = [0u8; MAX_DATAGRAM];
+    while let Some(header) = connection.input.get(used..used + 2) {
+        let len = usize::from(u16::from_be_bytes([header[0], header[1]]));
+        if len > MAX_DATAGRAM {
+            return false;
+        }
+        let Some(message) = connection.input.get(used + 2..used + 2 + len) else {
+            break;
+        };
+        buf[..len].copy_from_slice(message);
+        used += 2 + len;
+        let Some(reply_len) = respond(&mut buf, len, mode, ttl) else {
+            return false;
+        };
+        connection
+            .output
+            .extend_from_slice(&(reply_len as u16).to_be_bytes());
+        connection.output.extend_from_slice(&buf[..reply_len]);
+    }
+    connection.input.drain(..used);
+    true
 }
 
 fn main() -> Result<()> {
