@@ -589,3 +589,116 @@ fn bench_compare_prints_ratios_of_two_reports() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("is not a kudurru-bench report"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A running `kudurru-echo`, killed when dropped.
+struct Echo(std::process::Child);
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `example.com. A` with `id`, as a client sends it.
+fn echo_query(id: u16) -> Vec<u8> {
+    let mut m = id.to_be_bytes().to_vec();
+    m.extend_from_slice(&[1, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    m.extend_from_slice(b"\x07example\x03com\x00\x00\x01\x00\x01");
+    m
+}
+
+/// The TCP ceiling (`kudurru-echo --mode echo --tcp`) answers every frame of a pipelined
+/// stream, however it is split, in order, with QR and RA set and nothing else changed; the
+/// UDP side on the same port still answers; a frame that is not a query closes only its own
+/// connection.
+#[test]
+fn echo_ceiling_answers_pipelined_tcp_frames_split_anywhere() {
+    use std::io::{Read, Write};
+    use std::net::{TcpStream, UdpSocket};
+    use std::time::{Duration, Instant};
+
+    let port = kudurru_e2e::free_port();
+    let _echo = Echo(
+        Command::new(bench_bin("kudurru-echo"))
+            .args(["--mode", "echo", "--tcp", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kudurru-echo starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stream = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => break stream,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("kudurru-echo does not listen on TCP: {e}"),
+        }
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut wire = Vec::new();
+    for id in 1..=5u16 {
+        let query = echo_query(id);
+        wire.extend_from_slice(&(query.len() as u16).to_be_bytes());
+        wire.extend_from_slice(&query);
+    }
+    // Split inside the second length prefix and inside the fourth message.
+    let frame = wire.len() / 5;
+    for part in [
+        &wire[..frame + 1],
+        &wire[frame + 1..3 * frame + 7],
+        &wire[3 * frame + 7..],
+    ] {
+        stream.write_all(part).unwrap();
+        stream.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    for id in 1..=5u16 {
+        let mut len = [0u8; 2];
+        stream.read_exact(&mut len).expect("a reply per query");
+        let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        stream.read_exact(&mut reply).unwrap();
+        let mut expected = echo_query(id);
+        expected[2] |= 0x80;
+        expected[3] |= 0x80;
+        assert_eq!(reply, expected, "reply {id}");
+    }
+
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    udp.send_to(&echo_query(9), ("127.0.0.1", port)).unwrap();
+    let mut buf = [0u8; 512];
+    let (n, _) = udp.recv_from(&mut buf).expect("a UDP reply");
+    assert_eq!(&buf[..2], &9u16.to_be_bytes());
+    assert_eq!(n, echo_query(9).len());
+
+    // A reply (QR set) instead of a query: that connection is closed, the first still works.
+    let mut other = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    other
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut bad = echo_query(7);
+    bad[2] |= 0x80;
+    other.write_all(&(bad.len() as u16).to_be_bytes()).unwrap();
+    other.write_all(&bad).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        other.read(&mut byte).unwrap_or(0),
+        0,
+        "closed without a reply"
+    );
+    let query = echo_query(11);
+    stream
+        .write_all(&(query.len() as u16).to_be_bytes())
+        .unwrap();
+    stream.write_all(&query).unwrap();
+    let mut len = [0u8; 2];
+    stream
+        .read_exact(&mut len)
+        .expect("the first connection still answers");
+    let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    stream.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply[..2], &11u16.to_be_bytes());
+}
