@@ -5,7 +5,7 @@
 //! ```text
 //! flow ─▶ connect (one client endpoint per flow, handshake bounded by --timeout)
 //!   ─┬ quic://: stream ─ 2-octet length ‖ query (ID 0) ─ FIN ─▶ read to FIN ─▶ answer (ID restored)
-//!    └ h3://:   h3 request (POST or GET) ─▶ 200 + body ─▶ answer
+//!    └ h3://:   stream ─ HEADERS (static QPACK) ‖ DATA ─ FIN ─▶ read to FIN ─▶ 200 + body ─▶ answer
 //! ```
 //! DoQ sends every query with ID 0 (RFC 9250 §4.2.1) and puts the flow's ID back on an answer
 //! that came back with ID 0; an answer with another ID keeps it, so the flow counts it as a
@@ -15,9 +15,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes};
-
-use crate::doh::{self, Method};
+use crate::doh::Method;
 use crate::pipe::{Carrier, Inbox, SharedInbox};
 use crate::target::Protocol;
 
@@ -74,20 +72,40 @@ impl QuicClient {
             .detach();
             return Ok(Carrier::Doq(connection));
         }
-        let (mut driver, requests) = h3::client::new(h3_quinn::Connection::new(connection))
+        // HTTP/3 (RFC 9114) with kudurru's own framing: the client's control stream with an
+        // empty SETTINGS (no QPACK dynamic table, so no encoder or decoder streams), held open
+        // for the connection's life; the server's uni streams are left unread.
+        let mut control = connection
+            .open_uni()
             .await
             .map_err(|e| format!("HTTP/3 setup: {e}"))?;
-        let inbox = inbox.clone();
+        control
+            .write_all(&[0x00, 0x04, 0x00])
+            .await
+            .map_err(|e| format!("HTTP/3 setup: {e}"))?;
+        let (inbox, closed) = (inbox.clone(), connection.clone());
         glommio::spawn_local(async move {
-            let _ = futures_lite::future::poll_fn(|cx| driver.poll_close(cx)).await;
+            closed.closed().await;
+            drop(control);
             Inbox::close(&inbox);
         })
         .detach();
+        let (authority, path) = split_uri(&uri);
         Ok(Carrier::H3(H3 {
-            requests,
-            uri,
+            connection,
+            authority: authority.into(),
+            path: path.into(),
             method,
         }))
+    }
+}
+
+/// `https://AUTHORITY/PATH` as its authority and path.
+fn split_uri(uri: &str) -> (&str, &str) {
+    let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    match rest.find('/') {
+        Some(slash) => (&rest[..slash], &rest[slash..]),
+        None => (rest, "/"),
     }
 }
 
@@ -123,47 +141,218 @@ pub(crate) async fn doq_exchange(
 /// An HTTP/3 connection's request side, for [`Carrier::H3`].
 #[derive(Clone)]
 pub(crate) struct H3 {
-    requests: h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
-    uri: Rc<str>,
+    connection: quinn::Connection,
+    authority: Rc<str>,
+    path: Rc<str>,
     method: Method,
+}
+
+/// Static table entries (RFC 9204 Appendix A) the requests use.
+mod qpack_static {
+    pub(super) const AUTHORITY: u8 = 0;
+    pub(super) const PATH: u8 = 1;
+    pub(super) const METHOD_GET: u8 = 17;
+    pub(super) const METHOD_POST: u8 = 20;
+    pub(super) const SCHEME_HTTPS: u8 = 23;
+    pub(super) const ACCEPT_DNS_MESSAGE: u8 = 30;
+    pub(super) const CONTENT_TYPE_DNS_MESSAGE: u8 = 44;
+}
+
+/// Appends a QPACK prefixed integer (RFC 9204 §4.1.1, RFC 7541 §5.1) whose first octet
+/// carries `flags` above its `prefix` bits.
+fn qpack_integer(out: &mut Vec<u8>, flags: u8, prefix: u32, mut value: u64) {
+    let max = (1u64 << prefix) - 1;
+    if value < max {
+        out.push(flags | value as u8);
+        return;
+    }
+    out.push(flags | max as u8);
+    value -= max;
+    while value >= 0x80 {
+        out.push(0x80 | (value & 0x7f) as u8);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// A request's field section: static references and raw literals only (the server advertises
+/// no dynamic table).
+fn request_fields(method: Method, authority: &str, path: &str) -> Vec<u8> {
+    use qpack_static::*;
+    let mut fields = vec![0, 0]; // Required Insert Count 0, Base 0
+    let method = if method == Method::Post {
+        METHOD_POST
+    } else {
+        METHOD_GET
+    };
+    for index in [method, SCHEME_HTTPS] {
+        fields.push(0xc0 | index); // indexed, static
+    }
+    for (index, value) in [(AUTHORITY, authority), (PATH, path)] {
+        fields.push(0x50 | index); // literal with a static name reference
+        qpack_integer(&mut fields, 0x00, 7, value.len() as u64);
+        fields.extend_from_slice(value.as_bytes());
+    }
+    fields.push(0xc0 | ACCEPT_DNS_MESSAGE);
+    if method == METHOD_POST {
+        fields.push(0xc0 | CONTENT_TYPE_DNS_MESSAGE);
+    }
+    fields
+}
+
+/// Appends an HTTP/3 frame.
+fn frame(out: &mut Vec<u8>, kind: u64, payload: &[u8]) {
+    kudurru_core::http3::write_varint(out, kind);
+    kudurru_core::http3::write_varint(out, payload.len() as u64);
+    out.extend_from_slice(payload);
+}
+
+/// The status and body of a response stream read to its end; `None` when it is not one.
+fn parse_response(mut stream: &[u8]) -> Option<(u16, Vec<u8>)> {
+    use kudurru_core::http3::read_varint;
+    let mut status = None;
+    let mut body = Vec::new();
+    while !stream.is_empty() {
+        let kind = read_varint(&mut stream)?;
+        let len = usize::try_from(read_varint(&mut stream)?).ok()?;
+        let payload = stream.get(..len)?;
+        stream = &stream[len..];
+        match kind {
+            0x01 if status.is_none() => {
+                let mut code = None;
+                kudurru_core::http3::qpack::decode(payload, |name, value| {
+                    if name == b":status" {
+                        code = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+                    }
+                })
+                .ok()?;
+                status = Some(code?);
+            }
+            0x00 if status.is_some() => body.extend_from_slice(payload),
+            0x01 => {} // trailers
+            0x00 => return None,
+            _ => {} // unknown frame types are skipped (RFC 9114 §9)
+        }
+    }
+    Some((status?, body))
 }
 
 impl H3 {
     /// One query as one request: its answer, or `Err(status)` (0 for a reset or a connection
     /// error).
-    pub(crate) async fn exchange(mut self, message: Vec<u8>) -> Result<Vec<u8>, u16> {
-        let request = doh::request(&self.uri, self.method, &message)
-            .body(())
-            .map_err(|_| 0u16)?;
-        let mut stream = self
-            .requests
-            .send_request(request)
+    pub(crate) async fn exchange(self, message: Vec<u8>) -> Result<Vec<u8>, u16> {
+        let target;
+        let path = match self.method {
+            Method::Post => &*self.path,
+            Method::Get => {
+                use base64::Engine;
+                let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&message);
+                target = format!("{}?dns={encoded}", self.path);
+                &target
+            }
+        };
+        let mut request = Vec::with_capacity(message.len() + 96);
+        frame(
+            &mut request,
+            0x01,
+            &request_fields(self.method, &self.authority, path),
+        );
+        if self.method == Method::Post {
+            frame(&mut request, 0x00, &message);
+        }
+        let (mut send, mut recv) = self.connection.open_bi().await.map_err(|_| 0u16)?;
+        send.write_all(&request).await.map_err(|_| 0u16)?;
+        send.finish().map_err(|_| 0u16)?;
+        let data = recv
+            .read_to_end(MAX_STREAM + 1024)
             .await
             .map_err(|_| 0u16)?;
-        if self.method == Method::Post {
-            stream
-                .send_data(Bytes::from(message))
-                .await
-                .map_err(|_| 0u16)?;
+        match parse_response(&data) {
+            Some((200, answer)) => Ok(answer),
+            Some((status, _)) => Err(status),
+            None => Err(0),
         }
-        stream.finish().await.map_err(|_| 0u16)?;
-        let response = stream.recv_response().await.map_err(|_| 0u16)?;
-        let status = response.status().as_u16();
-        let mut answer = Vec::new();
-        while let Some(mut chunk) = stream.recv_data().await.map_err(|_| status)? {
-            while chunk.has_remaining() {
-                let part = chunk.chunk();
-                answer.extend_from_slice(part);
-                let n = part.len();
-                chunk.advance(n);
-            }
-            if answer.len() > usize::from(u16::MAX) {
-                return Err(status);
-            }
-        }
-        if status != 200 {
-            return Err(status);
-        }
-        Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decoded(section: &[u8]) -> Vec<(String, String)> {
+        let mut fields = Vec::new();
+        kudurru_core::http3::qpack::decode(section, |name, value| {
+            fields.push((
+                String::from_utf8_lossy(name).into_owned(),
+                String::from_utf8_lossy(value).into_owned(),
+            ))
+        })
+        .expect("the request's field section decodes");
+        fields
+    }
+
+    #[test]
+    fn requests_decode_with_kudurrus_qpack_to_the_doh_fields() {
+        let long_path = format!("/dns-query?dns={}", "A".repeat(300));
+        let post = decoded(&request_fields(Method::Post, "dns.example:8443", "/q"));
+        let field = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            post,
+            [
+                field(":method", "POST"),
+                field(":scheme", "https"),
+                field(":authority", "dns.example:8443"),
+                field(":path", "/q"),
+                field("accept", "application/dns-message"),
+                field("content-type", "application/dns-message"),
+            ]
+        );
+        // A path past the 7-bit length prefix takes continuation octets.
+        let get = decoded(&request_fields(Method::Get, "localhost", &long_path));
+        assert_eq!(get[0], field(":method", "GET"));
+        assert_eq!(get[3], field(":path", &long_path));
+        assert_eq!(get.len(), 5, "no content-type on a GET");
+    }
+
+    #[test]
+    fn uris_split_into_authority_and_path() {
+        assert_eq!(
+            split_uri("https://127.0.0.1:443/dns-query"),
+            ("127.0.0.1:443", "/dns-query")
+        );
+        assert_eq!(split_uri("https://[::1]:8443/q?x"), ("[::1]:8443", "/q?x"));
+        assert_eq!(split_uri("https://dns.example"), ("dns.example", "/"));
+    }
+
+    #[test]
+    fn responses_give_their_status_and_body_and_refuse_what_is_not_one() {
+        let mut head = Vec::new();
+        kudurru_core::http3::qpack::encode_response(
+            200,
+            &[(b"content-type", b"application/dns-message")],
+            &mut head,
+        );
+        let mut stream = Vec::new();
+        frame(&mut stream, 0x01, &head);
+        frame(&mut stream, 0x21, b"reserved frame type, skipped");
+        frame(&mut stream, 0x00, b"\x12\x34");
+        frame(&mut stream, 0x00, b"\x56");
+        assert_eq!(parse_response(&stream), Some((200, vec![0x12, 0x34, 0x56])));
+
+        let mut not_found = Vec::new();
+        let mut head = Vec::new();
+        kudurru_core::http3::qpack::encode_response(404, &[], &mut head);
+        frame(&mut not_found, 0x01, &head);
+        assert_eq!(parse_response(&not_found), Some((404, Vec::new())));
+
+        let mut data_first = Vec::new();
+        frame(&mut data_first, 0x00, b"x");
+        assert_eq!(parse_response(&data_first), None, "DATA before HEADERS");
+        assert_eq!(
+            parse_response(&stream[..stream.len() - 1]),
+            None,
+            "truncated frame"
+        );
+        assert_eq!(parse_response(&[]), None, "no HEADERS at all");
     }
 }
