@@ -158,23 +158,6 @@ mod qpack_static {
     pub(super) const CONTENT_TYPE_DNS_MESSAGE: u8 = 44;
 }
 
-/// Appends a QPACK prefixed integer (RFC 9204 §4.1.1, RFC 7541 §5.1) whose first octet
-/// carries `flags` above its `prefix` bits.
-fn qpack_integer(out: &mut Vec<u8>, flags: u8, prefix: u32, mut value: u64) {
-    let max = (1u64 << prefix) - 1;
-    if value < max {
-        out.push(flags | value as u8);
-        return;
-    }
-    out.push(flags | max as u8);
-    value -= max;
-    while value >= 0x80 {
-        out.push(0x80 | (value & 0x7f) as u8);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
 /// A request's field section: static references and raw literals only (the server advertises
 /// no dynamic table).
 fn request_fields(method: Method, authority: &str, path: &str) -> Vec<u8> {
@@ -190,7 +173,7 @@ fn request_fields(method: Method, authority: &str, path: &str) -> Vec<u8> {
     }
     for (index, value) in [(AUTHORITY, authority), (PATH, path)] {
         fields.push(0x50 | index); // literal with a static name reference
-        qpack_integer(&mut fields, 0x00, 7, value.len() as u64);
+        kudurru_core::http2::integer::write(&mut fields, 0x00, 7, value.len() as u64);
         fields.extend_from_slice(value.as_bytes());
     }
     fields.push(0xc0 | ACCEPT_DNS_MESSAGE);

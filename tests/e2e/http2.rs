@@ -3,26 +3,17 @@
 //! Python `h2` library for flow control and stream limits, and dnspython's DoH client (httpx2).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use kudurru_core::http2::frame::{self, ErrorCode, flag, kind};
-use kudurru_e2e::{Kudurru, Scratch, TestUpstream, cert_pair, query_bytes, unique_name};
+use kudurru_e2e::{
+    Kudurru, Scratch, TestUpstream, cert_pair, hex, python, query_bytes, unhex, unique_name,
+};
 use serde_json::{Value, json};
 
 fn dir(name: &str) -> Scratch {
     Scratch::new(&format!("h2-{name}"))
-}
-
-/// The Python with h2, httpx2 and dnspython: the venv `.ci/test-deps` creates, else `python3`.
-fn python() -> PathBuf {
-    let venv = PathBuf::from(std::env::var("HOME").unwrap_or_default())
-        .join(".cache/kudurru/venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        PathBuf::from("python3")
-    }
 }
 
 /// Runs one client session (see h2_client.py) against `addr`, verifying against `ca`.
@@ -43,17 +34,6 @@ fn client(mode: &str, addr: SocketAddr, ca: &Path, mut spec: Value) -> Value {
             String::from_utf8_lossy(&output.stderr)
         )
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-        .collect()
 }
 
 fn raw_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {

@@ -12,22 +12,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use kudurru_e2e::{Kudurru, Scratch, TestUpstream, cert_pair, query_bytes, unique_name};
+use kudurru_e2e::{
+    Kudurru, Scratch, TestUpstream, cert_pair, hex, python, query_bytes, unhex, unique_name,
+};
 use serde_json::{Value, json};
 
 fn dir(name: &str) -> Scratch {
     Scratch::new(&format!("quic-{name}"))
-}
-
-/// The Python with aioquic and dnspython: the venv `.ci/test-deps` creates, else `python3`.
-fn python() -> PathBuf {
-    let venv = PathBuf::from(std::env::var("HOME").unwrap_or_default())
-        .join(".cache/kudurru/venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        PathBuf::from("python3")
-    }
 }
 
 fn script() -> PathBuf {
@@ -66,17 +57,6 @@ fn doq_stream(message: &[u8]) -> String {
     let mut out = (message.len() as u16).to_be_bytes().to_vec();
     out.extend_from_slice(message);
     hex(&out)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-        .collect()
 }
 
 /// The DNS message of a DoQ result: the stream's bytes without the length prefix (checked).

@@ -64,6 +64,31 @@ pub fn kudurru_bin() -> PathBuf {
     .clone()
 }
 
+/// Lowercase hex of `bytes`, for DNS messages handed to the Python helpers.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The octets of lowercase or uppercase hex digits (the Python helpers' output).
+pub fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The Python with dnspython, aioquic, h2 and httpx2: the venv `.ci/test-deps` creates, else
+/// `python3`.
+pub fn python() -> PathBuf {
+    let venv = PathBuf::from(std::env::var("HOME").unwrap_or_default())
+        .join(".cache/kudurru/venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
 /// A binary of the bench crate (`kudurru-bench`, `kudurru-echo`), built once per test process.
 pub fn bench_bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();

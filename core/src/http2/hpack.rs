@@ -25,6 +25,7 @@
 use std::collections::VecDeque;
 
 use super::huffman::{self, HuffmanError};
+use super::integer::{self, IntegerError};
 
 /// SETTINGS_HEADER_TABLE_SIZE until a peer says otherwise: each side's dynamic table starts at
 /// this maximum (RFC 9113 §6.5.2).
@@ -32,13 +33,6 @@ const INITIAL_TABLE_SIZE: usize = 4096;
 
 /// Added to the name and value lengths to give an entry's size (RFC 7541 §4.1).
 const ENTRY_OVERHEAD: usize = 32;
-
-/// The largest integer a peer may send (RFC 7541 §5.1): lengths, indexes and table sizes beyond
-/// this are refused before any arithmetic on them.
-const MAX_INTEGER: u64 = u32::MAX as u64;
-
-/// Continuation octets an integer up to [`MAX_INTEGER`] needs at most (7 bits each).
-const MAX_CONTINUATION_OCTETS: u32 = 5;
 
 /// Scratch capacity a decoder keeps between blocks; a larger buffer (after an unusually long
 /// Huffman-coded string) is shrunk back so an idle connection holds little memory.
@@ -359,34 +353,13 @@ fn field_at(dynamic: &DynamicTable, index: usize) -> Result<(&[u8], &[u8]), Deco
 }
 
 /// Reads an integer with a `prefix_bits`-bit prefix from the front of `input` (RFC 7541 §5.1);
-/// the first octet's higher bits are the caller's.
+/// the first octet's higher bits are the caller's. Lengths, indexes and table sizes over
+/// 2^32 - 1 are refused before any arithmetic on them.
 fn read_integer(input: &mut &[u8], prefix_bits: u32) -> Result<usize, DecodeError> {
-    let Some((&first, rest)) = input.split_first() else {
-        return Err(DecodeError::Truncated);
-    };
-    *input = rest;
-    let prefix_max = (1u64 << prefix_bits) - 1;
-    let mut value = u64::from(first) & prefix_max;
-    if value == prefix_max {
-        let mut continuation_octets = 0;
-        loop {
-            let Some((&octet, rest)) = input.split_first() else {
-                return Err(DecodeError::Truncated);
-            };
-            *input = rest;
-            if continuation_octets == MAX_CONTINUATION_OCTETS {
-                return Err(DecodeError::IntegerOverflow);
-            }
-            value += u64::from(octet & 0x7f) << (7 * continuation_octets);
-            continuation_octets += 1;
-            if octet & 0x80 == 0 {
-                break;
-            }
-        }
-    }
-    if value > MAX_INTEGER {
-        return Err(DecodeError::IntegerOverflow);
-    }
+    let value = integer::read(input, prefix_bits).map_err(|e| match e {
+        IntegerError::Truncated => DecodeError::Truncated,
+        IntegerError::Overflow => DecodeError::IntegerOverflow,
+    })?;
     usize::try_from(value).map_err(|_| DecodeError::IntegerOverflow)
 }
 
@@ -536,18 +509,7 @@ impl Decoder {
 /// Writes an integer with a `prefix_bits`-bit prefix (RFC 7541 §5.1); `flags` fills the first
 /// octet's higher bits.
 fn write_integer(out: &mut Vec<u8>, flags: u8, prefix_bits: u32, value: usize) {
-    let prefix_max = (1usize << prefix_bits) - 1;
-    if value < prefix_max {
-        out.push(flags | value as u8);
-        return;
-    }
-    out.push(flags | prefix_max as u8);
-    let mut rest = value - prefix_max;
-    while rest >= 0x80 {
-        out.push(0x80 | (rest & 0x7f) as u8);
-        rest >>= 7;
-    }
-    out.push(rest as u8);
+    integer::write(out, flags, prefix_bits, value as u64);
 }
 
 /// Writes a raw (not Huffman-coded) string literal (RFC 7541 §5.2).
@@ -727,6 +689,7 @@ impl Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http2::hex;
 
     /// A small xorshift generator: deterministic test data without extra crates.
     struct XorShift(u64);
@@ -742,14 +705,6 @@ mod tests {
         fn below(&mut self, bound: u64) -> u64 {
             self.next() % bound
         }
-    }
-
-    fn hex(text: &str) -> Vec<u8> {
-        let digits: Vec<u8> = text.bytes().filter(u8::is_ascii_hexdigit).collect();
-        digits
-            .chunks(2)
-            .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap())
-            .collect()
     }
 
     /// Fields as the RFC prints them: one `name: value` line each.

@@ -325,6 +325,7 @@ pub(super) fn encode(input: &[u8], output: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http2::hex;
 
     /// RFC 7541 Appendix B as printed: (code, length in bits) of octets 0..=255, then EOS.
     const RFC_CODES: [(u32, u8); SYMBOL_COUNT] = [
@@ -608,14 +609,6 @@ mod tests {
         let mut output = Vec::new();
         encode(input, &mut output);
         output
-    }
-
-    fn hex(text: &str) -> Vec<u8> {
-        let digits: Vec<u8> = text.bytes().filter(u8::is_ascii_hexdigit).collect();
-        digits
-            .chunks(2)
-            .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap())
-            .collect()
     }
 
     #[test]

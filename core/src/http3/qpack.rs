@@ -7,6 +7,7 @@
 //! on, anything the client's decoder holds.
 
 use crate::http2::huffman;
+use crate::http2::integer::{self, IntegerError};
 
 /// Why a field section could not be decoded: QPACK_DECOMPRESSION_FAILED (RFC 9204 §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -28,9 +29,6 @@ pub enum DecodeError {
     #[error("bad Huffman code")]
     Huffman,
 }
-
-/// Largest integer accepted in a field section.
-const MAX_INTEGER: u64 = u32::MAX as u64;
 
 /// The static table (RFC 9204 Appendix A).
 const STATIC_TABLE: [(&[u8], &[u8]); 99] = [
@@ -146,49 +144,10 @@ const STATIC_TABLE: [(&[u8], &[u8]); 99] = [
 
 /// Reads an integer with a `prefix_bits`-bit prefix (RFC 9204 §4.1.1, RFC 7541 §5.1).
 pub(crate) fn read_integer(input: &mut &[u8], prefix_bits: u32) -> Result<u64, DecodeError> {
-    let Some((&first, rest)) = input.split_first() else {
-        return Err(DecodeError::Truncated);
-    };
-    *input = rest;
-    let max = (1u64 << prefix_bits) - 1;
-    let mut value = u64::from(first) & max;
-    if value < max {
-        return Ok(value);
-    }
-    let mut shift = 0;
-    loop {
-        let Some((&octet, rest)) = input.split_first() else {
-            return Err(DecodeError::Truncated);
-        };
-        *input = rest;
-        value += u64::from(octet & 0x7f) << shift;
-        if value > MAX_INTEGER {
-            return Err(DecodeError::IntegerOverflow);
-        }
-        if octet & 0x80 == 0 {
-            return Ok(value);
-        }
-        shift += 7;
-        if shift > 35 {
-            return Err(DecodeError::IntegerOverflow);
-        }
-    }
-}
-
-/// Appends an integer with a `prefix_bits`-bit prefix; `first` holds the bits above it.
-fn write_integer(out: &mut Vec<u8>, first: u8, prefix_bits: u32, value: usize) {
-    let max = (1usize << prefix_bits) - 1;
-    if value < max {
-        out.push(first | value as u8);
-        return;
-    }
-    out.push(first | max as u8);
-    let mut rest = value - max;
-    while rest >= 0x80 {
-        out.push((rest & 0x7f) as u8 | 0x80);
-        rest >>= 7;
-    }
-    out.push(rest as u8);
+    integer::read(input, prefix_bits).map_err(|e| match e {
+        IntegerError::Truncated => DecodeError::Truncated,
+        IntegerError::Overflow => DecodeError::IntegerOverflow,
+    })
 }
 
 /// Reads a string literal whose length has a `prefix_bits`-bit prefix and whose Huffman flag
@@ -306,22 +265,22 @@ fn encode_field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
         }
         if v == value {
             // §4.5.2 indexed, static: 11 index(6).
-            return write_integer(out, 0xc0, 6, index);
+            return integer::write(out, 0xc0, 6, index as u64);
         }
         name_index.get_or_insert(index);
     }
     match name_index {
         Some(index) => {
             // §4.5.4 with a static name: 01 N=0 T=1 index(4).
-            write_integer(out, 0x50, 4, index);
+            integer::write(out, 0x50, 4, index as u64);
         }
         None => {
             // §4.5.6: 001 N=0 H=0 length(3).
-            write_integer(out, 0x20, 3, name.len());
+            integer::write(out, 0x20, 3, name.len() as u64);
             out.extend_from_slice(name);
         }
     }
-    write_integer(out, 0, 7, value.len());
+    integer::write(out, 0, 7, value.len() as u64);
     out.extend_from_slice(value);
 }
 
