@@ -552,6 +552,10 @@ pub(crate) fn classify(
     }
 }
 
+/// A response field: name, value, and whether the value repeats across responses (worth
+/// remembering in an HPACK table).
+pub(crate) type HeadField<'a> = (&'static [u8], &'a [u8], bool);
+
 /// The head of a DoH response as HTTP/2 and HTTP/3 send it: `:status` and the fields.
 pub(crate) struct ResponseHead {
     pub(crate) status: u16,
@@ -586,9 +590,12 @@ impl ResponseHead {
         Some((head, payload))
     }
 
+    /// The most fields a response has: [`Self::fields`]'s array is this long.
+    pub(crate) const MAX_FIELDS: usize = 6;
+
     /// Each field as (name, value, whether the value repeats across responses).
-    pub(crate) fn fields(&self) -> impl Iterator<Item = (&'static [u8], &[u8], bool)> {
-        [
+    pub(crate) fn fields(&self) -> impl Iterator<Item = HeadField<'_>> {
+        let fields: [Option<HeadField<'_>>; Self::MAX_FIELDS] = [
             Some((&b"date"[..], self.date.as_bytes(), true)),
             Some((&b"content-type"[..], self.content_type.as_bytes(), true)),
             Some((&b"content-length"[..], self.length.as_bytes(), false)),
@@ -599,9 +606,8 @@ impl ResponseHead {
             self.alt_svc
                 .as_ref()
                 .map(|alt_svc| (&b"alt-svc"[..], alt_svc.as_bytes(), true)),
-        ]
-        .into_iter()
-        .flatten()
+        ];
+        fields.into_iter().flatten()
     }
 }
 
@@ -614,10 +620,10 @@ fn h2_respond(connection: &mut http2::Connection, endpoint: &Endpoint, stream: u
         name: b"",
         value: b"",
         remember: false,
-    }; 6];
+    }; ResponseHead::MAX_FIELDS];
     let mut n = 0;
-    for (name, value, remember) in head.fields() {
-        fields[n] = http2::Field {
+    for (slot, (name, value, remember)) in fields.iter_mut().zip(head.fields()) {
+        *slot = http2::Field {
             name,
             value,
             remember,

@@ -242,10 +242,10 @@ async fn request(
         let _ = recv.stop(varint(code::H3_REQUEST_CANCELLED));
         return;
     };
-    let mut fields: [(&[u8], &[u8]); 6] = [(b"", b""); 6];
+    let mut fields: [(&[u8], &[u8]); ResponseHead::MAX_FIELDS] = Default::default();
     let mut n = 0;
-    for (name, value, _) in head.fields() {
-        fields[n] = (name, value);
+    for (slot, (name, value, _)) in fields.iter_mut().zip(head.fields()) {
+        *slot = (name, value);
         n += 1;
     }
     let mut out = Vec::with_capacity(payload.len() + 128);
