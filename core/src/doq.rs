@@ -111,10 +111,14 @@ pub fn query(stream: &[u8]) -> Result<&[u8], ProtocolError> {
 
 /// `answer` framed for a DoQ stream: the 2-octet length, then the message.
 pub fn frame(answer: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + answer.len());
-    out.extend_from_slice(&(answer.len().min(usize::from(u16::MAX)) as u16).to_be_bytes());
-    out.extend_from_slice(answer);
-    out
+    framed(answer.to_vec())
+}
+
+/// [`frame`] in place: the length goes in front of `answer`'s own bytes, no second buffer.
+pub fn framed(mut answer: Vec<u8>) -> Vec<u8> {
+    let len = answer.len().min(usize::from(u16::MAX)) as u16;
+    answer.splice(0..0, len.to_be_bytes());
+    answer
 }
 
 #[cfg(test)]
@@ -132,6 +136,19 @@ mod tests {
             m.extend_from_slice(options);
         }
         m
+    }
+
+    #[test]
+    fn framing_in_place_prefixes_the_length() {
+        let m = message(0, None);
+        let stream = framed(m.clone());
+        assert_eq!(
+            usize::from(u16::from_be_bytes([stream[0], stream[1]])),
+            m.len()
+        );
+        assert_eq!(&stream[2..], &m[..]);
+        assert_eq!(stream, frame(&m));
+        assert_eq!(framed(Vec::new()), vec![0, 0]);
     }
 
     #[test]

@@ -107,6 +107,21 @@ pub(crate) async fn answer_miss(
     out
 }
 
+/// Runs `request` here as far as it goes without waiting, and the rest in a task of its own,
+/// queued behind the running one ([`spawn_queued`]), whose first poll takes over its wake-ups.
+/// For a connection's accept loop: most requests arrive whole with their stream and are cache
+/// hits, answered here with no task of their own; the transport's driver, woken by the write,
+/// still sends every answer of the batch together once the loop waits.
+pub(crate) async fn inline_or_queued(request: impl Future<Output = ()> + 'static) {
+    let mut request = Box::pin(request);
+    if futures_lite::future::poll_once(&mut request)
+        .await
+        .is_none()
+    {
+        spawn_queued(request);
+    }
+}
+
 /// Spawns a request's task behind the tasks already queued on this core, detached. glommio's
 /// `spawn_local` runs a new task at once, inside its spawner: a connection loop that spawned
 /// that way would answer, and its transport flush, request by request. Queued, the loop first

@@ -25,7 +25,7 @@ use kudurru_core::doh;
 use kudurru_core::http3::{self, CriticalStreams, Scope, UniKind, UniStream, code};
 use quinn::VarInt;
 
-use crate::answer::{answer_miss, spawn_queued};
+use crate::answer::{answer_miss, inline_or_queued};
 use crate::doh::{Answer, Endpoint, Reply, ResponseHead, classify};
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
 use crate::quic;
@@ -84,20 +84,10 @@ async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, pat
         match connection.accept_bi().await {
             Ok((send, recv)) => {
                 let (endpoint, connection) = (endpoint.clone(), connection.clone());
-                let mut request = Box::pin(async move {
+                inline_or_queued(async move {
                     request(&endpoint, &connection, send, recv).await;
-                });
-                // Most requests arrive whole with their stream and are cache hits: answered
-                // here, with no task of their own (quinn's driver, woken by the write, still
-                // sends every answer of this batch together once this loop waits). A request
-                // that must wait (more bytes, a miss) goes on in a task of its own, queued
-                // behind this loop, whose first poll takes over its wake-ups.
-                if futures_lite::future::poll_once(&mut request)
-                    .await
-                    .is_none()
-                {
-                    spawn_queued(request);
-                }
+                })
+                .await;
             }
             Err(e) => {
                 tracing::debug!(peer = %peer, error = %e, "HTTP/3 connection ended");

@@ -1,11 +1,13 @@
 //! The DNS-over-QUIC listener of one core (RFC 9250).
 //!
 //! ```text
-//! quic::accept_loop ─▶ connection task ─ accept_bi ─▶ stream task: read to FIN (idle deadline)
+//! quic::accept_loop ─▶ connection task ─ accept_bi ─▶ stream: read to FIN (idle deadline)
 //!   ─▶ core::doq::query ─┬ Ok ─▶ answer::answer ─┬ Some ─▶ length ‖ answer, FIN
 //!                        │                       └ None (drop) ─▶ RESET_STREAM(DOQ_REQUEST_CANCELLED)
 //!                        └ Err ─▶ CONNECTION_CLOSE(DOQ_PROTOCOL_ERROR)
 //! ```
+//! A stream whose query has arrived whole and is a cache hit is answered inside the connection
+//! task; one that must wait (more bytes, a miss) goes on in a task of its own.
 //! One query per client-initiated bidirectional stream, up to `tcp.maxPipelined` at once per
 //! connection; clients may open no unidirectional stream. No 0-RTT (the TLS configuration
 //! offers no early data), so no query is ever replayable (§4.5). A stream whose query does not
@@ -14,12 +16,13 @@
 
 use std::rc::Rc;
 
+use bytes::Bytes;
 use kudurru_core::Client;
 use kudurru_core::doq::{self, ErrorCode};
 use kudurru_core::wire::ReplyOptions;
 use quinn::VarInt;
 
-use crate::answer::{answer, spawn_queued};
+use crate::answer::{answer, inline_or_queued};
 use crate::metrics::{CoreMetrics, Transport};
 use crate::quic;
 use crate::runtime::TlsConfig;
@@ -43,7 +46,8 @@ fn code(code: ErrorCode) -> VarInt {
     VarInt::from_u32(code.code())
 }
 
-/// Serves one connection: each stream runs in a task of its own.
+/// Serves one connection: each stream is answered here, or in a task of its own when it has to
+/// wait.
 async fn connection(worker: Rc<Worker>, connection: quinn::Connection) {
     let client = Client {
         addr: connection.remote_address().ip(),
@@ -53,9 +57,10 @@ async fn connection(worker: Rc<Worker>, connection: quinn::Connection) {
         match connection.accept_bi().await {
             Ok((send, recv)) => {
                 let (worker, connection) = (worker.clone(), connection.clone());
-                spawn_queued(async move {
+                inline_or_queued(async move {
                     stream(&worker, &connection, client, send, recv).await;
-                });
+                })
+                .await;
             }
             Err(e) => {
                 tracing::debug!(peer = %connection.remote_address(), error = %e, "DoQ connection ended");
@@ -74,7 +79,7 @@ async fn stream(
     mut recv: quinn::RecvStream,
 ) {
     let idle = worker.settings().tcp_idle_timeout;
-    let read = within(idle, recv.read_to_end(doq::MAX_STREAM)).await;
+    let read = within(idle, read_to_fin(&mut recv, doq::MAX_STREAM)).await;
     let bytes = match read {
         Some(Ok(bytes)) => bytes,
         Some(Err(quinn::ReadToEndError::TooLong)) => {
@@ -101,15 +106,48 @@ async fn stream(
     };
     match answer(worker, message, client, &options).await {
         Some(out) => {
+            // Handed to quinn as it is (`write_all` would copy it into a buffer of its own).
             // Errors mean the client reset the stream or the connection is gone.
-            if send.write_all(&doq::frame(&out)).await.is_ok() {
-                let _ = send.finish();
+            match within(idle, send.write_chunk(Bytes::from(doq::framed(out)))).await {
+                Some(Ok(())) => {
+                    let _ = send.finish();
+                }
+                Some(Err(_)) => {}
+                None => {
+                    let _ = send.reset(code(ErrorCode::RequestCancelled));
+                }
             }
         }
         None => {
             let _ = send.reset(code(ErrorCode::RequestCancelled));
         }
     }
+}
+
+/// A stream's bytes up to its FIN, at most `limit`: the one chunk a query nearly always arrives
+/// in, as quinn holds it; several chunks joined.
+async fn read_to_fin(
+    recv: &mut quinn::RecvStream,
+    limit: usize,
+) -> Result<Bytes, quinn::ReadToEndError> {
+    let mut first: Option<Bytes> = None;
+    let mut joined = Vec::new();
+    let mut total = 0;
+    while let Some(chunk) = recv.read_chunk(usize::MAX, true).await? {
+        total += chunk.bytes.len();
+        if total > limit {
+            return Err(quinn::ReadToEndError::TooLong);
+        }
+        match first.take() {
+            None if joined.is_empty() => first = Some(chunk.bytes),
+            Some(earlier) => {
+                joined.extend_from_slice(&earlier);
+                joined.extend_from_slice(&chunk.bytes);
+            }
+            None => joined.extend_from_slice(&chunk.bytes),
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(joined)))
 }
 
 /// Closes the connection for a protocol error (RFC 9250 §4.3.3), every stream with it.

@@ -53,8 +53,10 @@ pub struct GlommioRuntime;
 
 impl Runtime for GlommioRuntime {
     fn new_timer(&self, at: Instant) -> Pin<Box<dyn AsyncTimer>> {
-        let timer = glommio::timer::Timer::new(at.saturating_duration_since(Instant::now()));
-        Box::pin(Timer(SendWrapper::new(timer)))
+        Box::pin(Timer {
+            at,
+            armed: SendWrapper::new(None),
+        })
     }
 
     fn spawn(&self, future: Pin<Box<dyn Future<Output = ()> + Send>>) {
@@ -66,21 +68,61 @@ impl Runtime for GlommioRuntime {
     }
 }
 
-struct Timer(SendWrapper<glommio::timer::Timer>);
+/// quinn's timer on a glommio timer, armed lazily.
+///
+/// quinn moves a connection's deadline with nearly every packet (the idle and loss timers),
+/// mostly later. A later deadline is only recorded: the glommio timer already armed fires
+/// early and is armed again for the rest. Only an earlier deadline touches glommio's timer
+/// (a clock read and a re-insertion in its timer tree), which before was paid per packet.
+struct Timer {
+    /// quinn's deadline.
+    at: Instant,
+    /// The glommio timer and when it fires (at or before `at`); none until polled.
+    armed: SendWrapper<Option<(Instant, glommio::timer::Timer)>>,
+}
 
 impl fmt::Debug for Timer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("glommio timer")
+        f.debug_struct("Timer").field("at", &self.at).finish()
     }
 }
 
 impl AsyncTimer for Timer {
-    fn reset(mut self: Pin<&mut Self>, at: Instant) {
-        self.0.reset(at.saturating_duration_since(Instant::now()));
+    fn reset(self: Pin<&mut Self>, at: Instant) {
+        let this = self.get_mut();
+        this.at = at;
+        if let Some((fires, timer)) = this.armed.as_mut()
+            && at < *fires
+        {
+            timer.reset(at.saturating_duration_since(Instant::now()));
+            *fires = at;
+        }
     }
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        Pin::new(&mut *self.0).poll(cx).map(|_| ())
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        loop {
+            let (fires, timer) = match this.armed.as_mut() {
+                Some(armed) => armed,
+                None => {
+                    let now = Instant::now();
+                    if now >= this.at {
+                        return Poll::Ready(());
+                    }
+                    let timer = glommio::timer::Timer::new(this.at - now);
+                    this.armed.insert((this.at, timer))
+                }
+            };
+            if Pin::new(timer).poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // Fired: done, unless the deadline moved later meanwhile (then armed for the rest).
+            let early = *fires < this.at;
+            *this.armed = None;
+            if !early {
+                return Poll::Ready(());
+            }
+        }
     }
 }
 
@@ -315,5 +357,64 @@ async fn handshake(
             tracing::debug!("QUIC handshake timed out");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{IO_MEMORY_PER_CORE, RING_DEPTH};
+    use glommio::{LocalExecutorBuilder, Placement};
+
+    /// Polls `timer` to completion; the time it took.
+    async fn fired(timer: &mut Pin<Box<dyn AsyncTimer>>) -> Duration {
+        let start = Instant::now();
+        std::future::poll_fn(|cx| timer.as_mut().poll(cx)).await;
+        start.elapsed()
+    }
+
+    /// Polls `timer` once: it must not have fired.
+    async fn arm(timer: &mut Pin<Box<dyn AsyncTimer>>) {
+        std::future::poll_fn(|cx| {
+            assert!(timer.as_mut().poll(cx).is_pending(), "fired too early");
+            Poll::Ready(())
+        })
+        .await;
+    }
+
+    /// The lazy timer keeps quinn's contract: it fires at the last deadline it was given,
+    /// whether that moved later (the armed timer fires early and is armed again) or earlier.
+    #[test]
+    fn the_timer_fires_at_its_last_deadline_moved_later_or_earlier() {
+        let executor = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(IO_MEMORY_PER_CORE)
+            .ring_depth(RING_DEPTH)
+            .spawn(|| async {
+                let start = Instant::now();
+                let mut later = GlommioRuntime.new_timer(start + Duration::from_millis(20));
+                arm(&mut later).await;
+                later.as_mut().reset(start + Duration::from_millis(120));
+                fired(&mut later).await;
+                let elapsed = start.elapsed();
+                assert!(
+                    elapsed >= Duration::from_millis(120),
+                    "fired at the first deadline: {elapsed:?}"
+                );
+
+                let start = Instant::now();
+                let mut earlier = GlommioRuntime.new_timer(start + Duration::from_secs(30));
+                arm(&mut earlier).await;
+                earlier.as_mut().reset(start + Duration::from_millis(20));
+                fired(&mut earlier).await;
+                let elapsed = start.elapsed();
+                assert!(elapsed >= Duration::from_millis(20), "{elapsed:?}");
+                assert!(elapsed < Duration::from_secs(10), "kept the 30 s deadline");
+
+                // A deadline already past fires at once, armed or not.
+                let mut past = GlommioRuntime.new_timer(Instant::now());
+                assert!(fired(&mut past).await < Duration::from_secs(10));
+            })
+            .expect("a glommio executor");
+        executor.join().expect("executor thread");
     }
 }
