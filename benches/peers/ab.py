@@ -4,6 +4,7 @@
     python3 benches/peers/ab.py --binaries OLD/kudurru,NEW/kudurru --rate 40000
     python3 benches/peers/ab.py --binaries target/release/kudurru,dnsdist,unbound --workload tcp-hit --rate 40000
     python3 benches/peers/ab.py --binaries target/release/kudurru,unbound --workload miss --rate 15000
+    python3 benches/peers/ab.py --binaries target/release/kudurru --workload tcp-hit --outstanding 1
 
 For a change to the data plane or to the vendored glommio: build the binary before and after
 (copy each `target/release/kudurru` aside), then run this. A server is a kudurru binary
@@ -18,6 +19,10 @@ offered rate from CPU 1, next to the `kudurru-echo --mode answer` upstream:
            first); also reports the TCP segments the host sent per answer (nstat TcpOutSegs,
            both directions on loopback)
   miss     a fresh file of unique names every round, each asked once (every query goes upstream)
+
+With --outstanding N, dnsperf instead keeps N queries outstanding on one connection (`-c 1 -q
+N`, no rate): with 1, every answer waits for the server to wake up, so the CPU per answer is the
+cost of one wake-up, one read and one write (the per-wake cost that partial loads pay).
 
 The server's utime+stime over the run, divided by the answers, is its CPU per answer. Rounds
 alternate the order of the servers so drift on a shared machine lands on all of them. Prints each
@@ -76,7 +81,11 @@ def one_run(server, args, workdir, hits, rng, confs):
             if tcp:
                 dnsperf(port, hits, 5, 20000, mode="tcp", runs=1)  # and the TCP connections' path
             segments = tcp_segments_sent() if tcp else 0
-            res = measure(srv, hits, args.duration, args.rate, mode="tcp" if tcp else "udp")
+            if args.outstanding:
+                res = measure(srv, hits, args.duration, None, mode="tcp" if tcp else "udp", clients=1,
+                              outstanding=args.outstanding)
+            else:
+                res = measure(srv, hits, args.duration, args.rate, mode="tcp" if tcp else "udp")
             if tcp:
                 res["segments_per_answer"] = (tcp_segments_sent() - segments) / max(res["completed"], 1)
     return res
@@ -88,12 +97,17 @@ def main():
                     help="comma-separated servers: kudurru binaries, 'ceiling', 'unbound', 'dnsdist'")
     ap.add_argument("--workload", choices=["hit", "tcp-hit", "miss"], default="hit")
     ap.add_argument("--rate", type=int, default=40000, help="offered QPS (dnsperf -Q)")
+    ap.add_argument("--outstanding", type=int, default=0,
+                    help="closed loop with this many queries outstanding on one connection instead of --rate "
+                         "(hit and tcp-hit)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=6, help="seconds per measured run")
     args = ap.parse_args()
     servers = [b for b in args.binaries.split(",") if b]
     if args.workload in ("hit", "tcp-hit") and "ceiling" not in servers:
         servers.insert(0, "ceiling")
+    if args.outstanding and args.workload == "miss":
+        sys.exit("ab.py: --outstanding is for hit and tcp-hit")
     if args.workload == "miss" and "ceiling" in servers:
         sys.exit("ab.py: the echo ceiling resolves nothing; leave it out of miss runs")
     workdir = tempfile.mkdtemp(prefix="kudurru-ab-")
@@ -118,7 +132,8 @@ def main():
         upstream.wait()
     shutil.rmtree(workdir, ignore_errors=True)
     base = statistics.median(x["cpu_us_per_answer"] or 0 for x in results[servers[0]])
-    print(f"\n{args.workload} at {args.rate} q/s, {args.rounds} alternating rounds of {args.duration} s, medians:\n")
+    load = f"{args.outstanding} outstanding" if args.outstanding else f"{args.rate} q/s"
+    print(f"\n{args.workload} at {load}, {args.rounds} alternating rounds of {args.duration} s, medians:\n")
     print(f"| server | CPU µs/answer (median) | rounds | answered q/s (median) | vs {servers[0]} |")
     print("|---|---|---|---|---|")
     for s in servers:

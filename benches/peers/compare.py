@@ -126,9 +126,9 @@ class Server:
         self.log.close()
 
 
-def dnsperf(port, datafile, duration, rate, mode="udp", runs=None, verbose=False, clients=8):
+def dnsperf(port, datafile, duration, rate, mode="udp", runs=None, verbose=False, clients=8, outstanding=512):
     argv = ["taskset", "-c", CLIENT_CPU, "dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", datafile,
-            "-l", str(duration), "-c", str(clients), "-q", "512", "-t", "2", "-m", mode]
+            "-l", str(duration), "-c", str(clients), "-q", str(outstanding), "-t", "2", "-m", mode]
     if rate:
         argv += ["-Q", str(rate)]
     if runs:
@@ -163,9 +163,10 @@ def percentiles(verbose_out):
     return {"n": len(lat), "p50_ms": p(0.50), "p90_ms": p(0.90), "p99_ms": p(0.99), "p999_ms": p(0.999), "max_ms": lat[-1] * 1000}
 
 
-def measure(server, datafile, duration, rate, mode="udp", runs=None):
+def measure(server, datafile, duration, rate, mode="udp", runs=None, clients=8, outstanding=512):
     before = cpu_seconds(server.proc.pid)
-    out = dnsperf(server.port, datafile, duration, rate, mode=mode, runs=runs)
+    out = dnsperf(server.port, datafile, duration, rate, mode=mode, runs=runs, clients=clients,
+                  outstanding=outstanding)
     cpu = cpu_seconds(server.proc.pid) - before
     r = parse_dnsperf(out)
     r["server_cpu_s"] = cpu
