@@ -170,6 +170,47 @@ fn rfc9250_one_connection_many_streams_padding_and_a_garbage_stream_reset() {
     );
 }
 
+/// A query whose stream arrives in several packets (the length apart from the message, the
+/// message cut in two, the FIN alone) is joined and answered like one that arrives whole: a
+/// locally answered name and a cache miss, on one connection with a whole query between them.
+#[test]
+fn rfc9250_a_query_split_across_packets_is_answered_whole() {
+    let d = dir("split");
+    let (cert, key) = cert_pair(&d, "a");
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .tls(&cert, &key)
+        .start();
+    let miss = unique_name("split-quic-");
+    let local = localhost();
+    let miss_query = query_bytes(0, &miss, 1, 1, None);
+    let requests = json!([
+        {"data": doq_stream(&local), "split": [1, 2, 2 + local.len() / 2]},
+        {"data": doq_stream(&local)},
+        {"data": doq_stream(&miss_query), "split": [2, 2 + miss_query.len()]},
+    ]);
+    let report = client(
+        "doq",
+        k.quic.unwrap(),
+        &cert,
+        json!({"requests": requests, "timeout": 10}),
+    );
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(summary(&doq_answer(&results[0])), (0, 0, 1), "{report}");
+    assert_eq!(summary(&doq_answer(&results[1])), (0, 0, 1), "{report}");
+    assert_eq!(
+        summary(&doq_answer(&results[2])),
+        (0, 0, 1),
+        "{miss}: {report}"
+    );
+    assert!(report["terminated"].is_null(), "{report}");
+    assert_eq!(
+        upstream.count(&miss, "udp"),
+        1,
+        "the miss went upstream once"
+    );
+}
+
 #[test]
 fn rfc9250_protocol_errors_close_the_connection_with_doq_protocol_error() {
     let d = dir("errors");

@@ -101,8 +101,17 @@ def configuration(spec, alpn):
 
 
 async def send_doq(client, request):
+    """One stream; with "split": [n, ...] its bytes go in packets of their own, cut at those
+    offsets, 50 ms apart (the FIN with the last part, or alone when the last cut is the end)."""
     stream_id, future = client.open()
-    client._quic.send_stream_data(stream_id, bytes.fromhex(request["data"]), end_stream=True)
+    data = bytes.fromhex(request["data"])
+    start = 0
+    for cut in request.get("split", []):
+        client._quic.send_stream_data(stream_id, data[start:cut], end_stream=False)
+        client.transmit()
+        await asyncio.sleep(0.05)
+        start = cut
+    client._quic.send_stream_data(stream_id, data[start:], end_stream=True)
     client.transmit()
     return await future
 
