@@ -5,7 +5,9 @@ use std::process::Stdio;
 use std::thread;
 use std::time::Duration;
 
-use kudurru_e2e::{Kudurru, TestUpstream, dig, free_port, unique_name, wait_timeout};
+use kudurru_e2e::{
+    Kudurru, TestUpstream, dig, free_port, signal, try_dig, unique_name, wait_timeout,
+};
 
 #[test]
 fn ops_listener_reports_health_readiness_and_metrics() {
@@ -79,6 +81,49 @@ fn a_taken_port_is_a_clear_error_with_exit_code_3() {
     assert!(stderr.contains("in use"), "{stderr}");
 }
 
+/// A port that frees up within the bind retry window (2 s) is bound, not refused: after a
+/// restart, the kernel can release the previous process's sockets a moment after it exited
+/// (those io_uring requests still referenced). Here the test holds the port for 300 ms while
+/// kudurru starts; before the retry, that start failed at once with exit code 3 (and 2 of 15
+/// stop-then-start restarts of a release build on one port failed the same way).
+#[test]
+fn a_port_freed_moments_after_startup_began_is_bound() {
+    let upstream = TestUpstream::start();
+    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut child = Kudurru::builder(&[upstream.udp_url()])
+        .command(port, free_port())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "gave up while the port was held"
+    );
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+            panic!("kudurru exited ({status}): {stderr}");
+        }
+        if try_dig(addr, &["localhost", "A", "+tries=1", "+time=1"])
+            .is_ok_and(|a| a.status == "NOERROR")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not up");
+        thread::sleep(Duration::from_millis(10));
+    }
+    signal(&child, libc::SIGTERM);
+    let status = wait_timeout(&mut child, Duration::from_secs(15)).expect("exits");
+    assert!(status.success(), "{status}");
+}
+
 #[test]
 fn invalid_configuration_names_the_key_and_exits_1() {
     let (code, stderr) = start_failure(
@@ -134,13 +179,13 @@ fn no_config_at_all_starts_on_defaults_and_answers_local_names_offline() {
     let addr = "127.0.0.1:5353".parse().unwrap();
     let mut answered = None;
     for _ in 0..100 {
-        if let Ok(a) = kudurru_e2e::try_dig(addr, &["localhost", "A", "+time=1"]) {
+        if let Ok(a) = try_dig(addr, &["localhost", "A", "+time=1"]) {
             answered = Some(a);
             break;
         }
         thread::sleep(Duration::from_millis(50));
     }
-    let v6 = kudurru_e2e::try_dig("[::1]:5353".parse().unwrap(), &["-x", "10.0.0.1"]);
+    let v6 = try_dig("[::1]:5353".parse().unwrap(), &["-x", "10.0.0.1"]);
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exits on SIGINT");

@@ -621,7 +621,8 @@ impl Kudurru {
     }
 }
 
-fn signal(child: &Child, sig: i32) {
+/// Sends `sig` to `child`.
+pub fn signal(child: &Child, sig: i32) {
     // SAFETY: kill(2) on our own child's pid; no memory is touched.
     unsafe {
         libc::kill(child.id() as i32, sig);

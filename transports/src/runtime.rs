@@ -856,4 +856,23 @@ mod tests {
         assert_eq!(fds.len(), 2);
         assert_ne!(tcp_addr.port(), 0);
     }
+
+    /// A port released shortly after startup began (a previous kudurru whose sockets the
+    /// kernel frees a moment after it exited) is bound once it is free, not refused.
+    #[test]
+    fn a_port_freed_within_the_retry_window_is_bound() {
+        for kind in [SocketKind::Udp, SocketKind::Tcp] {
+            let (addr, held) =
+                sys::bind_reuseport("127.0.0.1:0".parse().unwrap(), kind, 1).unwrap();
+            let release = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                drop(held);
+            });
+            let (bound, fds) = sys::bind_reuseport(addr, kind, 2)
+                .unwrap_or_else(|e| panic!("{kind:?} {addr}: {e}"));
+            assert_eq!(bound, addr);
+            assert_eq!(fds.len(), 2);
+            release.join().unwrap();
+        }
+    }
 }

@@ -7,6 +7,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -14,6 +15,14 @@ use socket2::{Domain, Protocol, Socket, Type};
 const UDP_RECV_BUFFER: usize = 4 << 20;
 /// Listen backlog for TCP listeners.
 const TCP_BACKLOG: i32 = 1024;
+/// How long a listener address found in use is tried again before startup fails. A kudurru
+/// that has just exited can still hold its sockets for a few milliseconds: the kernel releases
+/// a socket that io_uring requests still reference in the ring's teardown, which runs after
+/// the process is gone. A restart (stop, then start at once) hit that window in 2 of 10 tries
+/// here without the retry.
+pub const BIND_RETRY: Duration = Duration::from_secs(2);
+/// Pause between two tries within [`BIND_RETRY`].
+const BIND_RETRY_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Which kind of listening socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,22 +51,15 @@ fn new_socket(addr: SocketAddr, kind: SocketKind) -> io::Result<Socket> {
 /// Binds `count` SO_REUSEPORT sockets of `kind` on `addr`, one per core.
 ///
 /// A probe bind without SO_REUSEPORT comes first, so a port held by any other process (even one
-/// that set SO_REUSEPORT itself) fails with `AddrInUse` instead of silently sharing traffic.
-/// Port 0 resolves to one ephemeral port shared by all the sockets.
+/// that set SO_REUSEPORT itself) fails with `AddrInUse` instead of silently sharing traffic;
+/// it is tried again for up to [`BIND_RETRY`] first. Port 0 resolves to one ephemeral port
+/// shared by all the sockets.
 pub fn bind_reuseport(
     addr: SocketAddr,
     kind: SocketKind,
     count: usize,
 ) -> io::Result<(SocketAddr, Vec<OwnedFd>)> {
-    let probe = new_socket(addr, kind)?;
-    if kind == SocketKind::Tcp {
-        probe.set_reuse_address(true)?;
-    }
-    probe.bind(&addr.into())?;
-    let bound = probe.local_addr()?.as_socket().ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidInput, "listener is not an IP socket")
-    })?;
-    drop(probe);
+    let bound = probe_bind(addr, kind)?;
     let mut fds = Vec::with_capacity(count);
     for _ in 0..count {
         let socket = new_socket(bound, kind)?;
@@ -79,6 +81,30 @@ pub fn bind_reuseport(
         fds.push(OwnedFd::from(socket));
     }
     Ok((bound, fds))
+}
+
+/// Binds and drops a socket without SO_REUSEPORT on `addr`: the address it got. `AddrInUse` is
+/// tried again every [`BIND_RETRY_INTERVAL`] until [`BIND_RETRY`] has passed.
+fn probe_bind(addr: SocketAddr, kind: SocketKind) -> io::Result<SocketAddr> {
+    let deadline = Instant::now() + BIND_RETRY;
+    loop {
+        let probe = new_socket(addr, kind)?;
+        if kind == SocketKind::Tcp {
+            probe.set_reuse_address(true)?;
+        }
+        match probe.bind(&addr.into()) {
+            Ok(()) => {
+                return probe.local_addr()?.as_socket().ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "listener is not an IP socket")
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                drop(probe);
+                std::thread::sleep(BIND_RETRY_INTERVAL);
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Attaches a classic-BPF reuseport program (SO_ATTACH_REUSEPORT_CBPF) to the SO_REUSEPORT
@@ -392,11 +418,7 @@ fn std_to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t
 /// # Panics
 ///
 /// If `ready` is shorter than `fds`.
-pub fn poll_readable(
-    fds: &[RawFd],
-    timeout: std::time::Duration,
-    ready: &mut [bool],
-) -> io::Result<usize> {
+pub fn poll_readable(fds: &[RawFd], timeout: Duration, ready: &mut [bool]) -> io::Result<usize> {
     assert!(ready.len() >= fds.len(), "one ready flag per descriptor");
     let mut polled: Vec<libc::pollfd> = fds
         .iter()
