@@ -15,6 +15,8 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use kudurru_core::http3::{frame_type, write_frame};
+
 use crate::doh::Method;
 use crate::pipe::{Carrier, Inbox, SharedInbox};
 use crate::target::Protocol;
@@ -183,13 +185,6 @@ fn request_fields(method: Method, authority: &str, path: &str) -> Vec<u8> {
     fields
 }
 
-/// Appends an HTTP/3 frame.
-fn frame(out: &mut Vec<u8>, kind: u64, payload: &[u8]) {
-    kudurru_core::http3::write_varint(out, kind);
-    kudurru_core::http3::write_varint(out, payload.len() as u64);
-    out.extend_from_slice(payload);
-}
-
 /// The status and body of a response stream read to its end; `None` when it is not one.
 fn parse_response(mut stream: &[u8]) -> Option<(u16, Vec<u8>)> {
     use kudurru_core::http3::read_varint;
@@ -201,7 +196,7 @@ fn parse_response(mut stream: &[u8]) -> Option<(u16, Vec<u8>)> {
         let payload = stream.get(..len)?;
         stream = &stream[len..];
         match kind {
-            0x01 if status.is_none() => {
+            frame_type::HEADERS if status.is_none() => {
                 let mut code = None;
                 kudurru_core::http3::qpack::decode(payload, |name, value| {
                     if name == b":status" {
@@ -211,9 +206,9 @@ fn parse_response(mut stream: &[u8]) -> Option<(u16, Vec<u8>)> {
                 .ok()?;
                 status = Some(code?);
             }
-            0x00 if status.is_some() => body.extend_from_slice(payload),
-            0x01 => {} // trailers
-            0x00 => return None,
+            frame_type::DATA if status.is_some() => body.extend_from_slice(payload),
+            frame_type::HEADERS => {} // trailers
+            frame_type::DATA => return None,
             _ => {} // unknown frame types are skipped (RFC 9114 §9)
         }
     }
@@ -235,13 +230,13 @@ impl H3 {
             }
         };
         let mut request = Vec::with_capacity(message.len() + 96);
-        frame(
+        write_frame(
             &mut request,
-            0x01,
+            frame_type::HEADERS,
             &request_fields(self.method, &self.authority, path),
         );
         if self.method == Method::Post {
-            frame(&mut request, 0x00, &message);
+            write_frame(&mut request, frame_type::DATA, &message);
         }
         let (mut send, mut recv) = self.connection.open_bi().await.map_err(|_| 0u16)?;
         send.write_all(&request).await.map_err(|_| 0u16)?;
@@ -316,20 +311,20 @@ mod tests {
             &mut head,
         );
         let mut stream = Vec::new();
-        frame(&mut stream, 0x01, &head);
-        frame(&mut stream, 0x21, b"reserved frame type, skipped");
-        frame(&mut stream, 0x00, b"\x12\x34");
-        frame(&mut stream, 0x00, b"\x56");
+        write_frame(&mut stream, frame_type::HEADERS, &head);
+        write_frame(&mut stream, 0x21, b"reserved frame type, skipped");
+        write_frame(&mut stream, frame_type::DATA, b"\x12\x34");
+        write_frame(&mut stream, frame_type::DATA, b"\x56");
         assert_eq!(parse_response(&stream), Some((200, vec![0x12, 0x34, 0x56])));
 
         let mut not_found = Vec::new();
         let mut head = Vec::new();
         kudurru_core::http3::qpack::encode_response(404, &[], &mut head);
-        frame(&mut not_found, 0x01, &head);
+        write_frame(&mut not_found, frame_type::HEADERS, &head);
         assert_eq!(parse_response(&not_found), Some((404, Vec::new())));
 
         let mut data_first = Vec::new();
-        frame(&mut data_first, 0x00, b"x");
+        write_frame(&mut data_first, frame_type::DATA, b"x");
         assert_eq!(parse_response(&data_first), None, "DATA before HEADERS");
         assert_eq!(
             parse_response(&stream[..stream.len() - 1]),

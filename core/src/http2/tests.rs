@@ -14,30 +14,14 @@ const CONFIG: Config = Config {
     connection_window: 1 << 20,
 };
 
-/// HPACK integer with an `n`-bit prefix (RFC 7541 §5.1).
-fn integer(out: &mut Vec<u8>, first: u8, n: u32, value: usize) {
-    let max = (1usize << n) - 1;
-    if value < max {
-        out.push(first | value as u8);
-        return;
-    }
-    out.push(first | max as u8);
-    let mut rest = value - max;
-    while rest >= 128 {
-        out.push((rest % 128) as u8 | 0x80);
-        rest /= 128;
-    }
-    out.push(rest as u8);
-}
-
 /// A field block of literals without indexing and with literal names (RFC 7541 §6.2.2).
 fn block(fields: &[(&str, &str)]) -> Vec<u8> {
     let mut out = Vec::new();
     for (name, value) in fields {
         out.push(0);
-        integer(&mut out, 0, 7, name.len());
+        integer::write(&mut out, 0, 7, name.len() as u64);
         out.extend_from_slice(name.as_bytes());
-        integer(&mut out, 0, 7, value.len());
+        integer::write(&mut out, 0, 7, value.len() as u64);
         out.extend_from_slice(value.as_bytes());
     }
     out

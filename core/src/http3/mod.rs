@@ -55,9 +55,11 @@ pub mod code {
 }
 
 /// Frame types (RFC 9114 §7.2).
-mod frame_type {
-    pub(super) const DATA: u64 = 0x0;
-    pub(super) const HEADERS: u64 = 0x1;
+pub mod frame_type {
+    /// DATA: request or response content.
+    pub const DATA: u64 = 0x0;
+    /// HEADERS: a field section.
+    pub const HEADERS: u64 = 0x1;
     pub(super) const CANCEL_PUSH: u64 = 0x3;
     pub(super) const SETTINGS: u64 = 0x4;
     pub(super) const PUSH_PROMISE: u64 = 0x5;
@@ -143,6 +145,13 @@ pub fn write_varint(out: &mut Vec<u8>, value: u64) {
         0x4000..=0x3fff_ffff => out.extend_from_slice(&(value as u32 | 0x8000_0000).to_be_bytes()),
         _ => out.extend_from_slice(&(value | 0xc000_0000_0000_0000).to_be_bytes()),
     }
+}
+
+/// Appends a frame: its type, its length, then `payload` (RFC 9114 §7.1).
+pub fn write_frame(out: &mut Vec<u8>, kind: u64, payload: &[u8]) {
+    write_varint(out, kind);
+    write_varint(out, payload.len() as u64);
+    out.extend_from_slice(payload);
 }
 
 /// A frame's type and length, and how many bytes they took; `None` when incomplete.
@@ -498,9 +507,7 @@ pub fn encode_response(status: u16, fields: &[(&[u8], &[u8])], body: &[u8], out:
         out.extend_from_slice(&section);
     }
     if !body.is_empty() {
-        write_varint(out, frame_type::DATA);
-        write_varint(out, body.len() as u64);
-        out.extend_from_slice(body);
+        write_frame(out, frame_type::DATA, body);
     }
 }
 
@@ -513,9 +520,7 @@ pub fn server_control_stream(max_field_section: u64) -> Vec<u8> {
     write_varint(&mut settings, max_field_section);
     let mut out = Vec::new();
     write_varint(&mut out, stream_type::CONTROL);
-    write_varint(&mut out, frame_type::SETTINGS);
-    write_varint(&mut out, settings.len() as u64);
-    out.extend_from_slice(&settings);
+    write_frame(&mut out, frame_type::SETTINGS, &settings);
     out
 }
 

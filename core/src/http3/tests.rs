@@ -8,9 +8,7 @@ const MAX_BODY: usize = 65_535;
 
 fn frame(kind: u64, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    write_varint(&mut out, kind);
-    write_varint(&mut out, payload.len() as u64);
-    out.extend_from_slice(payload);
+    write_frame(&mut out, kind, payload);
     out
 }
 
