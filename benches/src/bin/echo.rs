@@ -87,7 +87,7 @@ fn epoll_add(epoll: i32, fd: i32, token: u64) -> Result<()> {
 }
 
 fn tcp_loop(epoll: i32, listener: std::net::TcpListener, mode: Mode, ttl: u32) {
-    use std::io::{ErrorKind, Read, Write};
+    use std::io::{ErrorKind, Read};
     let mut connections: Vec<Option<TcpConnection>> = Vec::new();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
     let mut chunk = vec![0u8; TCP_BUFFER];
@@ -141,20 +141,43 @@ fn tcp_loop(epoll: i32, listener: std::net::TcpListener, mode: Mode, ttl: u32) {
                     Err(_) => break false,
                 }
             };
-            // Blocking write of what this read produced: a benchmark client reads its replies.
-            let written = connection.output.is_empty() || {
-                let _ = connection.stream.set_nonblocking(false);
-                let ok = connection.stream.write_all(&connection.output).is_ok();
-                let _ = connection.stream.set_nonblocking(true);
-                connection.output.clear();
-                ok
-            };
+            let written = connection.output.is_empty() || write_out(connection);
             if !open || !written {
                 // Dropping the stream closes it, which also removes it from the epoll set.
                 connections[slot] = None;
             }
         }
     }
+}
+
+/// Writes and clears `connection.output`; `false` when the connection failed. One
+/// non-blocking `write` nearly always takes it all; the rest, if any, is written blocking (a
+/// benchmark client reads its replies), switching the socket's mode only then: two `ioctl`s
+/// per write would be charged to the ceiling.
+fn write_out(connection: &mut TcpConnection) -> bool {
+    use std::io::{ErrorKind, Write};
+    let output = std::mem::take(&mut connection.output);
+    let mut rest = &output[..];
+    while !rest.is_empty() {
+        match connection.stream.write(rest) {
+            Ok(0) => return false,
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let _ = connection.stream.set_nonblocking(false);
+                let ok = connection.stream.write_all(rest).is_ok();
+                let _ = connection.stream.set_nonblocking(true);
+                if !ok {
+                    return false;
+                }
+                break;
+            }
+            Err(_) => return false,
+        }
+    }
+    connection.output = output;
+    connection.output.clear();
+    true
 }
 
 /// Answers every whole frame in `connection.input` into `connection.output`; `false` when the
