@@ -11,8 +11,8 @@
 //! spawned with `spawn_local`), so the glommio parts sit in `SendWrapper`s: a use from another
 //! thread would panic instead of racing, and none happens. Datagrams move with quinn-udp's
 //! `recvmsg`/`sendmsg` (GRO/GSO, ECN, pktinfo) on the non-blocking socket; when it runs dry,
-//! the core sleeps on a one-byte io_uring `peek` of the same socket, the way the UDP listener
-//! does. glommio has no writable readiness for UDP, so a send that finds the buffer full backs
+//! the core sleeps on an io_uring poll for readability of the same socket (glommio's
+//! `readable`, kudurru's patch), the way the UDP listener does. glommio has no writable readiness for UDP, so a send that finds the buffer full backs
 //! off [`SEND_BACKOFF`].
 //!
 //! Each core keeps its own endpoint (its own connection IDs and stateless-reset key) on the
@@ -191,11 +191,10 @@ impl AsyncUdpSocket for Socket {
             let mut readable = self.readable.borrow_mut();
             let wait = readable.get_or_insert_with(|| {
                 let socket = self.glommio.clone();
+                // The socket was just found empty: wait through the ring, no system call of
+                // its own.
                 Box::pin(async move {
-                    let mut byte = [0u8; 1];
-                    // The socket was just found empty: wait through the ring, no system
-                    // call of its own (a failed non-blocking peek and an immediate submit).
-                    let _ = socket.recv_queued(&mut byte, true).await;
+                    let _ = socket.readable().await;
                 })
             });
             match wait.as_mut().poll(cx) {

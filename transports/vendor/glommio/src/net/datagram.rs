@@ -95,6 +95,17 @@ impl<S: AsRawFd + FromRawFd + From<socket2::Socket>> GlommioDatagram<S> {
         self.consume_receive_buffer(source, buf).await
     }
 
+    /// kudurru patch: waits until the socket is readable (or has an error) with a poll on the
+    /// ring, submitted with the reactor's next poll; receives nothing.
+    pub(crate) async fn readable(&self) -> io::Result<()> {
+        let source = self
+            .reactor
+            .upgrade()
+            .unwrap()
+            .poll_read_ready(self.socket.as_raw_fd());
+        source.collect_rw().await.map(|_| ())
+    }
+
     /// kudurru patch: receives (or, with `MSG_PEEK`, waits for) the next datagram through the
     /// ring straight away: no non-blocking attempt first, and the submission waits for the
     /// reactor's next poll instead of entering the kernel now.

@@ -513,6 +513,16 @@ impl UdpSocket {
         Ok((sz, addr))
     }
 
+    /// kudurru patch: waits until a datagram (or an error) is queued on the socket, with a
+    /// `POLL_ADD` on the main ring; reads nothing. Cheaper than a one-byte
+    /// [`recv_queued`](UdpSocket::recv_queued) peek for a caller that reads with its own system
+    /// calls: no receive is tried when it is submitted or run when it completes, and the
+    /// completion does not go through the latency ring (it wakes the executor but does not
+    /// preempt a running task queue).
+    pub async fn readable(&self) -> Result<()> {
+        self.socket.readable().await.map_err(Into::into)
+    }
+
     /// kudurru patch: waits on the ring for the next datagram and receives it, or with `peek`
     /// leaves it queued. Unlike [`recv`] and [`peek_from`] it makes no system call of its own:
     /// no `getpeername`, no non-blocking attempt first, and the submission goes out with the
