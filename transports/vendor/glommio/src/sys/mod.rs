@@ -306,6 +306,10 @@ impl SleepNotifier {
     }
 
     pub(crate) fn notify(&self, force: bool) {
+        // kudurru patch: pairs with the fence the sleeping executor issues after setting
+        // `should_notify` (`Reactor::wait` in uring.rs): what was pushed before this fence is
+        // seen by its sweep, or this load sees the flag.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self
             .should_notify
             .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)
