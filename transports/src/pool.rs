@@ -70,7 +70,7 @@ impl PooledSocket {
                 loop {
                     // Through the ring with the next poll: no `getpeername` and no failed
                     // non-blocking attempt per reply (two system calls on every cache miss).
-                    let Ok(n) = socket.recv_queued(&mut buf, false).await else {
+                    let Ok(n) = socket.recv_queued(&mut buf).await else {
                         // An ICMP error (port unreachable) on a connected socket concerns the
                         // upstream as a whole: every waiter fails over now, not at its timeout.
                         for tx in waiters.borrow().values() {

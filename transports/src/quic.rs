@@ -12,8 +12,8 @@
 //! thread would panic instead of racing, and none happens. Datagrams move with quinn-udp's
 //! `recvmsg`/`sendmsg` (GRO/GSO, ECN, pktinfo) on the non-blocking socket; when it runs dry,
 //! the core sleeps on an io_uring poll for readability of the same socket (glommio's
-//! `readable`, kudurru's patch), the way the UDP listener does. glommio has no writable readiness for UDP, so a send that finds the buffer full backs
-//! off [`SEND_BACKOFF`].
+//! `readable`, kudurru's patch), the way the UDP listener does. glommio has no writable
+//! readiness for UDP, so a send that finds the buffer full backs off [`SEND_BACKOFF`].
 //!
 //! Each core keeps its own endpoint (its own connection IDs and stateless-reset key) on the
 //! shared port. A client whose address changes may land on another core, which does not know
@@ -191,8 +191,7 @@ impl AsyncUdpSocket for Socket {
             let mut readable = self.readable.borrow_mut();
             let wait = readable.get_or_insert_with(|| {
                 let socket = self.glommio.clone();
-                // The socket was just found empty: wait through the ring, no system call of
-                // its own.
+                // The socket was just found empty: wait through the ring.
                 Box::pin(async move {
                     let _ = socket.readable().await;
                 })

@@ -29,11 +29,10 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
     loop {
         if drained {
             // Sleep until a datagram arrives (cancel-safe: nothing is consumed): a poll on
-            // the ring, submitted with the executor's next poll, so waiting costs no system
-            // call of its own; a short batch needs no `recvmmsg` that only says EAGAIN. A
-            // poll, not a one-byte peek: no receive tried at submission and run again at
-            // completion, and one ring to wake instead of two (3.6 µs less per wake-up,
-            // docs/benchmarks.md "Waiting with a poll").
+            // the ring, submitted by glommio's last poll before it sleeps; a short batch needs
+            // no `recvmmsg` that only says EAGAIN. A poll, not a one-byte peek: no receive
+            // tried at submission and run again at completion, and one ring to wake instead
+            // of two (3.6 µs less per wake-up, docs/benchmarks.md "Waiting with a poll").
             if let Err(e) = socket.readable().await {
                 tracing::debug!(error = %e, "udp wait failed");
             }

@@ -14,28 +14,17 @@
 //! on x86 do not reliably hit (removing both fences still passed 8 runs of 8), so the
 //! ordering argument in transports/vendor/README.md carries that part.
 
+mod support;
+
 use std::time::Duration;
 
 use glommio::channels::shared_channel;
-use glommio::{LocalExecutorBuilder, Placement};
-use kudurru_transports::runtime::{IO_MEMORY_PER_CORE, RING_DEPTH};
+use support::executor;
 
 /// Round trips between the two executors.
 const ROUND_TRIPS: u32 = 3_000;
 /// How long all of them may take before the test calls a wake-up lost.
 const BOUND: Duration = Duration::from_secs(60);
-
-fn executor<F, T>(future: impl FnOnce() -> F + Send + 'static) -> glommio::ExecutorJoinHandle<T>
-where
-    F: Future<Output = T> + 'static,
-    T: Send + 'static,
-{
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .io_memory(IO_MEMORY_PER_CORE)
-        .ring_depth(RING_DEPTH)
-        .spawn(future)
-        .expect("executor starts")
-}
 
 #[test]
 fn sleeping_executors_are_woken_by_every_cross_executor_message() {

@@ -10,35 +10,21 @@
 //! server's endpoint reads both before its connection runs. The server answers inside its
 //! connection task, as kudurru's DoQ and DoH3 do.
 
+mod support;
+
 use std::cell::RefCell;
-use std::future::Future;
 use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use glommio::net::UdpSocket;
-use glommio::{LocalExecutorBuilder, Placement};
 use kudurru_transports::quic::{GlommioRuntime, client_endpoint};
-use kudurru_transports::runtime::{IO_MEMORY_PER_CORE, RING_DEPTH};
 use kudurru_transports::sys;
-use std::os::fd::OwnedFd;
 
 /// How long any one step may take before the test calls it stuck (no speed requirement).
 const STUCK: Duration = Duration::from_secs(5);
-
-fn run_on_executor<F>(future: impl FnOnce() -> F + Send + 'static) -> Result<(), String>
-where
-    F: Future<Output = Result<(), String>> + 'static,
-{
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .io_memory(IO_MEMORY_PER_CORE)
-        .ring_depth(RING_DEPTH)
-        .spawn(future)
-        .expect("executor starts")
-        .join()
-        .expect("executor thread")
-}
 
 /// What the relay between client and server does and has seen.
 #[derive(Default)]
@@ -131,7 +117,7 @@ async fn serve(endpoint: quinn::Endpoint) {
 
 #[test]
 fn answers_to_packets_that_arrived_together_leave_with_their_ack_in_one_datagram() {
-    let outcome = run_on_executor(|| async {
+    let outcome = support::executor(|| async {
         let pair = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
             .map_err(|e| e.to_string())?;
         let cert = pair.cert.der().clone();
@@ -215,6 +201,8 @@ fn answers_to_packets_that_arrived_together_leave_with_their_ack_in_one_datagram
             ));
         }
         Ok(())
-    });
+    })
+    .join()
+    .expect("executor thread");
     outcome.expect("test body");
 }

@@ -7,29 +7,17 @@
 //! bounds (a second per timer, 30 s in all) detect hangs, they are no speed requirement.
 //! Without the fix it hangs in about two runs out of three on a 2-core machine.
 
-use std::future::Future;
+mod support;
+
 use std::net::UdpSocket as StdUdpSocket;
 use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use glommio::net::UdpSocket;
-use glommio::{LocalExecutorBuilder, Placement};
-use kudurru_transports::runtime::RING_DEPTH;
 
 /// How long one short timer may take before the test calls it lost.
 const LOST: Duration = Duration::from_secs(1);
-
-fn run_on_executor<F>(future: impl FnOnce() -> F + Send + 'static) -> Result<(), String>
-where
-    F: Future<Output = Result<(), String>> + 'static,
-{
-    let executor = LocalExecutorBuilder::new(Placement::Unbound)
-        .ring_depth(RING_DEPTH)
-        .spawn(future)
-        .expect("executor starts");
-    executor.join().expect("executor thread")
-}
 
 /// Short timers on one task while another waits for echoes of what the first sent: the shape
 /// of an open-loop load generator, and of a core with answers and timeouts. An echo that
@@ -52,7 +40,7 @@ fn short_timers_fire_next_to_socket_io() {
     });
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let result = run_on_executor(move || async move {
+        let result = support::executor(move || async move {
             let socket = Rc::new(UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?);
             let receiver = socket.clone();
             let reader = glommio::spawn_local(async move {
@@ -82,7 +70,9 @@ fn short_timers_fire_next_to_socket_io() {
                 return Err("no echo came back".into());
             }
             Ok(())
-        });
+        })
+        .join()
+        .expect("executor thread");
         let _ = done_tx.send(result);
     });
     // A timer lost for good hangs the executor: give up on it after a while.

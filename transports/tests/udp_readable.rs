@@ -5,13 +5,13 @@
 //! drain with non-blocking receives; a lost wake-up shows as a missing datagram when the
 //! bound (no speed requirement) runs out.
 
+mod support;
+
 use std::net::UdpSocket as StdUdpSocket;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use futures_lite::FutureExt;
-use glommio::{LocalExecutorBuilder, Placement};
-use kudurru_transports::runtime::{IO_MEMORY_PER_CORE, RING_DEPTH};
 use kudurru_transports::sys;
 
 /// Datagrams the sender thread sends, with short pauses so the receiver sleeps in between.
@@ -26,73 +26,69 @@ fn readable_waits_for_a_datagram_and_leaves_it_queued() {
     let address = io.local_addr().expect("address");
     let ring_side = OwnedFd::from(io.try_clone().expect("dup"));
 
-    let outcome = LocalExecutorBuilder::new(Placement::Unbound)
-        .io_memory(IO_MEMORY_PER_CORE)
-        .ring_depth(RING_DEPTH)
-        .spawn(move || async move {
-            let socket = sys::glommio_udp(ring_side);
-            let sender = StdUdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let outcome = support::executor(move || async move {
+        let socket = sys::glommio_udp(ring_side);
+        let sender = StdUdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
 
-            // Empty socket: still waiting when a 50 ms timer fires.
-            let waited = async { socket.readable().await.map(|()| true) }
-                .or(async {
-                    glommio::timer::sleep(Duration::from_millis(50)).await;
-                    Ok(false)
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            if waited {
-                return Err("readable completed on an empty socket".into());
-            }
+        // Empty socket: still waiting when a 50 ms timer fires.
+        let waited = async { socket.readable().await.map(|()| true) }
+            .or(async {
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+                Ok(false)
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        if waited {
+            return Err("readable completed on an empty socket".into());
+        }
 
-            // A queued datagram: readable completes and the datagram is still there, whole.
-            sender
-                .send_to(b"first", address)
-                .map_err(|e| e.to_string())?;
-            socket.readable().await.map_err(|e| e.to_string())?;
-            let mut buf = [0u8; 64];
-            let (n, _) = io.recv_from(&mut buf).map_err(|e| e.to_string())?;
-            if &buf[..n] != b"first" {
-                return Err(format!("received {:?} after readable", &buf[..n]));
-            }
+        // A queued datagram: readable completes and the datagram is still there, whole.
+        sender
+            .send_to(b"first", address)
+            .map_err(|e| e.to_string())?;
+        socket.readable().await.map_err(|e| e.to_string())?;
+        let mut buf = [0u8; 64];
+        let (n, _) = io.recv_from(&mut buf).map_err(|e| e.to_string())?;
+        if &buf[..n] != b"first" {
+            return Err(format!("received {:?} after readable", &buf[..n]));
+        }
 
-            // The listener's loop against a sender on another thread.
-            let thread = std::thread::spawn(move || {
-                for i in 0..DATAGRAMS {
-                    let _ = sender.send_to(&i.to_be_bytes(), address);
-                    if i % 3 == 0 {
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
-                }
-            });
-            let start = Instant::now();
-            let mut received = 0;
-            while received < DATAGRAMS {
-                if start.elapsed() > BOUND {
-                    return Err(format!(
-                        "{received} of {DATAGRAMS} datagrams within {BOUND:?}"
-                    ));
-                }
-                match io.recv_from(&mut buf) {
-                    Ok((4, _)) => received += 1,
-                    Ok((n, _)) => return Err(format!("a datagram of {n} bytes")),
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        // Empty: sleep on the ring, bounded so a lost wake-up fails the test.
-                        async { socket.readable().await.map_err(|e| e.to_string()) }
-                            .or(async {
-                                glommio::timer::sleep(BOUND).await;
-                                Err("no wake-up for a queued datagram".to_string())
-                            })
-                            .await?;
-                    }
-                    Err(e) => return Err(e.to_string()),
+        // The listener's loop against a sender on another thread.
+        let thread = std::thread::spawn(move || {
+            for i in 0..DATAGRAMS {
+                let _ = sender.send_to(&i.to_be_bytes(), address);
+                if i % 3 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
                 }
             }
-            thread.join().map_err(|_| "sender thread")?;
-            Ok(())
-        })
-        .expect("executor starts")
-        .join()
-        .expect("executor thread");
+        });
+        let start = Instant::now();
+        let mut received = 0;
+        while received < DATAGRAMS {
+            if start.elapsed() > BOUND {
+                return Err(format!(
+                    "{received} of {DATAGRAMS} datagrams within {BOUND:?}"
+                ));
+            }
+            match io.recv_from(&mut buf) {
+                Ok((4, _)) => received += 1,
+                Ok((n, _)) => return Err(format!("a datagram of {n} bytes")),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // Empty: sleep on the ring, bounded so a lost wake-up fails the test.
+                    async { socket.readable().await.map_err(|e| e.to_string()) }
+                        .or(async {
+                            glommio::timer::sleep(BOUND).await;
+                            Err("no wake-up for a queued datagram".to_string())
+                        })
+                        .await?;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        thread.join().map_err(|_| "sender thread")?;
+        Ok(())
+    })
+    .join()
+    .expect("executor thread");
     outcome.expect("readable");
 }

@@ -4,7 +4,7 @@
 // This product includes software developed at Datadog (https://www.datadoghq.com/). Copyright 2020 Datadog, Inc.
 //
 use super::datagram::GlommioDatagram;
-use nix::sys::socket::{MsgFlags, SockaddrLike, SockaddrStorage};
+use nix::sys::socket::{SockaddrLike, SockaddrStorage};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::{
     io,
@@ -514,31 +514,25 @@ impl UdpSocket {
     }
 
     /// kudurru patch: waits until a datagram (or an error) is queued on the socket, with a
-    /// `POLL_ADD` on the main ring; reads nothing. Cheaper than a one-byte
-    /// [`recv_queued`](UdpSocket::recv_queued) peek for a caller that reads with its own system
-    /// calls: no receive is tried when it is submitted or run when it completes, and the
-    /// completion does not go through the latency ring (it wakes the executor but does not
-    /// preempt a running task queue).
+    /// `POLL_ADD` on the main ring; reads nothing. Cheaper than a one-byte peek through the
+    /// ring for a caller that reads with its own system calls: no receive is tried when it is
+    /// submitted or run when it completes, and the completion does not go through the latency
+    /// ring (it wakes the executor but does not preempt a running task queue).
     pub async fn readable(&self) -> Result<()> {
         self.socket.readable().await.map_err(Into::into)
     }
 
-    /// kudurru patch: waits on the ring for the next datagram and receives it, or with `peek`
-    /// leaves it queued. Unlike [`recv`] and [`peek_from`] it makes no system call of its own:
-    /// no `getpeername`, no non-blocking attempt first, and the submission goes out with the
-    /// reactor's next poll (usually the `io_uring_enter` that puts the executor to sleep)
-    /// instead of entering the kernel at once. For a caller that has just found the socket
-    /// empty. On an unconnected socket it receives from any sender; the source is not reported.
+    /// kudurru patch: waits on the ring for the next datagram and receives it. Unlike [`recv`]
+    /// and [`peek_from`] it makes no system call of its own: no `getpeername`, no non-blocking
+    /// attempt first, and the submission goes out with the reactor's next poll (one
+    /// `io_uring_enter` for everything queued since the last one) instead of entering the
+    /// kernel at once. For a caller that has just found the socket empty. On an unconnected
+    /// socket it receives from any sender; the source is not reported.
     ///
     /// [`recv`]: UdpSocket::recv
     /// [`peek_from`]: UdpSocket::peek_from
-    pub async fn recv_queued(&self, buf: &mut [u8], peek: bool) -> Result<usize> {
-        let flags = if peek {
-            MsgFlags::MSG_PEEK
-        } else {
-            MsgFlags::empty()
-        };
-        self.socket.recv_queued(buf, flags).await.map_err(Into::into)
+    pub async fn recv_queued(&self, buf: &mut [u8]) -> Result<usize> {
+        self.socket.recv_queued(buf).await.map_err(Into::into)
     }
 
     /// Returns the socket address of the remote peer this socket was connected
