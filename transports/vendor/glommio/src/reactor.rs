@@ -433,6 +433,19 @@ impl Reactor {
         source
     }
 
+    /// kudurru patch: a readability poll that stays armed (`IORING_POLL_ADD_MULTI`) when
+    /// `multishot`, a one-shot poll otherwise.
+    pub(crate) fn poll_read_events(&self, fd: RawFd, multishot: bool) -> Source {
+        let source = self.new_source(fd, SourceType::PollAdd, None);
+        if multishot {
+            self.sys
+                .poll_ready_multishot(&source, common_flags() | read_flags());
+        } else {
+            self.sys.poll_ready(&source, common_flags() | read_flags());
+        }
+        source
+    }
+
     pub(crate) fn poll_write_ready(&self, fd: RawFd) -> Source {
         let source = self.new_source(fd, SourceType::PollAdd, None);
         self.sys

@@ -209,5 +209,8 @@ bitflags::bitflags! {
     #[derive(Debug, Clone, Copy)]
     pub struct CompletionFlags: u32 {
         const BUFFER_SHIFT    = 1 << 0;
+        /// kudurru patch: `IORING_CQE_F_MORE`, the request (a multishot poll) stays armed
+        /// and will post more completions.
+        const MORE            = 1 << 1;
     }
 }

@@ -107,6 +107,8 @@ fn yolo_sendmsg(
 }
 
 mod datagram;
+mod readiness;
+pub(crate) use readiness::Readiness;
 mod stream;
 mod tcp_socket;
 mod udp_socket;

@@ -220,18 +220,13 @@ pub(crate) struct NonBufferedStream<S> {
     reactor: Weak<Reactor>,
     stream: S,
     source_tx: Option<Source>,
-    source_rx: Option<Source>,
+    readiness: super::Readiness,
+    maybe_readable: bool,
     write_timeout: Timeout,
     read_timeout: Timeout,
 }
 
 impl<S: AsRawFd> NonBufferedStream<S> {
-    fn init(&mut self) {
-        let reactor = self.reactor.upgrade().unwrap();
-        let stream_fd = self.stream.as_raw_fd();
-        self.source_rx = Some(reactor.poll_read_ready(stream_fd));
-    }
-
     pub(crate) fn try_peek(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
         super::yolo_peek(self.stream.as_raw_fd(), buf)
     }
@@ -253,6 +248,10 @@ impl<S: AsRawFd> NonBufferedStream<S> {
         Ok(sz)
     }
 
+    // kudurru patch: reads wait on one multishot poll per stream (`Readiness`) instead of
+    // a `POLL_ADD` armed after every read that did not fill the buffer: a connection that
+    // gets one query per segment used to pay a submission and the kernel's arming of a
+    // poll for each (docs/benchmarks.md, "TCP reads wait on a multishot poll").
     pub(crate) fn poll_read(
         &mut self,
         cx: &Context<'_>,
@@ -260,42 +259,32 @@ impl<S: AsRawFd> NonBufferedStream<S> {
     ) -> Poll<io::Result<usize>> {
         let reactor = self.reactor.upgrade().unwrap();
         let reactor = reactor.as_ref();
-
-        let no_pending_poll = self
-            .source_rx
-            .as_ref()
-            .map(|src| src.result().is_some())
-            .unwrap_or(true);
-
-        if no_pending_poll {
-            if let Some(result) = super::yolo_recv(self.stream.as_raw_fd(), buf) {
-                self.source_rx.take();
-                self.read_timeout.cancel_timer(reactor);
-                let result = poll_err!(result);
-                // Start an early poll if the buffer is not fully filled. So when
-                // the next time `poll_read` is called, it will be known immediately
-                // whether the underlying stream is ready for reading.
-                if result > 0 && result < buf.len() {
-                    self.source_rx = Some(reactor.poll_read_ready(self.stream.as_raw_fd()));
-                    // The `rush_dispatch`s here and after could be removed to
-                    // improve performance if #458 is handled appropriately.
-                    // reactor.rush_dispatch(self.source_rx.as_ref().unwrap());
+        loop {
+            if self.maybe_readable {
+                if let Some(result) = super::yolo_recv(self.stream.as_raw_fd(), buf) {
+                    self.read_timeout.cancel_timer(reactor);
+                    let result = poll_err!(result);
+                    // A read that did not fill the buffer emptied the socket: wait for the
+                    // next event before trying again (an event for these very bytes may
+                    // still come; its read then finds nothing and waits). End of stream
+                    // stays readable: the next read returns 0 again at once, as before.
+                    if result > 0 && result < buf.len() {
+                        self.maybe_readable = false;
+                    }
+                    return Poll::Ready(Ok(result));
                 }
-                return Poll::Ready(Ok(result));
+                self.maybe_readable = false;
+            }
+            poll_err!(self.read_timeout.check(reactor));
+            match self.readiness.poll_wait(cx) {
+                Poll::Ready(Ok(())) => self.maybe_readable = true,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    self.read_timeout.maybe_set_timer(reactor, cx.waker());
+                    return Poll::Pending;
+                }
             }
         }
-
-        poll_err!(self.read_timeout.check(reactor));
-
-        if no_pending_poll {
-            self.source_rx = Some(reactor.poll_read_ready(self.stream.as_raw_fd()));
-            // reactor.rush_dispatch(self.source_rx.as_ref().unwrap());
-        }
-
-        let source = self.source_rx.as_ref().unwrap();
-        source.add_waiter_single(cx.waker());
-        self.read_timeout.maybe_set_timer(reactor, cx.waker());
-        Poll::Pending
     }
 
     pub(crate) fn poll_write(&mut self, cx: &Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -361,15 +350,16 @@ where
 {
     fn from(socket: socket2::Socket) -> Self {
         let reactor = crate::executor().reactor();
-        let mut stream = NonBufferedStream {
+        let fd = socket.as_raw_fd();
+        let stream = NonBufferedStream {
             reactor: Rc::downgrade(&reactor),
             stream: socket.into(),
             source_tx: None,
-            source_rx: None,
+            readiness: super::Readiness::new(Rc::downgrade(&reactor), fd),
+            maybe_readable: true,
             write_timeout: Timeout::new(reactor.register_timer()),
             read_timeout: Timeout::new(reactor.register_timer()),
         };
-        stream.init();
         GlommioStream {
             stream,
             rx_buf: NonBuffered,

@@ -269,6 +269,12 @@ impl Source {
         ret
     }
 
+    /// kudurru patch: takes the result of the latest completion, leaving none: a multishot
+    /// poll sets one at each of its completions.
+    pub(crate) fn take_result(&self) -> Option<io::Result<usize>> {
+        self.inner.borrow_mut().wakers.result.take()
+    }
+
     // adds a single waiter to the list, replacing any waiter that may already
     // exist. Should be used for single streams that map a future 1:1 to their I/O
     // source

@@ -57,6 +57,9 @@ const MSG_ZEROCOPY: i32 = 0x4000000;
 #[derive(Debug)]
 enum UringOpDescriptor {
     PollAdd(PollFlags),
+    /// kudurru patch: a multishot poll (`IORING_POLL_ADD_MULTI`): one completion per readiness
+    /// event until it is cancelled or the kernel ends it (a completion without `MORE`).
+    PollAddMulti(PollFlags),
     PollRemove(*const u8),
     Cancel(u64),
     Write(*const u8, usize, u64),
@@ -274,6 +277,10 @@ fn fill_sqe<F>(
         match op.args {
             UringOpDescriptor::PollAdd(events) => {
                 sqe.prep_poll_add(op.fd, events);
+            }
+            UringOpDescriptor::PollAddMulti(events) => {
+                sqe.prep_poll_add(op.fd, events);
+                sqe.raw_mut().len = uring_sys::IORING_POLL_ADD_MULTI;
             }
             UringOpDescriptor::PollRemove(to_remove) => {
                 user_data = 0;
@@ -562,9 +569,14 @@ where
             return Some(false);
         }
 
-        let src = source_map
-            .borrow_mut()
-            .consume_source(from_user_data(value.user_data()));
+        // kudurru patch: a multishot poll's completion with `MORE` leaves its source armed and
+        // in the map; only its last completion consumes it.
+        let id = from_user_data(value.user_data());
+        let src = if value.flags().contains(iou::cqe::CompletionFlags::MORE) {
+            source_map.borrow()[id].clone()
+        } else {
+            source_map.borrow_mut().consume_source(id)
+        };
 
         let result = value.result();
 
@@ -853,8 +865,13 @@ impl UringCommon for PollRing {
 
     fn consume_one_event(&mut self) -> Option<bool> {
         let source_map = self.source_map.clone();
+        let cqe = self.ring.peek_for_cqe();
+        // kudurru patch: a multishot poll is one request in the kernel until its last completion.
+        let last = !cqe
+            .as_ref()
+            .is_some_and(|c| c.flags().contains(iou::cqe::CompletionFlags::MORE));
         process_one_event(
-            self.ring.peek_for_cqe(),
+            cqe,
             |_| None,
             |mut src, res| {
                 record_stats(self, &mut src, &res);
@@ -863,7 +880,9 @@ impl UringCommon for PollRing {
             source_map,
         )
         .map(|x| {
-            self.in_kernel -= 1;
+            if last {
+                self.in_kernel -= 1;
+            }
             x
         })
     }
@@ -1215,8 +1234,13 @@ impl UringCommon for SleepableRing {
 
     fn consume_one_event(&mut self) -> Option<bool> {
         let source_map = self.source_map.clone();
+        let cqe = self.ring.peek_for_cqe();
+        // kudurru patch: a multishot poll is one request in the kernel until its last completion.
+        let last = !cqe
+            .as_ref()
+            .is_some_and(|c| c.flags().contains(iou::cqe::CompletionFlags::MORE));
         process_one_event(
-            self.ring.peek_for_cqe(),
+            cqe,
             |source| match source.source_type {
                 SourceType::LinkRings => Some(()),
                 _ => None,
@@ -1231,7 +1255,9 @@ impl UringCommon for SleepableRing {
             source_map,
         )
         .map(|x| {
-            self.in_kernel -= 1;
+            if last {
+                self.in_kernel -= 1;
+            }
             x
         })
     }
@@ -1503,6 +1529,17 @@ impl Reactor {
 
     pub(crate) fn read_buffered(&self, source: &Source, pos: u64, size: usize) {
         let op = UringOpDescriptor::Read(pos, size);
+        queue_request_into_ring(
+            &mut *self.ring_for_source(source),
+            source,
+            op,
+            &mut self.source_map.borrow_mut(),
+        );
+    }
+
+    /// kudurru patch: arms a multishot poll for `flags` on the source's fd.
+    pub(crate) fn poll_ready_multishot(&self, source: &Source, flags: PollFlags) {
+        let op = UringOpDescriptor::PollAddMulti(flags);
         queue_request_into_ring(
             &mut *self.ring_for_source(source),
             source,

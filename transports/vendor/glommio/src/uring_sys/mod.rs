@@ -74,6 +74,9 @@ pub const IORING_SETUP_ATTACH_WQ: libc::c_uint = 1 << 5; /* attach to existing w
 pub const IORING_SETUP_COOP_TASKRUN: libc::c_uint = 1 << 8; /* no IPI for completions */
 pub const IORING_SETUP_TASKRUN_FLAG: libc::c_uint = 1 << 9; /* IORING_SQ_TASKRUN when pending */
 
+// kudurru patch: sqe.len of a POLL_ADD (Linux 5.13): stay armed, one completion per event.
+pub const IORING_POLL_ADD_MULTI: libc::__u32 = 1 << 0;
+
 // cqe.flags
 pub const IORING_CQE_BUFFER_SHIFT: libc::c_uint = 1 << 0;
 
