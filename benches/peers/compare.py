@@ -51,9 +51,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGET = os.path.join(ROOT, "target", "release")
-UPSTREAM_PORT = 47400
-PORTS = {"ceiling": 47401, "kudurru": 47402, "unbound": 47403, "dnsdist": 47404}
-OPS_PORT = 47481
+UPSTREAM_PORT = 27400
+PORTS = {"ceiling": 27401, "kudurru": 27402, "unbound": 27403, "dnsdist": 27404}
+OPS_PORT = 27481
 SERVER_CPU = "0"
 CLIENT_CPU = "1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -81,6 +81,9 @@ def rss_bytes(pid):
 def port_free(port):
     for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
         s = socket.socket(socket.AF_INET, kind)
+        # Connections of the previous run in TIME_WAIT do not hold the port (the servers bind
+        # with SO_REUSEADDR too); a listener does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

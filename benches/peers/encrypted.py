@@ -37,12 +37,12 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import CLIENT_CPU, ROOT, SERVER_CPU, TARGET, Server, cpu_seconds, log, machine, parse_dnsperf, write_names  # noqa: E402
 
-UPSTREAM_PORT = 47500
+UPSTREAM_PORT = 27500
 PORTS = {
-    "kudurru": {"udp": 47510, "dot": 47511, "doh": 47512},
-    "dnsdist": {"udp": 47520, "dot": 47521, "doh": 47522},
+    "kudurru": {"udp": 27510, "dot": 27511, "doh": 27512},
+    "dnsdist": {"udp": 27520, "dot": 27521, "doh": 27522},
 }
-OPS_PORT = 47581
+OPS_PORT = 27581
 # (transport, HTTP method, offered): "rate" offers --rate q/s (compare CPU per answer), "max"
 # lets the generator send as fast as its 400 outstanding queries allow (compare QPS). DoT is
 # dnsperf's, DoH h2load's (one name, so each HTTP/2 request is a few indexed HPACK fields).

@@ -38,10 +38,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import (CLIENT_CPU, ROOT, SERVER_CPU, TARGET, Server, dnsperf, log, machine,  # noqa: E402
                      parse_dnsperf, percentiles, write_names)
 
-PORT_ECHO = 47421
-PORT_KUDURRU = 47422
-PORT_UPSTREAM = 47420
-OPS_PORT = 47482
+PORT_ECHO = 27421
+PORT_KUDURRU = 27422
+PORT_UPSTREAM = 27420
+OPS_PORT = 27482
 
 
 def bench(port, datafile, duration, mode="udp", rate=None, concurrency=None, connections=4, streams=100):

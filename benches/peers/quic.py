@@ -32,10 +32,10 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import CLIENT_CPU, ROOT, SERVER_CPU, TARGET, Server, cpu_seconds, log, machine, write_names  # noqa: E402
 
-UPSTREAM_PORT = 47600
-UDP_PORT = 47610
-PORTS = {"https": 47611, "quic": 47612, "h3": 47613}
-OPS_PORT = 47681
+UPSTREAM_PORT = 27600
+UDP_PORT = 27610
+PORTS = {"https": 27611, "quic": 27612, "h3": 27613}
+OPS_PORT = 27681
 TRANSPORTS = ("https", "quic", "h3")
 NAMES = {"https": "DoH (HTTP/2)", "quic": "DoQ", "h3": "DoH3"}
 

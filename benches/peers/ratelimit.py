@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import (CLIENT_CPU, OPS_PORT, ROOT, SERVER_CPU, TARGET, UPSTREAM_PORT, cpu_seconds,  # noqa: E402
                      dnsperf, log, machine, metrics, parse_dnsperf, rss_bytes, wait_answering, write_names)
 
-PORT = 47402
+PORT = 27402
 
 OFF = {"KUDURRU_RATELIMIT__QPS": "0"}
 ON = {"KUDURRU_RATELIMIT__QPS": "1000000", "KUDURRU_RATELIMIT__BURST": "1000000"}
