@@ -3,14 +3,15 @@
 //! Opening, binding, connecting and closing a socket per upstream query cost a quarter of the
 //! cache-miss path (measured with perf, docs/benchmarks.md). Each core instead keeps
 //! [`SOCKETS_PER_UPSTREAM`] connected sockets per upstream, each with its own kernel-chosen
-//! random source port and a reader task that hands replies to the waiting query by message ID.
+//! random source port and a reader task that hands replies to the waiting query by message ID
+//! (it sleeps on the socket's multishot poll and reads with non-blocking `recvmmsg`).
 //! A socket is replaced by a fresh one (new random port) after [`ROTATE_AFTER`] queries; the old
 //! one keeps reading until its pending exchanges end, so an off-path attacker faces a moving port as well as a random ID
 //! and the question check; see docs/operations.md for the trade-off against a port per query.
 //!
 //! ```text
 //! ask ─▶ pick socket (round robin) ─▶ random free ID ─▶ register waiter ─▶ send
-//! reader task: recv ─▶ waiter for that ID? ─ yes ─▶ hand bytes over (the waiter validates)
+//! reader task: recvmmsg ─▶ waiter for that ID? ─ yes ─▶ hand bytes over (the waiter validates)
 //!                                          └ no ──▶ count as mismatched, drop
 //! ```
 
@@ -28,6 +29,7 @@ use glommio::net::UdpSocket;
 use glommio::task::JoinHandle;
 
 use crate::metrics::CoreMetrics;
+use crate::sys;
 
 /// Connected sockets kept per upstream per core.
 pub(crate) const SOCKETS_PER_UPSTREAM: usize = 8;
@@ -36,7 +38,10 @@ pub(crate) const ROTATE_AFTER: u32 = 4096;
 /// Replies buffered per waiting query (a spoofed reply with a guessed ID must not crowd out the
 /// genuine one).
 const REPLIES_PER_QUERY: usize = 4;
+/// Room for one reply; a longer one arrives cut short.
 const REPLY_BUFFER: usize = 4096;
+/// Replies one non-blocking `recvmmsg` takes at most; fewer means the socket is empty.
+const REPLIES_PER_RECEIVE: usize = sys::RECV_SOME_MAX;
 
 type Waiters = Rc<RefCell<HashMap<u16, LocalSender<Vec<u8>>>>>;
 
@@ -66,28 +71,41 @@ impl PooledSocket {
         let reader = {
             let (socket, waiters) = (socket.clone(), waiters.clone());
             glommio::spawn_local(async move {
-                let mut buf = vec![0u8; REPLY_BUFFER];
+                let fd = socket.as_raw_fd();
+                // Armed once for the socket's life: waiting for the next reply submits nothing
+                // and arms nothing in the kernel (a receive through the ring did both on every
+                // cache miss). The poll posts a completion per reply; this socket gets one reply
+                // per query, so none is wasted on a busy socket.
+                let readiness = socket.readiness();
+                let mut buf = vec![0u8; REPLIES_PER_RECEIVE * REPLY_BUFFER];
+                let mut lens = [0usize; REPLIES_PER_RECEIVE];
                 loop {
-                    // Through the ring with the next poll: no `getpeername` and no failed
-                    // non-blocking attempt per reply (two system calls on every cache miss).
-                    let Ok(n) = socket.recv_queued(&mut buf).await else {
-                        // An ICMP error (port unreachable) on a connected socket concerns the
-                        // upstream as a whole: every waiter fails over now, not at its timeout.
+                    let Ok(n) = sys::try_recv_some(fd, &mut buf, &mut lens) else {
+                        // An ICMP error (port unreachable) on a connected socket concerns
+                        // the upstream as a whole: every waiter fails over now, not at its
+                        // timeout.
                         for tx in waiters.borrow().values() {
                             let _ = tx.try_send(Vec::new());
                         }
                         glommio::timer::sleep(Duration::from_millis(1)).await;
                         continue;
                     };
-                    let id = kudurru_core::wire::message_id(&buf[..n]);
-                    let waiter = id.and_then(|id| {
-                        waiters
-                            .borrow()
-                            .get(&id)
-                            .map(|tx| tx.try_send(buf[..n].to_vec()))
-                    });
-                    if waiter.is_none() {
-                        CoreMetrics::bump(&metrics.upstream(index).mismatched);
+                    for (reply, len) in buf.chunks_exact(REPLY_BUFFER).zip(&lens[..n]) {
+                        let reply = &reply[..*len];
+                        let id = kudurru_core::wire::message_id(reply);
+                        let waiter = id.and_then(|id| {
+                            waiters
+                                .borrow()
+                                .get(&id)
+                                .map(|tx| tx.try_send(reply.to_vec()))
+                        });
+                        if waiter.is_none() {
+                            CoreMetrics::bump(&metrics.upstream(index).mismatched);
+                        }
+                    }
+                    // A short batch emptied the socket: sleep until the next reply arrives.
+                    if n < REPLIES_PER_RECEIVE && readiness.wait().await.is_err() {
+                        glommio::timer::sleep(Duration::from_millis(1)).await;
                     }
                 }
             })
@@ -127,7 +145,7 @@ impl Exchange {
     /// Sends the query.
     pub(crate) async fn send(&self, query: &[u8]) -> io::Result<()> {
         let socket = &self.socket.socket;
-        if crate::sys::try_send(socket.as_raw_fd(), query, None)?.is_some() {
+        if sys::try_send(socket.as_raw_fd(), query, None)?.is_some() {
             return Ok(());
         }
         // Socket buffer full: wait for room (boxed: rare, and its future is large).

@@ -1,8 +1,9 @@
 //! The UDP listener of one core: one SO_REUSEPORT socket, answers sent from the same socket.
 //!
 //! The loop moves datagrams in batches (`recvmmsg` / `sendmmsg`, [`sys::BATCH`] at a time) and
-//! sleeps on glommio (a `POLL_ADD` for readability on the main ring, `readable`, which reads
-//! nothing) only when the socket is empty. Hits and local answers are written straight
+//! sleeps on glommio (a poll for readability on the main ring, which reads nothing: one
+//! armed for good at light load, one per sleep under load, [`Sleeper`]) only when the socket
+//! is empty. Hits and local answers are written straight
 //! into the send batch; misses are handed to a task so the loop never waits on an upstream.
 
 use std::net::SocketAddr;
@@ -10,7 +11,7 @@ use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Instant;
 
-use glommio::net::UdpSocket;
+use glommio::net::{Readiness, UdpSocket};
 use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{Client, Decision, Stage, ingress};
 
@@ -26,23 +27,27 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
     let mut out = Vec::with_capacity(sys::DATAGRAM_MAX);
     // Whether the last receive found the socket empty, or emptied it (a short batch).
     let mut drained = false;
+    let mut sleeper = Sleeper::new();
     loop {
         if drained {
-            // Sleep until a datagram arrives (cancel-safe: nothing is consumed): a poll on
-            // the ring, submitted by glommio's last poll before it sleeps; a short batch needs
-            // no `recvmmsg` that only says EAGAIN. A poll, not a one-byte peek: no receive
-            // tried at submission and run again at completion, and one ring to wake instead
-            // of two (3.6 µs less per wake-up, docs/benchmarks.md "Waiting with a poll").
-            if let Err(e) = socket.readable().await {
+            // Sleep until a datagram arrives (cancel-safe: nothing is consumed). A short batch
+            // emptied the socket, so no `recvmmsg` that only says EAGAIN first. A poll, not a
+            // one-byte peek: no receive tried at submission and run again at completion, and
+            // one ring to wake instead of two (3.6 µs less per wake-up, docs/benchmarks.md
+            // "Waiting with a poll"). A multishot poll's event for a datagram already read
+            // ends a sleep early; the receive then finds nothing and the loop sleeps again.
+            if let Err(e) = sleeper.sleep(&socket).await {
                 tracing::debug!(error = %e, "udp wait failed");
             }
         }
         let n = match incoming.recv(fd) {
             Ok(0) => {
+                sleeper.received(0);
                 drained = true;
                 continue;
             }
             Ok(n) => {
+                sleeper.received(n);
                 drained = n < sys::BATCH;
                 n
             }
@@ -107,6 +112,51 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
         }
         flush(&socket, &mut replies).await;
         glommio::yield_if_needed().await;
+    }
+}
+
+/// How the listener sleeps on an empty socket, chosen by its load.
+///
+/// A multishot poll, armed once, costs nothing per sleep but posts a completion for every
+/// datagram, also those that arrive while the loop is busy; a one-shot `POLL_ADD`, armed at
+/// each sleep, costs a submission and the kernel's arming (~1 µs) per sleep and nothing per
+/// datagram. At light load (a datagram or two per wake-up) the first is cheaper, under load
+/// the second (docs/benchmarks.md, "The listener's sleep follows its load").
+struct Sleeper {
+    multishot: Option<Readiness>,
+    /// Datagrams per receive, an average over the last ~8, in sixteenths.
+    load: u32,
+}
+
+/// Above this average of datagrams per receive (in sixteenths) the listener arms a one-shot
+/// poll per sleep; below [`LIGHT`] it keeps a multishot poll.
+const BUSY: u32 = 4 * 16;
+const LIGHT: u32 = 2 * 16;
+
+impl Sleeper {
+    fn new() -> Self {
+        Self {
+            multishot: None,
+            load: LIGHT,
+        }
+    }
+
+    fn received(&mut self, datagrams: usize) {
+        let sample = (datagrams.min(sys::BATCH) as u32) * 16;
+        self.load = self.load - self.load / 8 + sample / 8;
+    }
+
+    async fn sleep(&mut self, socket: &UdpSocket) -> glommio::Result<(), ()> {
+        if self.load > BUSY {
+            // Dropping it cancels the multishot poll.
+            self.multishot = None;
+        } else if self.load < LIGHT && self.multishot.is_none() {
+            self.multishot = Some(socket.readiness());
+        }
+        match &self.multishot {
+            Some(readiness) => readiness.wait().await.map_err(Into::into),
+            None => socket.readable().await,
+        }
     }
 }
 

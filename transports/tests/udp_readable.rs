@@ -1,9 +1,12 @@
-//! `glommio::net::UdpSocket::readable` (kudurru's glommio patch): the UDP listener and the QUIC
-//! sockets sleep on it when they find their socket empty, then read with their own system
-//! calls. It must not complete while the socket is empty, must complete once a datagram is
-//! queued, and must leave that datagram queued. The loop below is the listener's: wait, then
-//! drain with non-blocking receives; a lost wake-up shows as a missing datagram when the
-//! bound (no speed requirement) runs out.
+//! `glommio::net::UdpSocket::readable` and `readiness` (kudurru's glommio patch): the UDP
+//! listener, the QUIC sockets and the upstream sockets sleep on them when they find their
+//! socket empty, then read with their own system calls. A wait must not complete while the
+//! socket is empty, must complete once a datagram is queued, and must leave that datagram
+//! queued. The loop below is the listener's: wait, then drain with non-blocking receives; a
+//! lost wake-up shows as a missing datagram when the bound (no speed requirement) runs out.
+//! `readable` arms a one-shot poll per wait; `readiness` one multishot poll for the socket's
+//! life, whose events for datagrams already read make a wait return early (the drain then
+//! finds nothing), never late.
 
 mod support;
 
@@ -18,6 +21,84 @@ use kudurru_transports::sys;
 const DATAGRAMS: u32 = 2_000;
 /// How long the whole exchange may take before the test calls a datagram lost.
 const BOUND: Duration = Duration::from_secs(30);
+
+#[test]
+fn readiness_waits_for_a_datagram_and_wakes_for_every_later_one() {
+    let io = StdUdpSocket::bind("127.0.0.1:0").expect("bind");
+    io.set_nonblocking(true).expect("non-blocking");
+    let address = io.local_addr().expect("address");
+    let ring_side = OwnedFd::from(io.try_clone().expect("dup"));
+
+    let outcome = support::executor(move || async move {
+        let socket = sys::glommio_udp(ring_side);
+        let readiness = socket.readiness();
+        let sender = StdUdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        // Queued before the poll is armed: the first wait completes at once.
+        sender
+            .send_to(b"early", address)
+            .map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(10));
+        readiness.wait().await.map_err(|e| e.to_string())?;
+        let mut buf = [0u8; 64];
+        let (n, _) = io.recv_from(&mut buf).map_err(|e| e.to_string())?;
+        if &buf[..n] != b"early" {
+            return Err(format!("received {:?} after the wait", &buf[..n]));
+        }
+        // Read, and nothing arrived since: the next wait sleeps (one early return for the
+        // datagram just read is allowed; a second one would be a poll that is always ready).
+        for attempt in 0..2 {
+            let woke = async { readiness.wait().await.map(|()| true) }
+                .or(async {
+                    glommio::timer::sleep(Duration::from_millis(50)).await;
+                    Ok(false)
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            if !woke {
+                break;
+            }
+            if attempt == 1 {
+                return Err("readiness keeps completing on an empty socket".into());
+            }
+        }
+
+        let thread = std::thread::spawn(move || {
+            for i in 0..DATAGRAMS {
+                let _ = sender.send_to(&i.to_be_bytes(), address);
+                if i % 3 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        });
+        let start = Instant::now();
+        let mut received = 0;
+        while received < DATAGRAMS {
+            if start.elapsed() > BOUND {
+                return Err(format!(
+                    "{received} of {DATAGRAMS} datagrams within {BOUND:?}"
+                ));
+            }
+            match io.recv_from(&mut buf) {
+                Ok((4, _)) => received += 1,
+                Ok((n, _)) => return Err(format!("a datagram of {n} bytes")),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    async { readiness.wait().await.map_err(|e| e.to_string()) }
+                        .or(async {
+                            glommio::timer::sleep(BOUND).await;
+                            Err("no wake-up for a queued datagram".to_string())
+                        })
+                        .await?;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        thread.join().map_err(|_| "sender thread")?;
+        Ok(())
+    })
+    .join()
+    .expect("executor thread");
+    outcome.expect("readiness");
+}
 
 #[test]
 fn readable_waits_for_a_datagram_and_leaves_it_queued() {

@@ -106,16 +106,9 @@ impl<S: AsRawFd + FromRawFd + From<socket2::Socket>> GlommioDatagram<S> {
         source.collect_rw().await.map(|_| ())
     }
 
-    /// kudurru patch: receives the next datagram through the ring straight away: no
-    /// non-blocking attempt first, and the submission waits for the reactor's next poll
-    /// instead of entering the kernel now.
-    pub(crate) async fn recv_queued(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let source = self.reactor.upgrade().unwrap().recv(
-            self.socket.as_raw_fd(),
-            buf.len(),
-            MsgFlags::empty(),
-        );
-        self.consume_receive_buffer(source, buf).await
+    /// kudurru patch: the socket's readability events from one multishot poll.
+    pub(crate) fn readiness(&self) -> super::Readiness {
+        super::Readiness::new(self.reactor.clone(), self.socket.as_raw_fd())
     }
 
     pub(crate) async fn peek_from<T: SockaddrLike>(

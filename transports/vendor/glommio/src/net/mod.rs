@@ -108,12 +108,12 @@ fn yolo_sendmsg(
 
 mod datagram;
 mod readiness;
-pub(crate) use readiness::Readiness;
 mod stream;
 mod tcp_socket;
 mod udp_socket;
 mod unix;
 pub use self::{
+    readiness::Readiness,
     stream::{Buffered, Preallocated},
     tcp_socket::{AcceptedTcpStream, TcpListener, TcpStream},
     udp_socket::UdpSocket,

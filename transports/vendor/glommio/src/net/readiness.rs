@@ -19,7 +19,7 @@ use std::{
 /// reads until it knows the socket is empty before it waits again, and may find the socket
 /// empty after a wait (the event of data it had already read). Dropping it cancels the poll.
 #[derive(Debug)]
-pub(crate) struct Readiness {
+pub struct Readiness {
     reactor: Weak<Reactor>,
     fd: RawFd,
     source: RefCell<Option<Source>>,
@@ -34,6 +34,12 @@ impl Readiness {
             source: RefCell::new(None),
             multishot: Cell::new(true),
         }
+    }
+
+    /// Waits until the socket had a readability event since the last wait returned (or, the
+    /// first time, until it is readable).
+    pub async fn wait(&self) -> io::Result<()> {
+        futures_lite::future::poll_fn(|cx| self.poll_wait(cx)).await
     }
 
     /// Ready when the socket had a readability event since the last call that returned ready

@@ -522,17 +522,15 @@ impl UdpSocket {
         self.socket.readable().await.map_err(Into::into)
     }
 
-    /// kudurru patch: waits on the ring for the next datagram and receives it. Unlike [`recv`]
-    /// and [`peek_from`] it makes no system call of its own: no `getpeername`, no non-blocking
-    /// attempt first, and the submission goes out with the reactor's next poll (one
-    /// `io_uring_enter` for everything queued since the last one) instead of entering the
-    /// kernel at once. For a caller that has just found the socket empty. On an unconnected
-    /// socket it receives from any sender; the source is not reported.
+    /// kudurru patch: the socket's readability events from one poll armed for the socket's
+    /// life (multishot), where [`readable`] submits and arms a `POLL_ADD` for every wait:
+    /// for a socket that gets a datagram now and then and is read with the caller's own
+    /// system calls. A busy socket is better served by [`readable`]: this poll posts a
+    /// completion for every datagram, read or not. See [`Readiness`](crate::net::Readiness).
     ///
-    /// [`recv`]: UdpSocket::recv
-    /// [`peek_from`]: UdpSocket::peek_from
-    pub async fn recv_queued(&self, buf: &mut [u8]) -> Result<usize> {
-        self.socket.recv_queued(buf).await.map_err(Into::into)
+    /// [`readable`]: UdpSocket::readable
+    pub fn readiness(&self) -> crate::net::Readiness {
+        self.socket.readiness()
     }
 
     /// Returns the socket address of the remote peer this socket was connected
