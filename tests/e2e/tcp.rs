@@ -89,6 +89,80 @@ fn rfc7766_8_framing_survives_any_split_of_length_and_body() {
     assert_eq!(ids, HashSet::from([78, 79]));
 }
 
+/// `count` queries for `localhost` (answered locally, no upstream), the `i`th with ID `i` (mod
+/// 2^16).
+fn localhost_frames(count: u32) -> Vec<u8> {
+    let mut batch = Vec::new();
+    for i in 0..count {
+        batch.extend(frame(&query_bytes(
+            i as u16,
+            "localhost",
+            rtype::A,
+            1,
+            None,
+        )));
+    }
+    batch
+}
+
+#[test]
+fn rfc7766_a_client_that_does_not_read_stalls_only_itself_and_is_closed_after_the_idle_timeout() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_TCP__IDLETIMEOUT", "1500ms")
+        .start();
+    // Far more answers than the sockets' buffers hold (~60 bytes each, 12 MB in all; loopback
+    // send buffers grow to 4 MB): kudurru's writes wait on a full socket, it stops reading,
+    // and the client's own writes block in turn.
+    const QUERIES: u32 = 200_000;
+    let stalled = TcpStream::connect(k.addr).unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut writer = stalled.try_clone().unwrap();
+    let sender = thread::spawn(move || writer.write_all(&localhost_frames(QUERIES)).is_ok());
+    thread::sleep(Duration::from_millis(500));
+    assert!(
+        !sender.is_finished(),
+        "kudurru kept reading queries it could not answer"
+    );
+    // Meanwhile another client on the same core is answered.
+    let started = Instant::now();
+    assert_eq!(dig(k.addr, &["localhost", "A", "+tcp"]).status, "NOERROR");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // The stalled client reads now, within the idle timeout: every answer, in order (all are
+    // answered at once, so they are written in the order asked).
+    let mut stalled = std::io::BufReader::new(stalled);
+    for i in 0..QUERIES {
+        let mut len = [0u8; 2];
+        stalled.read_exact(&mut len).expect("length");
+        let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        stalled.read_exact(&mut reply).expect("message");
+        assert_eq!(wire::message_id(&reply), Some(i as u16));
+        assert_eq!(wire::header_rcode(&reply), Some(0));
+    }
+    assert!(sender.join().unwrap(), "all queries were taken");
+
+    // One that never reads: closed once a write has waited tcp.idleTimeout.
+    let before = k.metric_sum("kudurru_tcp_timeouts_total");
+    let silent = TcpStream::connect(k.addr).unwrap();
+    let mut writer = silent.try_clone().unwrap();
+    let sender = thread::spawn(move || {
+        let _ = writer.write_all(&localhost_frames(QUERIES));
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while k.metric_sum("kudurru_tcp_timeouts_total") <= before {
+        assert!(
+            Instant::now() < deadline,
+            "the non-reading client was never closed"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    drop(silent);
+    let _ = sender.join();
+    assert_eq!(dig(k.addr, &["localhost", "A", "+tcp"]).status, "NOERROR");
+}
+
 #[test]
 fn rfc7766_6_2_3_idle_and_half_open_connections_are_closed() {
     let upstream = TestUpstream::start();
