@@ -195,6 +195,88 @@ fn rfc7766_pipelined_queries_over_dot_are_all_answered() {
     assert_eq!(seen["closed"], false, "the connection stays open");
 }
 
+/// Sends 200,000 `localhost` queries on one DoT connection from a thread while reading
+/// nothing, waits for kudurru's query count (from `/metrics`) to stand still, then reads every
+/// answer; reports the count it stood at and whether the answers came whole and in order.
+const STALLED_CLIENT: &str = r#"
+import json, socket, ssl, struct, sys, threading, time, urllib.request
+host, port, metrics, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], 200000
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+ctx.set_alpn_protocols(["dot"])
+t = ctx.wrap_socket(socket.create_connection((host, port), timeout=30), server_hostname="localhost")
+name = b"\x09localhost\x00"
+def query(i):
+    m = struct.pack(">HHHHHH", i & 0xFFFF, 0x0100, 1, 0, 0, 0) + name + struct.pack(">HH", 1, 1)
+    return struct.pack(">H", len(m)) + m
+sender = threading.Thread(target=t.sendall, args=(b"".join(query(i) for i in range(n)),))
+sender.start()
+def count():
+    body = urllib.request.urlopen(metrics, timeout=5).read().decode()
+    return sum(float(l.rsplit(" ", 1)[1]) for l in body.splitlines()
+               if l.startswith("kudurru_dns_queries_total{"))
+settled, last = None, count()
+for _ in range(66):
+    time.sleep(0.3)
+    now = count()
+    if now == last:
+        settled = now
+        break
+    last = now
+got, buf, in_order = 0, b"", True
+while got < n:
+    chunk = t.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+    while len(buf) >= 2 and len(buf) >= 2 + struct.unpack(">H", buf[:2])[0]:
+        size = struct.unpack(">H", buf[:2])[0]
+        msg, buf = buf[2:2 + size], buf[2 + size:]
+        in_order &= struct.unpack(">H", msg[:2])[0] == got & 0xFFFF and msg[3] & 15 == 0
+        got += 1
+sender.join()
+print(json.dumps({"settled": settled, "answers": got, "in_order": in_order}))
+"#;
+
+#[test]
+fn rfc7766_a_dot_client_that_does_not_read_stalls_only_itself() {
+    let d = dir("stall");
+    let (cert, key) = cert_pair(&d, "a");
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .tls(&cert, &key)
+        .env("KUDURRU_TCP__IDLETIMEOUT", "30s")
+        .start();
+    let tls = k.tls.unwrap();
+    let metrics = format!("http://{}/metrics", k.ops);
+    let client = std::thread::spawn(move || {
+        Command::new("python3")
+            .arg("-c")
+            .arg(STALLED_CLIENT)
+            .arg(tls.ip().to_string())
+            .arg(tls.port().to_string())
+            .arg(metrics)
+            .output()
+            .expect("python3 runs")
+    });
+    // While that client reads nothing, another one on the same core is answered.
+    std::thread::sleep(Duration::from_millis(1500));
+    let queries = vec![localhost_query(7, false)];
+    let seen = tls_client(tls, &cert, false, &queries);
+    assert_eq!(seen["answers"][0]["id"], 7, "{seen}");
+    let output = client.join().unwrap();
+    assert!(
+        output.status.success(),
+        "stalled client failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let settled = report["settled"].as_f64().expect("the query count settled");
+    // kudurru stopped reading while its answers waited on the full socket.
+    assert!(settled < 200_000.0, "{report}");
+    assert_eq!(report["answers"], 200_000, "{report}");
+    assert_eq!(report["in_order"], true, "{report}");
+}
+
 #[test]
 fn dot_certificate_reloads_and_a_bad_file_keeps_the_old_one() {
     let d = dir("reload");
