@@ -22,6 +22,49 @@ const DATAGRAMS: u32 = 2_000;
 /// How long the whole exchange may take before the test calls a datagram lost.
 const BOUND: Duration = Duration::from_secs(30);
 
+/// The listener's loop against a sender on another thread: `DATAGRAMS` datagrams, with short
+/// pauses so the receiver sleeps in between, drained with non-blocking receives; `wait` sleeps
+/// on an empty socket, bounded so that a lost wake-up fails the test.
+async fn listen<W, F>(io: &StdUdpSocket, sender: StdUdpSocket, wait: W) -> Result<(), String>
+where
+    W: Fn() -> F,
+    F: Future<Output = Result<(), String>>,
+{
+    let address = io.local_addr().map_err(|e| e.to_string())?;
+    let thread = std::thread::spawn(move || {
+        for i in 0..DATAGRAMS {
+            let _ = sender.send_to(&i.to_be_bytes(), address);
+            if i % 3 == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    });
+    let start = Instant::now();
+    let (mut received, mut buf) = (0, [0u8; 64]);
+    while received < DATAGRAMS {
+        if start.elapsed() > BOUND {
+            return Err(format!(
+                "{received} of {DATAGRAMS} datagrams within {BOUND:?}"
+            ));
+        }
+        match io.recv_from(&mut buf) {
+            Ok((4, _)) => received += 1,
+            Ok((n, _)) => return Err(format!("a datagram of {n} bytes")),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                wait()
+                    .or(async {
+                        glommio::timer::sleep(BOUND).await;
+                        Err("no wake-up for a queued datagram".to_string())
+                    })
+                    .await?;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    thread.join().map_err(|_| "sender thread")?;
+    Ok(())
+}
+
 #[test]
 fn readiness_waits_for_a_datagram_and_wakes_for_every_later_one() {
     let io = StdUdpSocket::bind("127.0.0.1:0").expect("bind");
@@ -62,38 +105,10 @@ fn readiness_waits_for_a_datagram_and_wakes_for_every_later_one() {
             }
         }
 
-        let thread = std::thread::spawn(move || {
-            for i in 0..DATAGRAMS {
-                let _ = sender.send_to(&i.to_be_bytes(), address);
-                if i % 3 == 0 {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            }
-        });
-        let start = Instant::now();
-        let mut received = 0;
-        while received < DATAGRAMS {
-            if start.elapsed() > BOUND {
-                return Err(format!(
-                    "{received} of {DATAGRAMS} datagrams within {BOUND:?}"
-                ));
-            }
-            match io.recv_from(&mut buf) {
-                Ok((4, _)) => received += 1,
-                Ok((n, _)) => return Err(format!("a datagram of {n} bytes")),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    async { readiness.wait().await.map_err(|e| e.to_string()) }
-                        .or(async {
-                            glommio::timer::sleep(BOUND).await;
-                            Err("no wake-up for a queued datagram".to_string())
-                        })
-                        .await?;
-                }
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        thread.join().map_err(|_| "sender thread")?;
-        Ok(())
+        listen(&io, sender, || async {
+            readiness.wait().await.map_err(|e| e.to_string())
+        })
+        .await
     })
     .join()
     .expect("executor thread");
@@ -134,40 +149,11 @@ fn readable_waits_for_a_datagram_and_leaves_it_queued() {
             return Err(format!("received {:?} after readable", &buf[..n]));
         }
 
-        // The listener's loop against a sender on another thread.
-        let thread = std::thread::spawn(move || {
-            for i in 0..DATAGRAMS {
-                let _ = sender.send_to(&i.to_be_bytes(), address);
-                if i % 3 == 0 {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            }
-        });
-        let start = Instant::now();
-        let mut received = 0;
-        while received < DATAGRAMS {
-            if start.elapsed() > BOUND {
-                return Err(format!(
-                    "{received} of {DATAGRAMS} datagrams within {BOUND:?}"
-                ));
-            }
-            match io.recv_from(&mut buf) {
-                Ok((4, _)) => received += 1,
-                Ok((n, _)) => return Err(format!("a datagram of {n} bytes")),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    // Empty: sleep on the ring, bounded so a lost wake-up fails the test.
-                    async { socket.readable().await.map_err(|e| e.to_string()) }
-                        .or(async {
-                            glommio::timer::sleep(BOUND).await;
-                            Err("no wake-up for a queued datagram".to_string())
-                        })
-                        .await?;
-                }
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        thread.join().map_err(|_| "sender thread")?;
-        Ok(())
+        // The listener's loop: sleep on the ring whenever the socket is empty.
+        listen(&io, sender, || async {
+            socket.readable().await.map_err(|e| e.to_string())
+        })
+        .await
     })
     .join()
     .expect("executor thread");
