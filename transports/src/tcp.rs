@@ -329,7 +329,7 @@ impl<W: AsyncWrite + Unpin + 'static> Outbox<W> {
         drop(state);
         match write_now(&mut writer, &mut batch) {
             Ok(true) => {
-                batch.clear();
+                // All written: the emptied buffer (and its capacity) queues the next answers.
                 let mut state = this.state.borrow_mut();
                 state.writer = Some(writer);
                 state.pending = batch;

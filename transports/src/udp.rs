@@ -146,12 +146,24 @@ impl Sleeper {
         self.load = self.load - self.load / 8 + sample / 8;
     }
 
-    async fn sleep(&mut self, socket: &UdpSocket) -> glommio::Result<(), ()> {
+    /// The poll the next sleep should use: `Some(true)` multishot, `Some(false)` one-shot,
+    /// `None` whichever is in use (between the two thresholds).
+    fn wants_multishot(&self) -> Option<bool> {
         if self.load > BUSY {
+            Some(false)
+        } else if self.load < LIGHT {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
+    async fn sleep(&mut self, socket: &UdpSocket) -> glommio::Result<(), ()> {
+        match self.wants_multishot() {
             // Dropping it cancels the multishot poll.
-            self.multishot = None;
-        } else if self.load < LIGHT && self.multishot.is_none() {
-            self.multishot = Some(socket.readiness());
+            Some(false) => self.multishot = None,
+            Some(true) if self.multishot.is_none() => self.multishot = Some(socket.readiness()),
+            _ => {}
         }
         match &self.multishot {
             Some(readiness) => readiness.wait().await.map_err(Into::into),
@@ -210,5 +222,39 @@ async fn resolve_and_reply(
     };
     if let Err(e) = sent {
         tracing::debug!(%peer, error = %e, "udp send failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sleeper_keeps_a_multishot_poll_at_light_load_only_with_hysteresis() {
+        let mut sleeper = Sleeper::new();
+        // Starts between the thresholds: it keeps what it has (nothing armed yet: one-shot).
+        assert_eq!(sleeper.wants_multishot(), None);
+        for _ in 0..16 {
+            sleeper.received(1);
+        }
+        assert_eq!(
+            sleeper.wants_multishot(),
+            Some(true),
+            "a datagram per wake-up"
+        );
+        for _ in 0..16 {
+            sleeper.received(sys::BATCH);
+        }
+        assert_eq!(sleeper.wants_multishot(), Some(false), "full batches");
+        // Three per receive sits between the thresholds: no switching back and forth.
+        for _ in 0..64 {
+            sleeper.received(3);
+        }
+        assert_eq!(sleeper.wants_multishot(), None);
+        // An empty receive after an early wake-up counts as light load.
+        for _ in 0..16 {
+            sleeper.received(0);
+        }
+        assert_eq!(sleeper.wants_multishot(), Some(true));
     }
 }

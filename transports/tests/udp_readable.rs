@@ -65,12 +65,18 @@ where
     Ok(())
 }
 
-#[test]
-fn readiness_waits_for_a_datagram_and_wakes_for_every_later_one() {
+/// A non-blocking socket on loopback, its address, and a duplicate of it for the ring side.
+fn socket_pair() -> (StdUdpSocket, std::net::SocketAddr, OwnedFd) {
     let io = StdUdpSocket::bind("127.0.0.1:0").expect("bind");
     io.set_nonblocking(true).expect("non-blocking");
     let address = io.local_addr().expect("address");
     let ring_side = OwnedFd::from(io.try_clone().expect("dup"));
+    (io, address, ring_side)
+}
+
+#[test]
+fn readiness_waits_for_a_datagram_and_wakes_for_every_later_one() {
+    let (io, address, ring_side) = socket_pair();
 
     let outcome = support::executor(move || async move {
         let socket = sys::glommio_udp(ring_side);
@@ -117,10 +123,7 @@ fn readiness_waits_for_a_datagram_and_wakes_for_every_later_one() {
 
 #[test]
 fn readable_waits_for_a_datagram_and_leaves_it_queued() {
-    let io = StdUdpSocket::bind("127.0.0.1:0").expect("bind");
-    io.set_nonblocking(true).expect("non-blocking");
-    let address = io.local_addr().expect("address");
-    let ring_side = OwnedFd::from(io.try_clone().expect("dup"));
+    let (io, address, ring_side) = socket_pair();
 
     let outcome = support::executor(move || async move {
         let socket = sys::glommio_udp(ring_side);
