@@ -120,14 +120,22 @@ impl CachedAnswer {
             other => return Err(ReplyError::Rcode(other)),
         };
         let question_end = HEADER_LEN + key.question().len();
-        let mut message = rebuild(reply)?;
+        // Room for the TTL table too, so the message is allocated once. The header's counts
+        // are the upstream's word: no more records than 11-byte minimal ones fit are believed.
+        let records = [wire::ANCOUNT_AT, wire::NSCOUNT_AT, wire::ARCOUNT_AT]
+            .into_iter()
+            .map(|at| usize::from(wire::read_u16(reply, at).unwrap_or(0)))
+            .sum::<usize>()
+            .min(reply.len() / 11);
+        let mut message = rebuild(reply, records * TTL_ENTRY)?;
         message[HEADER_LEN..question_end].copy_from_slice(key.question());
         if message.len() > usize::from(u16::MAX) {
             return Err(ReplyError::Malformed("reply too large to cache"));
         }
         let layout = scan_records(&message, question_end)?;
 
-        let mut ttls = Vec::with_capacity(layout.records.len() * TTL_ENTRY);
+        let message_len = message.len() as u16;
+        message.reserve_exact(layout.records.len() * TTL_ENTRY);
         let mut lifetime = u32::MAX;
         if negative {
             let soa = layout
@@ -154,15 +162,14 @@ impl CachedAnswer {
             if !negative && record.section != Section::Additional {
                 lifetime = lifetime.min(ttl);
             }
-            ttls.extend_from_slice(&(record.ttl_at as u16).to_be_bytes());
-            ttls.extend_from_slice(&ttl.to_be_bytes());
+            // The TTL table follows the message in the same buffer.
+            message.extend_from_slice(&(record.ttl_at as u16).to_be_bytes());
+            message.extend_from_slice(&ttl.to_be_bytes());
         }
         if lifetime == u32::MAX {
             // NOERROR with answers only in the additional section: nothing to time it by.
             lifetime = 0;
         }
-        let message_len = message.len() as u16;
-        message.extend_from_slice(&ttls);
         Ok(Self {
             data: message.into_boxed_slice(),
             message_len,
@@ -321,12 +328,12 @@ fn validate(reply: &[u8], key: &CacheKey) -> Result<(), ReplyError> {
 /// flags, TTLs and the qname's case can never change how a name decodes. (A copied reply whose
 /// pointers reached into the header broke that: found by the `reply_path` fuzzer, regression
 /// test `opt_is_added_after_kept_additional_records`.)
-fn rebuild(reply: &[u8]) -> Result<Vec<u8>, ReplyError> {
+fn rebuild(reply: &[u8], spare: usize) -> Result<Vec<u8>, ReplyError> {
     const BAD_RECORD: ReplyError = ReplyError::Malformed("bad record");
     const NO_ROOM: ReplyError = ReplyError::Malformed("reply does not re-encode");
     let msg =
         Message::from_slice(reply).map_err(|_| ReplyError::Malformed("shorter than a header"))?;
-    let target = StaticCompressor::new(Vec::with_capacity(reply.len()));
+    let target = StaticCompressor::new(Vec::with_capacity(reply.len() + spare));
     let mut question = MessageBuilder::from_target(target)
         .map_err(|_| NO_ROOM)?
         .question();
@@ -392,7 +399,8 @@ struct LocatedRecord {
 }
 
 struct Layout {
-    records: Vec<LocatedRecord>,
+    /// Inline up to 8 records: most answers, without an allocation.
+    records: smallvec::SmallVec<[LocatedRecord; 8]>,
 }
 
 /// Locates every record after the question of a re-encoded message (which holds no OPT).
@@ -403,7 +411,7 @@ fn scan_records(msg: &[u8], question_end: usize) -> Result<Layout, ReplyError> {
         (Section::Authority, count(wire::NSCOUNT_AT)?),
         (Section::Additional, count(wire::ARCOUNT_AT)?),
     ];
-    let mut records = Vec::new();
+    let mut records = smallvec::SmallVec::new();
     let mut pos = question_end;
     for (section, n) in sections {
         for _ in 0..n {

@@ -35,4 +35,4 @@ pub use key::CacheKey;
 pub use limiter::{Limiter, LimiterStats, Prefix, RateLimit, Verdict};
 pub use local::{LocalNames, ServerIdentity};
 pub use pipeline::{Client, Decision, HEALTH_NAME, Stage, ingress};
-pub use upstream::{Selector, UpstreamProtocol, UpstreamSpec};
+pub use upstream::{Selector, UpstreamOrder, UpstreamProtocol, UpstreamSpec};

@@ -24,9 +24,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use std::future::poll_fn;
+use std::task::{Poll, Waker};
+
 use glommio::net::UdpSocket;
 use glommio::task::JoinHandle;
+use smallvec::SmallVec;
 
 use crate::metrics::CoreMetrics;
 use crate::sys;
@@ -43,7 +46,28 @@ const REPLY_BUFFER: usize = 4096;
 /// Replies one non-blocking `recvmmsg` takes at most; fewer means the socket is empty.
 const REPLIES_PER_RECEIVE: usize = sys::RECV_SOME_MAX;
 
-type Waiters = Rc<RefCell<HashMap<u16, LocalSender<Vec<u8>>>>>;
+/// A registered query's mailbox, kept in its socket's table under the query's ID: a slot in
+/// the table rather than a channel per query (two allocations per cache miss).
+#[derive(Default)]
+struct Waiting {
+    replies: SmallVec<[Vec<u8>; REPLIES_PER_QUERY]>,
+    waker: Option<Waker>,
+}
+
+impl Waiting {
+    /// Queues a reply unless [`REPLIES_PER_QUERY`] already wait, and wakes the query.
+    fn deliver(&mut self, reply: Vec<u8>) {
+        if self.replies.len() < REPLIES_PER_QUERY {
+            self.replies.push(reply);
+        }
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+/// Keyed by IDs kudurru chose at random: a fast hash is enough (a reply's ID is only looked up).
+type Waiters = Rc<RefCell<HashMap<u16, Waiting, foldhash::fast::RandomState>>>;
 
 struct PooledSocket {
     socket: Rc<UdpSocket>,
@@ -67,7 +91,7 @@ impl PooledSocket {
         };
         let socket = Rc::new(UdpSocket::bind(local)?);
         socket.connect(addr).await?;
-        let waiters: Waiters = Rc::new(RefCell::new(HashMap::new()));
+        let waiters: Waiters = Rc::new(RefCell::new(HashMap::default()));
         let reader = {
             let (socket, waiters) = (socket.clone(), waiters.clone());
             glommio::spawn_local(async move {
@@ -84,8 +108,8 @@ impl PooledSocket {
                         // An ICMP error (port unreachable) on a connected socket concerns
                         // the upstream as a whole: every waiter fails over now, not at its
                         // timeout.
-                        for tx in waiters.borrow().values() {
-                            let _ = tx.try_send(Vec::new());
+                        for waiting in waiters.borrow_mut().values_mut() {
+                            waiting.deliver(Vec::new());
                         }
                         glommio::timer::sleep(Duration::from_millis(1)).await;
                         continue;
@@ -95,9 +119,9 @@ impl PooledSocket {
                         let id = kudurru_core::wire::message_id(reply);
                         let waiter = id.and_then(|id| {
                             waiters
-                                .borrow()
-                                .get(&id)
-                                .map(|tx| tx.try_send(reply.to_vec()))
+                                .borrow_mut()
+                                .get_mut(&id)
+                                .map(|waiting| waiting.deliver(reply.to_vec()))
                         });
                         if waiter.is_none() {
                             CoreMetrics::bump(&metrics.upstream(index).mismatched);
@@ -129,11 +153,10 @@ pub(crate) struct UdpPool {
     index: usize,
 }
 
-/// A registered query: replies with its ID arrive on `replies`; dropping it unregisters.
+/// A registered query: replies with its ID wait in its slot; dropping it unregisters.
 pub(crate) struct Exchange {
     socket: Rc<PooledSocket>,
     id: u16,
-    replies: LocalReceiver<Vec<u8>>,
 }
 
 impl Exchange {
@@ -157,8 +180,19 @@ impl Exchange {
 
     /// The next reply carrying this ID (the caller validates it); an empty reply means the
     /// upstream is unreachable.
-    pub(crate) async fn reply(&self) -> Option<Vec<u8>> {
-        self.replies.recv().await
+    pub(crate) async fn reply(&self) -> Vec<u8> {
+        poll_fn(|cx| {
+            let mut waiters = self.socket.waiters.borrow_mut();
+            // The slot lives as long as this exchange: only its drop removes it.
+            let waiting = waiters.entry(self.id).or_default();
+            if waiting.replies.is_empty() {
+                waiting.waker = Some(cx.waker().clone());
+                Poll::Pending
+            } else {
+                Poll::Ready(waiting.replies.remove(0))
+            }
+        })
+        .await
     }
 }
 
@@ -203,20 +237,15 @@ impl UdpPool {
             }
         };
         socket.sent.set(socket.sent.get() + 1);
-        let (tx, replies) = local_channel::new_bounded(REPLIES_PER_QUERY);
         let id = {
             let mut waiters = socket.waiters.borrow_mut();
             let mut id: u16 = rand::random();
             while waiters.contains_key(&id) {
                 id = rand::random();
             }
-            waiters.insert(id, tx);
+            waiters.insert(id, Waiting::default());
             id
         };
-        Ok(Exchange {
-            socket,
-            id,
-            replies,
-        })
+        Ok(Exchange { socket, id })
     }
 }

@@ -99,27 +99,32 @@ const PASSES: usize = 3;
 /// Resolves `key` over the upstream set: fastest healthy first, next one on failure, around
 /// again up to [`PASSES`] times, SERVFAIL (cached briefly, RFC 9520) when every attempt failed or
 /// `upstream.resolveTimeout` passed.
-pub(crate) async fn forward(worker: &Rc<Worker>, key: &CacheKey) -> CachedAnswer {
+pub(crate) async fn forward(worker: &Rc<Worker>, key: &CacheKey) -> (CachedAnswer, Instant) {
     let settings = worker.settings();
     let start = Instant::now();
     let deadline = start + settings.resolve_timeout;
-    let (order, upstreams) =
-        worker.with_selector(|upstreams, selector| (selector.order(start), upstreams.to_vec()));
+    let order = worker.with_selector(|_, selector| selector.order(start));
     let attempts = order.len() * PASSES;
     // An upstream that answered with a failure is not asked again for this query; one that
     // timed out may have lost a datagram and is.
     // A list rather than a flag per upstream: empty (no allocation) on nearly every miss; a
     // zeroed `Vec<bool>` was a `calloc`, which glibc serves without its per-thread cache.
     let mut refused: Vec<usize> = Vec::new();
-    for index in order.into_iter().cycle().take(attempts) {
-        let now = Instant::now();
+    // The clock is read once per attempt and once when it ends; every other time on this path
+    // (the attempt's deadline, the answer's storage time, the selector's) is one of those.
+    let mut now = start;
+    for index in (0..attempts).map(|attempt| order[attempt % order.len()]) {
         if now >= deadline {
             break;
         }
         if refused.contains(&index) {
             continue;
         }
-        let spec = upstreams[index];
+        // The order came from the selector of this snapshot's upstream set (or, after a
+        // reload in between, a newer one, which the check after the attempt notices).
+        let Some(&spec) = settings.upstreams.get(index) else {
+            continue;
+        };
         let attempt_deadline = deadline.min(now + settings.upstream_timeout);
         let counters = worker.metrics.upstream(index);
         CoreMetrics::bump(&counters.queries);
@@ -128,25 +133,31 @@ pub(crate) async fn forward(worker: &Rc<Worker>, key: &CacheKey) -> CachedAnswer
             index,
             spec,
             key,
+            now,
             attempt_deadline,
             &settings.ttl,
             counters,
         )
         .await;
-        let rtt = now.elapsed();
+        let (result, ended) = match result {
+            Ok((answer, ended)) => (Ok(answer), ended),
+            Err(kind) => (Err(kind), Instant::now()),
+        };
+        let rtt = ended.saturating_duration_since(now);
+        now = ended;
         worker.with_selector(|current, selector| {
             if current.get(index) != Some(&spec) {
                 return; // the upstream set was replaced meanwhile
             }
             match &result {
                 Ok(_) => selector.on_success(index, rtt),
-                Err(_) => selector.on_failure(index, Instant::now(), settings.upstream_timeout),
+                Err(_) => selector.on_failure(index, ended, settings.upstream_timeout),
             }
         });
         match result {
             Ok(answer) => {
                 counters.observe(rtt);
-                return answer;
+                return (answer, ended);
             }
             Err(kind) => {
                 counters.error(kind);
@@ -158,23 +169,27 @@ pub(crate) async fn forward(worker: &Rc<Worker>, key: &CacheKey) -> CachedAnswer
         }
     }
     CoreMetrics::bump(&worker.metrics.upstream_exhausted);
-    CachedAnswer::failure(key, Instant::now(), &settings.ttl)
+    let now = Instant::now();
+    (CachedAnswer::failure(key, now, &settings.ttl), now)
 }
 
-/// One attempt at one upstream, bounded by `deadline`.
+/// One attempt at one upstream, started at `now`, bounded by `deadline`; the answer comes with
+/// the time it was taken at.
+#[allow(clippy::too_many_arguments)]
 async fn ask(
     worker: &Worker,
     index: usize,
     spec: UpstreamSpec,
     key: &CacheKey,
+    now: Instant,
     deadline: Instant,
     policy: &TtlPolicy,
     counters: &UpstreamCounters,
-) -> Result<CachedAnswer, UpstreamError> {
+) -> Result<(CachedAnswer, Instant), UpstreamError> {
     let outcome = match spec.protocol {
         UpstreamProtocol::Udp => {
             let pool = worker.udp_pool(index, spec.addr);
-            until(deadline, ask_udp(&pool, key, policy, counters)).await
+            within(deadline - now, ask_udp(&pool, key, policy, counters)).await
         }
         // TCP futures are boxed: a connection costs far more than the allocation, and their
         // state would otherwise widen every UDP attempt's future.
@@ -223,21 +238,19 @@ async fn ask_udp(
     key: &CacheKey,
     policy: &TtlPolicy,
     counters: &UpstreamCounters,
-) -> Result<CachedAnswer, Attempt> {
+) -> Result<(CachedAnswer, Instant), Attempt> {
     let exchange = pool.exchange().await.map_err(network)?;
     let mut query = Vec::with_capacity(key.question().len() + 24);
     write_upstream_query(key, exchange.id(), &mut query);
     exchange.send(&query).await.map_err(network)?;
     loop {
-        let reply = exchange
-            .reply()
-            .await
-            .ok_or(Attempt::Failed(UpstreamError::Network))?;
+        let reply = exchange.reply().await;
         if reply.is_empty() {
             return Err(Attempt::Failed(UpstreamError::Network));
         }
-        match CachedAnswer::from_reply(&reply, key, exchange.id(), Instant::now(), policy) {
-            Ok(answer) => return Ok(answer),
+        let now = Instant::now();
+        match CachedAnswer::from_reply(&reply, key, exchange.id(), now, policy) {
+            Ok(answer) => return Ok((answer, now)),
             Err(e) if e.is_foreign() => {
                 CoreMetrics::bump(&counters.mismatched);
                 tracing::debug!(upstream = %pool.addr(), error = %e, "ignored foreign reply");
@@ -251,7 +264,7 @@ async fn ask_tcp(
     addr: SocketAddr,
     key: &CacheKey,
     policy: &TtlPolicy,
-) -> Result<CachedAnswer, Attempt> {
+) -> Result<(CachedAnswer, Instant), Attempt> {
     let id: u16 = rand::random();
     let mut query = Vec::with_capacity(key.question().len() + 24);
     write_upstream_query(key, id, &mut query);
@@ -266,8 +279,10 @@ async fn ask_tcp(
     let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
     stream.read_exact(&mut reply).await.map_err(network)?;
     // Over our own TCP connection a foreign reply is simply a bad upstream.
-    CachedAnswer::from_reply(&reply, key, id, Instant::now(), policy).map_err(|e| match e {
-        ReplyError::Truncated => Attempt::Failed(UpstreamError::BadReply),
-        other => classify(other),
-    })
+    let now = Instant::now();
+    match CachedAnswer::from_reply(&reply, key, id, now, policy) {
+        Ok(answer) => Ok((answer, now)),
+        Err(ReplyError::Truncated) => Err(Attempt::Failed(UpstreamError::BadReply)),
+        Err(other) => Err(classify(other)),
+    }
 }

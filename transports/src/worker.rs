@@ -274,10 +274,9 @@ impl Worker {
         };
         // Boxed so the tasks that wait on a miss stay small enough for the allocator's
         // thread cache (under 1 KiB); the upstream exchange allocates on its own.
-        let answer = Arc::new(Box::pin(upstream::forward(self, key)).await);
-        self.cache
-            .borrow_mut()
-            .insert(key, answer.clone(), Instant::now());
+        let (answer, now) = Box::pin(upstream::forward(self, key)).await;
+        let answer = Arc::new(answer);
+        self.cache.borrow_mut().insert(key, answer.clone(), now);
         guard.answer = Some(answer.clone());
         drop(guard);
         answer
