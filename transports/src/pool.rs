@@ -27,7 +27,7 @@ use std::time::Duration;
 use std::future::poll_fn;
 use std::task::{Poll, Waker};
 
-use glommio::net::{BufRing, UdpSocket};
+use glommio::net::UdpSocket;
 use glommio::task::JoinHandle;
 use smallvec::SmallVec;
 
@@ -43,11 +43,6 @@ pub(crate) const ROTATE_AFTER: u32 = 4096;
 const REPLIES_PER_QUERY: usize = 4;
 /// Room for one reply; a longer one arrives cut short.
 const REPLY_BUFFER: usize = 4096;
-/// Reply buffers one core's upstream sockets share for their multishot receives (256 KiB):
-/// a reply holds one from its arrival until its reader task handed it over. When all are
-/// taken a receive ends, replies wait in their socket and the receive is armed again once
-/// buffers are back.
-const RING_BUFFERS: u16 = 64;
 /// Replies one non-blocking `recvmmsg` takes at most; fewer means the socket is empty.
 const REPLIES_PER_RECEIVE: usize = sys::RECV_SOME_MAX;
 
@@ -88,12 +83,7 @@ impl Drop for PooledSocket {
 }
 
 impl PooledSocket {
-    async fn open(
-        addr: SocketAddr,
-        metrics: Arc<CoreMetrics>,
-        index: usize,
-        buffers: Option<BufRing>,
-    ) -> io::Result<Self> {
+    async fn open(addr: SocketAddr, metrics: Arc<CoreMetrics>, index: usize) -> io::Result<Self> {
         let local: SocketAddr = if addr.is_ipv4() {
             ([0, 0, 0, 0], 0).into()
         } else {
@@ -105,10 +95,43 @@ impl PooledSocket {
         let reader = {
             let (socket, waiters) = (socket.clone(), waiters.clone());
             glommio::spawn_local(async move {
-                if let Some(buffers) = buffers {
-                    read_received(&socket, &buffers, &waiters, &metrics, index).await;
+                let fd = socket.as_raw_fd();
+                // Armed once for the socket's life: waiting for the next reply submits nothing
+                // and arms nothing in the kernel (a receive through the ring did both on every
+                // cache miss). The poll posts a completion per reply; this socket gets one reply
+                // per query, so none is wasted on a busy socket.
+                let readiness = socket.readiness();
+                let mut buf = vec![0u8; REPLIES_PER_RECEIVE * REPLY_BUFFER];
+                let mut lens = [0usize; REPLIES_PER_RECEIVE];
+                loop {
+                    let Ok(n) = sys::try_recv_some(fd, &mut buf, &mut lens) else {
+                        // An ICMP error (port unreachable) on a connected socket concerns
+                        // the upstream as a whole: every waiter fails over now, not at its
+                        // timeout.
+                        for waiting in waiters.borrow_mut().values_mut() {
+                            waiting.deliver(Vec::new());
+                        }
+                        glommio::timer::sleep(Duration::from_millis(1)).await;
+                        continue;
+                    };
+                    for (reply, len) in buf.chunks_exact(REPLY_BUFFER).zip(&lens[..n]) {
+                        let reply = &reply[..*len];
+                        let id = kudurru_core::wire::message_id(reply);
+                        let waiter = id.and_then(|id| {
+                            waiters
+                                .borrow_mut()
+                                .get_mut(&id)
+                                .map(|waiting| waiting.deliver(reply.to_vec()))
+                        });
+                        if waiter.is_none() {
+                            CoreMetrics::bump(&metrics.upstream(index).mismatched);
+                        }
+                    }
+                    // A short batch emptied the socket: sleep until the next reply arrives.
+                    if n < REPLIES_PER_RECEIVE && readiness.wait().await.is_err() {
+                        glommio::timer::sleep(Duration::from_millis(1)).await;
+                    }
                 }
-                read_ready(&socket, &waiters, &metrics, index).await;
             })
             .detach()
         };
@@ -121,85 +144,6 @@ impl PooledSocket {
     }
 }
 
-/// The ring of reply buffers one core's upstream sockets share (see [`read_received`]).
-pub(crate) fn reply_buffers() -> io::Result<BufRing> {
-    BufRing::new(RING_BUFFERS, REPLY_BUFFER)
-}
-
-/// Hands a reply to the query waiting for its ID, or counts it as mismatched.
-fn dispatch(waiters: &Waiters, metrics: &CoreMetrics, index: usize, reply: &[u8]) {
-    let waiter = kudurru_core::wire::message_id(reply).and_then(|id| {
-        waiters
-            .borrow_mut()
-            .get_mut(&id)
-            .map(|waiting| waiting.deliver(reply.to_vec()))
-    });
-    if waiter.is_none() {
-        CoreMetrics::bump(&metrics.upstream(index).mismatched);
-    }
-}
-
-/// An ICMP error (port unreachable) on a connected socket concerns the upstream as a whole:
-/// every waiter fails over now, not at its timeout.
-fn fail_all(waiters: &Waiters) {
-    for waiting in waiters.borrow_mut().values_mut() {
-        waiting.deliver(Vec::new());
-    }
-}
-
-/// Reads replies from a multishot receive into `buffers`: armed once, the kernel copies each
-/// reply into a buffer as it arrives and reading it takes no system call (a multishot poll
-/// and `recvmmsg` took one per reply). Returns where the kernel has no multishot receive
-/// (before 6.0), for [`read_ready`] to take over.
-async fn read_received(
-    socket: &UdpSocket,
-    buffers: &BufRing,
-    waiters: &Waiters,
-    metrics: &CoreMetrics,
-    index: usize,
-) {
-    let receive = socket.recv_multishot(buffers);
-    loop {
-        match receive
-            .recv_with(|reply| dispatch(waiters, metrics, index, reply))
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return,
-            Err(_) => {
-                fail_all(waiters);
-                glommio::timer::sleep(Duration::from_millis(1)).await;
-            }
-        }
-    }
-}
-
-/// Reads replies with non-blocking `recvmmsg`, sleeping on the socket's multishot poll.
-async fn read_ready(socket: &UdpSocket, waiters: &Waiters, metrics: &CoreMetrics, index: usize) {
-    let fd = socket.as_raw_fd();
-    // Armed once for the socket's life: waiting for the next reply submits nothing and arms
-    // nothing in the kernel (a receive through the ring did both on every cache miss). The
-    // poll posts a completion per reply; this socket gets one reply per query, so none is
-    // wasted on a busy socket.
-    let readiness = socket.readiness();
-    let mut buf = vec![0u8; REPLIES_PER_RECEIVE * REPLY_BUFFER];
-    let mut lens = [0usize; REPLIES_PER_RECEIVE];
-    loop {
-        let Ok(n) = sys::try_recv_some(fd, &mut buf, &mut lens) else {
-            fail_all(waiters);
-            glommio::timer::sleep(Duration::from_millis(1)).await;
-            continue;
-        };
-        for (reply, len) in buf.chunks_exact(REPLY_BUFFER).zip(&lens[..n]) {
-            dispatch(waiters, metrics, index, &reply[..*len]);
-        }
-        // A short batch emptied the socket: sleep until the next reply arrives.
-        if n < REPLIES_PER_RECEIVE && readiness.wait().await.is_err() {
-            glommio::timer::sleep(Duration::from_millis(1)).await;
-        }
-    }
-}
-
 /// One core's sockets to one upstream.
 pub(crate) struct UdpPool {
     addr: SocketAddr,
@@ -207,7 +151,6 @@ pub(crate) struct UdpPool {
     next: Cell<usize>,
     metrics: Arc<CoreMetrics>,
     index: usize,
-    buffers: Option<BufRing>,
 }
 
 /// A registered query: replies with its ID wait in its slot; dropping it unregisters.
@@ -261,19 +204,13 @@ impl Drop for Exchange {
 
 impl UdpPool {
     /// An empty pool; sockets open on first use.
-    pub(crate) fn new(
-        addr: SocketAddr,
-        metrics: Arc<CoreMetrics>,
-        index: usize,
-        buffers: Option<BufRing>,
-    ) -> Self {
+    pub(crate) fn new(addr: SocketAddr, metrics: Arc<CoreMetrics>, index: usize) -> Self {
         Self {
             addr,
             sockets: RefCell::new(vec![None; SOCKETS_PER_UPSTREAM]),
             next: Cell::new(0),
             metrics,
             index,
-            buffers,
         }
     }
 
@@ -293,12 +230,7 @@ impl UdpPool {
             _ => {
                 // Boxed: opening is rare (once per ROTATE_AFTER queries) and its state would
                 // otherwise widen every query's future.
-                let open = PooledSocket::open(
-                    self.addr,
-                    self.metrics.clone(),
-                    self.index,
-                    self.buffers.clone(),
-                );
+                let open = PooledSocket::open(self.addr, self.metrics.clone(), self.index);
                 let fresh = Rc::new(Box::pin(open).await?);
                 self.sockets.borrow_mut()[slot] = Some(fresh.clone());
                 fresh

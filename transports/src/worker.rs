@@ -24,7 +24,7 @@ use glommio::channels::local_channel::{self, LocalSender};
 use kudurru_core::{Cache, CacheKey, CachedAnswer, Limiter, Selector, UpstreamSpec};
 
 use crate::metrics::CoreMetrics;
-use crate::pool::{self, UdpPool};
+use crate::pool::UdpPool;
 use crate::settings::{Settings, SharedSettings};
 use crate::upstream;
 
@@ -86,9 +86,6 @@ pub(crate) struct Worker {
     inflight: RefCell<HashMap<CacheKey, Waiters>>,
     selector: RefCell<(Vec<UpstreamSpec>, Selector)>,
     pools: RefCell<HashMap<(usize, SocketAddr), Rc<UdpPool>>>,
-    /// The buffers the upstream sockets' multishot receives share; set up on first use,
-    /// `None` inside where the kernel has no provided-buffer rings.
-    upstream_buffers: std::cell::OnceCell<Option<glommio::net::BufRing>>,
     peers: Option<Peers>,
     /// This core's token buckets (clients are steered so each prefix has one core).
     pub(crate) limiter: RefCell<Limiter>,
@@ -130,7 +127,6 @@ impl Worker {
             lameduck,
             selector: RefCell::new((upstreams, selector)),
             pools: RefCell::new(HashMap::new()),
-            upstream_buffers: std::cell::OnceCell::new(),
             peers: senders.map(|senders| Peers {
                 senders,
                 pending: RefCell::new(HashMap::new()),
@@ -311,30 +307,12 @@ impl Worker {
         f(upstreams, selector)
     }
 
-    fn upstream_buffers(&self) -> Option<glommio::net::BufRing> {
-        self.upstream_buffers
-            .get_or_init(|| match pool::reply_buffers() {
-                Ok(ring) => Some(ring),
-                Err(e) => {
-                    tracing::info!(
-                        error = %e,
-                        "no io_uring provided-buffer ring (Linux 5.19): upstream replies are read with recvmmsg"
-                    );
-                    None
-                }
-            })
-            .clone()
-    }
-
     /// The UDP socket pool for upstream `index` at `addr`.
     pub(crate) fn udp_pool(&self, index: usize, addr: SocketAddr) -> Rc<UdpPool> {
         self.pools
             .borrow_mut()
             .entry((index, addr))
-            .or_insert_with(|| {
-                let buffers = self.upstream_buffers();
-                Rc::new(UdpPool::new(addr, self.metrics.clone(), index, buffers))
-            })
+            .or_insert_with(|| Rc::new(UdpPool::new(addr, self.metrics.clone(), index)))
             .clone()
     }
 

@@ -173,9 +173,6 @@ pub(crate) struct Reactor {
     /// refcell) every time. Acquire during initialization
     preempt_ptr_head: *const u32,
     preempt_ptr_tail: *const AtomicU32,
-
-    /// kudurru patch: the next buffer group ID for a provided-buffer ring.
-    buf_groups: std::cell::Cell<u16>,
 }
 
 impl Reactor {
@@ -196,7 +193,6 @@ impl Reactor {
             record_io_latencies,
             preempt_ptr_head,
             preempt_ptr_tail: preempt_ptr_tail as _,
-            buf_groups: std::cell::Cell::new(0),
         })
     }
 
@@ -448,21 +444,6 @@ impl Reactor {
             self.sys.poll_ready(&source, common_flags() | read_flags());
         }
         source
-    }
-
-    /// kudurru patch: arms a multishot receive on `fd` into the queue's buffer ring.
-    pub(crate) fn recv_multishot(&self, fd: RawFd, queue: crate::net::RecvQueue) -> Source {
-        let group = queue.group();
-        let source = self.new_source(fd, SourceType::RecvMulti(queue), None);
-        self.sys.recv_multishot(&source, group);
-        source
-    }
-
-    /// kudurru patch: a buffer group ID not used yet on this executor.
-    pub(crate) fn next_buf_group(&self) -> u16 {
-        let group = self.buf_groups.get();
-        self.buf_groups.set(group.wrapping_add(1));
-        group
     }
 
     pub(crate) fn poll_write_ready(&self, fd: RawFd) -> Source {

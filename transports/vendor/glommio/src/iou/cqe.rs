@@ -21,7 +21,7 @@ impl CQE {
         CQE {
             user_data: cqe.user_data,
             res: cqe.res,
-            flags: CompletionFlags::from_bits_retain(cqe.flags),
+            flags: CompletionFlags::from_bits_truncate(cqe.flags),
         }
     }
 
@@ -39,7 +39,7 @@ impl CQE {
     ) -> CQE {
         let user_data = cqe.user_data;
         let res = cqe.res;
-        let flags = CompletionFlags::from_bits_retain(cqe.flags);
+        let flags = CompletionFlags::from_bits_truncate(cqe.flags);
 
         unsafe {
             uring_sys::io_uring_cqe_seen(ring.as_ptr(), cqe);
@@ -212,7 +212,5 @@ bitflags::bitflags! {
         /// kudurru patch: `IORING_CQE_F_MORE`, the request (a multishot poll) stays armed
         /// and will post more completions.
         const MORE            = 1 << 1;
-        // kudurru patch: the other bits (a provided buffer's ID in the high 16) are kept:
-        // `from_bits_retain` above.
     }
 }

@@ -106,11 +106,6 @@ impl<S: AsRawFd + FromRawFd + From<socket2::Socket>> GlommioDatagram<S> {
         source.collect_rw().await.map(|_| ())
     }
 
-    /// kudurru patch: the socket's datagrams from one multishot receive into `ring`.
-    pub(crate) fn recv_multishot(&self, ring: &super::BufRing) -> super::MultiRecv {
-        super::MultiRecv::new(self.reactor.clone(), self.socket.as_raw_fd(), ring.clone())
-    }
-
     /// kudurru patch: the socket's readability events from one multishot poll.
     pub(crate) fn readiness(&self) -> super::Readiness {
         super::Readiness::new(self.reactor.clone(), self.socket.as_raw_fd())

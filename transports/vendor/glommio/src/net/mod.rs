@@ -106,16 +106,13 @@ fn yolo_sendmsg(
     }
 }
 
-mod buf_ring;
 mod datagram;
 mod readiness;
 mod stream;
 mod tcp_socket;
 mod udp_socket;
 mod unix;
-pub(crate) use self::buf_ring::RecvQueue;
 pub use self::{
-    buf_ring::{BufRing, MultiRecv},
     readiness::Readiness,
     stream::{Buffered, Preallocated},
     tcp_socket::{AcceptedTcpStream, TcpListener, TcpStream},

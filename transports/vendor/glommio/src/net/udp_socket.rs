@@ -533,14 +533,6 @@ impl UdpSocket {
         self.socket.readiness()
     }
 
-    /// kudurru patch: the socket's datagrams from a receive armed once, each copied by the
-    /// kernel into a buffer of `ring` as it arrives: reading them takes no system call. For
-    /// a connected socket (no source addresses are reported). See
-    /// [`MultiRecv`](crate::net::MultiRecv).
-    pub fn recv_multishot(&self, ring: &crate::net::BufRing) -> crate::net::MultiRecv {
-        self.socket.recv_multishot(ring)
-    }
-
     /// Returns the socket address of the remote peer this socket was connected
     /// to.
     pub fn peer_addr(&self) -> Result<SocketAddr> {

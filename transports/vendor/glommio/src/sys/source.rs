@@ -62,9 +62,6 @@ pub(crate) enum SourceType {
     CreateDir(PathBuf),
     Remove(PathBuf),
     BlockingFn,
-    /// kudurru patch: a multishot receive into a ring of provided buffers, with the
-    /// completions its owner has not read yet.
-    RecvMulti(crate::net::RecvQueue),
     Invalid,
     CopyFileRange(RawFd, u64, usize),
     #[cfg(feature = "bench")]
@@ -270,14 +267,6 @@ impl Source {
         }
 
         ret
-    }
-
-    /// kudurru patch: the oldest unread completion (result, flags) of a multishot receive.
-    pub(crate) fn recv_queue_pop(&self) -> Option<(i32, u32)> {
-        match &mut self.inner.borrow_mut().source_type {
-            SourceType::RecvMulti(queue) => queue.pop(),
-            _ => None,
-        }
     }
 
     /// kudurru patch: takes the result of the latest completion, leaving none: a multishot

@@ -52,21 +52,6 @@ use nix::sys::{
 use smallvec::SmallVec;
 
 const MSG_ZEROCOPY: i32 = 0x4000000;
-/// kudurru patch: `IORING_RECV_MULTISHOT`, in a receive's `ioprio`.
-const IORING_RECV_MULTISHOT: u16 = 1 << 1;
-/// kudurru patch: `io_uring_register` opcodes for provided-buffer rings.
-const IORING_REGISTER_PBUF_RING: libc::c_uint = 22;
-const IORING_UNREGISTER_PBUF_RING: libc::c_uint = 23;
-
-/// kudurru patch: `struct io_uring_buf_reg`.
-#[repr(C)]
-struct BufReg {
-    ring_addr: u64,
-    ring_entries: u32,
-    bgid: u16,
-    flags: u16,
-    resv: [u64; 3],
-}
 
 #[allow(dead_code)]
 #[derive(Debug)]
@@ -75,9 +60,6 @@ enum UringOpDescriptor {
     /// kudurru patch: a multishot poll (`IORING_POLL_ADD_MULTI`): one completion per readiness
     /// event until it is cancelled or the kernel ends it (a completion without `MORE`).
     PollAddMulti(PollFlags),
-    /// kudurru patch: a multishot receive (`IORING_RECV_MULTISHOT`) into buffers of the
-    /// provided-buffer group.
-    RecvMulti(u16),
     PollRemove(*const u8),
     Cancel(u64),
     Write(*const u8, usize, u64),
@@ -291,8 +273,6 @@ fn fill_sqe<F>(
     F: FnOnce(usize) -> Option<DmaBuffer>,
 {
     let mut user_data = op.user_data;
-    // kudurru patch: flags an operation needs besides the descriptor's.
-    let mut extra_flags = 0u8;
     unsafe {
         match op.args {
             UringOpDescriptor::PollAdd(events) => {
@@ -301,15 +281,6 @@ fn fill_sqe<F>(
             UringOpDescriptor::PollAddMulti(events) => {
                 sqe.prep_poll_add(op.fd, events);
                 sqe.raw_mut().len = uring_sys::IORING_POLL_ADD_MULTI;
-            }
-            UringOpDescriptor::RecvMulti(group) => {
-                sqe.prep_recv(op.fd, &mut [], MsgFlags::empty());
-                let raw = sqe.raw_mut();
-                raw.addr = 0;
-                raw.len = 0;
-                raw.ioprio = IORING_RECV_MULTISHOT;
-                raw.buf_index.buf_index.index_or_group = group;
-                extra_flags = uring_sys::IOSQE_BUFFER_SELECT;
             }
             UringOpDescriptor::PollRemove(to_remove) => {
                 user_data = 0;
@@ -471,7 +442,6 @@ fn fill_sqe<F>(
         }
         sqe.set_user_data(user_data);
         sqe.set_flags(op.flags);
-        sqe.raw_mut().flags |= extra_flags;
     }
 }
 
@@ -609,11 +579,6 @@ where
         };
 
         let result = value.result();
-        // kudurru patch: a multishot receive's completions queue up in its source, each with
-        // its buffer; the generic result below only signals that some arrived.
-        if let SourceType::RecvMulti(queue) = &mut src.borrow_mut().source_type {
-            queue.push(value.raw_result(), value.raw_flags());
-        }
 
         let mut woke = false;
         if try_process(src.borrow()).is_none() {
@@ -1570,65 +1535,6 @@ impl Reactor {
             op,
             &mut self.source_map.borrow_mut(),
         );
-    }
-
-    /// kudurru patch: arms a multishot receive on the source's fd into buffer `group`.
-    pub(crate) fn recv_multishot(&self, source: &Source, group: u16) {
-        let op = UringOpDescriptor::RecvMulti(group);
-        queue_request_into_ring(
-            &mut *self.ring_for_source(source),
-            source,
-            op,
-            &mut self.source_map.borrow_mut(),
-        );
-    }
-
-    /// kudurru patch: registers a provided-buffer ring of `entries` at `ring_addr` as buffer
-    /// `group` with the main ring, where multishot receives go.
-    pub(crate) fn register_buf_ring(
-        &self,
-        ring_addr: u64,
-        entries: u32,
-        group: u16,
-    ) -> io::Result<()> {
-        let reg = BufReg {
-            ring_addr,
-            ring_entries: entries,
-            bgid: group,
-            flags: 0,
-            resv: [0; 3],
-        };
-        self.register_main(IORING_REGISTER_PBUF_RING, &reg)
-    }
-
-    /// kudurru patch: unregisters buffer `group`.
-    pub(crate) fn unregister_buf_ring(&self, group: u16) -> io::Result<()> {
-        let reg = BufReg {
-            ring_addr: 0,
-            ring_entries: 0,
-            bgid: group,
-            flags: 0,
-            resv: [0; 3],
-        };
-        self.register_main(IORING_UNREGISTER_PBUF_RING, &reg)
-    }
-
-    fn register_main(&self, opcode: libc::c_uint, reg: &BufReg) -> io::Result<()> {
-        let fd = self.main_ring.borrow().ring.raw().ring_fd;
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_io_uring_register,
-                fd,
-                opcode,
-                reg as *const BufReg,
-                1 as libc::c_uint,
-            )
-        };
-        if ret < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
     }
 
     /// kudurru patch: arms a multishot poll for `flags` on the source's fd.
