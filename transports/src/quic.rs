@@ -136,6 +136,9 @@ struct Socket {
     glommio: SendWrapper<Rc<glommio::net::UdpSocket>>,
     /// The pending readiness wait, while the socket is dry.
     readable: SendWrapper<RefCell<Option<Wait>>>,
+    /// The last receive took fewer datagrams than it had room for: the socket was empty, and
+    /// the next receive waits for readiness first instead of asking the kernel again.
+    dry: AtomicBool,
     /// Set when a send found the buffer full; senders back off until it clears.
     blocked: AtomicBool,
 }
@@ -156,6 +159,7 @@ impl Socket {
             state,
             glommio: SendWrapper::new(Rc::new(glommio)),
             readable: SendWrapper::new(RefCell::new(None)),
+            dry: AtomicBool::new(false),
             blocked: AtomicBool::new(false),
         })
     }
@@ -184,9 +188,18 @@ impl AsyncUdpSocket for Socket {
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
         loop {
-            match self.state.recv((&self.io).into(), bufs, meta) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                received => return Poll::Ready(received),
+            // quinn receives until the socket reports it is empty; a batch with room left
+            // already said so (a datagram that came since makes the wait ready at once).
+            if !self.dry.swap(false, Ordering::Relaxed) {
+                match self.state.recv((&self.io).into(), bufs, meta) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Ok(n) => {
+                        let room = bufs.len().min(meta.len()).min(quinn::udp::BATCH_SIZE);
+                        self.dry.store(n < room, Ordering::Relaxed);
+                        return Poll::Ready(Ok(n));
+                    }
+                    error => return Poll::Ready(error),
+                }
             }
             let mut readable = self.readable.borrow_mut();
             let wait = readable.get_or_insert_with(|| {
@@ -197,7 +210,11 @@ impl AsyncUdpSocket for Socket {
                 })
             });
             match wait.as_mut().poll(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    // Still empty until the wait says otherwise.
+                    self.dry.store(true, Ordering::Relaxed);
+                    return Poll::Pending;
+                }
                 // Readable, or an error the next `recv` reports (or clears: ICMP errors).
                 Poll::Ready(_) => *readable = None,
             }
