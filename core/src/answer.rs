@@ -640,6 +640,60 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn every_record_keeps_its_own_ttl_past_the_inline_record_table() {
+        // More records than the scan keeps inline (8), in all three sections.
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 5);
+        let mut records: Vec<_> = (0..12u8)
+            .map(|i| (0u8, 1u16, 100 + u32::from(i), vec![192, 0, 2, i]))
+            .collect();
+        records.push((1, 2, 500, b"\x02ns\x00".to_vec()));
+        records.push((2, 1, 40, vec![198, 51, 100, 1]));
+        let r = reply(&up, 0, &records);
+        let answer = CachedAnswer::from_reply(&r, &key, 5, t0, &TtlPolicy::default()).unwrap();
+        assert_eq!(
+            answer.remaining(t0),
+            100,
+            "the smallest answer or authority TTL"
+        );
+        let cq = client_query(NAME, true);
+        let q = Query::parse(&cq).unwrap();
+        let mut out = Vec::new();
+        answer.write_response(&q, t0 + Duration::from_secs(10), None, &UDP, &mut out);
+        let msg = Message::from_slice(&out).unwrap();
+        let ttls = |section: domain::base::message::RecordSection<'_, [u8]>| {
+            section
+                .map(|r| r.unwrap().ttl().as_secs())
+                .collect::<Vec<u32>>()
+        };
+        let expected: Vec<u32> = (90..102).collect();
+        assert_eq!(ttls(msg.answer().unwrap()), expected);
+        assert_eq!(ttls(msg.authority().unwrap()), vec![490]);
+        let additional: Vec<u32> = msg
+            .additional()
+            .unwrap()
+            .map(|r| r.unwrap())
+            .filter(|r| r.rtype() != Rtype::OPT)
+            .map(|r| r.ttl().as_secs())
+            .collect();
+        assert_eq!(additional, vec![30]);
+    }
+
+    #[test]
+    fn a_header_that_claims_more_records_than_the_reply_holds_is_malformed() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 5);
+        let mut r = reply(&up, 0, &[(0, 1, 300, vec![192, 0, 2, 1])]);
+        r[6..8].copy_from_slice(&u16::MAX.to_be_bytes());
+        assert!(matches!(
+            CachedAnswer::from_reply(&r, &key, 5, t0, &TtlPolicy::default()),
+            Err(ReplyError::Malformed(_))
+        ));
+    }
+
+    #[test]
     fn udp_limit_truncates_with_tc() {
         let t0 = Instant::now();
         let key = CacheKey::new(NAME, 16, 1, false, false).unwrap();

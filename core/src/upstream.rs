@@ -225,6 +225,24 @@ mod tests {
     }
 
     #[test]
+    fn the_order_holds_every_upstream_past_the_inline_capacity() {
+        let now = Instant::now();
+        let mut s = Selector::new(11, 3);
+        for i in 0..11 {
+            s.on_success(i, Duration::from_millis(20 - i as u64));
+        }
+        for _ in 0..100 {
+            let mut order = s.order(now);
+            assert_eq!(order.len(), 11);
+            order.sort_unstable();
+            assert_eq!(order.as_slice(), (0..11).collect::<Vec<_>>());
+        }
+        // Without a probe the fastest (upstream 10) leads, the slowest (0) trails.
+        let orders: Vec<_> = (0..100).map(|_| s.order(now)).collect();
+        assert!(orders.iter().any(|o| o[0] == 10 && o[10] == 0));
+    }
+
+    #[test]
     fn failing_upstream_is_backed_off_then_retried() {
         let now = Instant::now();
         let mut s = Selector::new(2, 7);
