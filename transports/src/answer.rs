@@ -28,7 +28,9 @@ pub(crate) async fn answer(
     match answer_now(worker, message, client, options, &mut out) {
         Now::Answered => Some(out),
         Now::Dropped => None,
-        Now::Miss => Some(answer_miss(worker, message, options).await),
+        // Boxed: a miss's state (the upstream exchange, a cross-core lookup) would otherwise
+        // widen every request's future, hits included, past the allocator's thread cache.
+        Now::Miss => Some(Box::pin(answer_miss(worker, message, options)).await),
     }
 }
 

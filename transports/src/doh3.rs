@@ -159,6 +159,21 @@ async fn uni_stream(
     }
 }
 
+/// The HTTP/3 response (HEADERS and DATA frames) for `reply`; `None` for a drop. Its own
+/// function, so that none of the head's parts lives in the request's future.
+fn encode(endpoint: &Endpoint, reply: Reply) -> Option<Vec<u8>> {
+    let (head, payload) = ResponseHead::new(endpoint, reply)?;
+    let mut fields: [(&[u8], &[u8]); ResponseHead::MAX_FIELDS] = Default::default();
+    let mut n = 0;
+    for (slot, (name, value, _)) in fields.iter_mut().zip(head.fields()) {
+        *slot = (name, value);
+        n += 1;
+    }
+    let mut out = Vec::with_capacity(payload.len() + 128);
+    http3::encode_response(head.status, &fields[..n], &payload, &mut out);
+    Some(out)
+}
+
 /// Answers the one request of a bidirectional stream.
 async fn request(
     endpoint: &Rc<Endpoint>,
@@ -223,23 +238,16 @@ async fn request(
         Answer::Ready(reply) => reply,
         Answer::Miss(message) => {
             let options = endpoint.reply_options();
-            Reply::Answer(answer_miss(&endpoint.worker, &message, &options).await)
+            // Boxed, as in `answer::answer`: a miss's state would widen every request's future.
+            Reply::Answer(Box::pin(answer_miss(&endpoint.worker, &message, &options)).await)
         }
     };
-    let Some((head, payload)) = ResponseHead::new(endpoint, reply) else {
+    let Some(out) = encode(endpoint, reply) else {
         // A drop: nothing is sent, nothing more read.
         let _ = send.reset(varint(code::H3_REQUEST_CANCELLED));
         let _ = recv.stop(varint(code::H3_REQUEST_CANCELLED));
         return;
     };
-    let mut fields: [(&[u8], &[u8]); ResponseHead::MAX_FIELDS] = Default::default();
-    let mut n = 0;
-    for (slot, (name, value, _)) in fields.iter_mut().zip(head.fields()) {
-        *slot = (name, value);
-        n += 1;
-    }
-    let mut out = Vec::with_capacity(payload.len() + 128);
-    http3::encode_response(head.status, &fields[..n], &payload, &mut out);
     // Handed to quinn as it is (`write_all` would copy it into a buffer of its own). Errors
     // mean the client cancelled the request or the connection is gone.
     match within(idle, send.write_chunk(Bytes::from(out))).await {
