@@ -414,6 +414,7 @@ impl Api {
                     "answered": answered,
                     "mismatchedReplies": sum(&|c| c.upstreams[i].mismatched.load(Relaxed)),
                     "tcpRetries": sum(&|c| c.upstreams[i].tcp_retries.load(Relaxed)),
+                    "tcpConnections": sum(&|c| c.upstreams[i].tcp_connections.load(Relaxed)),
                     "meanLatencyMs": if answered > 0 { latency_us as f64 / answered as f64 / 1000.0 } else { 0.0 },
                     "healthy": queries == 0 || errors * 2 < queries,
                 })

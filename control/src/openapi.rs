@@ -129,7 +129,7 @@ fn upstreams_schema() -> Value {
         "required": ["upstreams"],
         "properties": { "upstreams": { "type": "array", "items": {
             "type": "object",
-            "required": ["upstream", "queries", "errors", "answered", "mismatchedReplies", "tcpRetries", "meanLatencyMs", "healthy"],
+            "required": ["upstream", "queries", "errors", "answered", "mismatchedReplies", "tcpRetries", "tcpConnections", "meanLatencyMs", "healthy"],
             "properties": {
                 "upstream": { "type": "string" },
                 "queries": { "type": "integer" },
@@ -137,6 +137,7 @@ fn upstreams_schema() -> Value {
                 "answered": { "type": "integer" },
                 "mismatchedReplies": { "type": "integer" },
                 "tcpRetries": { "type": "integer" },
+                "tcpConnections": { "type": "integer" },
                 "meanLatencyMs": { "type": "number" },
                 "healthy": { "type": "boolean" }
             }

@@ -384,6 +384,19 @@ pub fn render_metrics(state: &OpsState) -> String {
     }
     head(
         &mut out,
+        "kudurru_upstream_tcp_connections_total",
+        "counter",
+        "TCP connections opened to the upstream (reused for many queries).",
+    );
+    for (i, name) in upstreams.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "kudurru_upstream_tcp_connections_total{{upstream=\"{name}\"}} {}",
+            sum(m, |c| c.upstreams[i].tcp_connections.load(Relaxed))
+        );
+    }
+    head(
+        &mut out,
         "kudurru_upstream_latency_seconds",
         "histogram",
         "Latency of answered upstream queries.",

@@ -296,3 +296,50 @@ fn tcp_upstream_is_used_for_tcp_urls() {
     assert_eq!(upstream.count(&name, "tcp"), 1);
     assert_eq!(upstream.count(&name, "udp"), 0);
 }
+
+#[test]
+fn rfc7766_6_2_1_a_tcp_upstream_connection_is_reused_and_reopened_after_the_upstream_closes_it() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[format!("tcp://{}", upstream.addr)])
+        .cores(1)
+        .start();
+    let names: Vec<String> = (0..20).map(|i| unique_name(&format!("reuse{i}"))).collect();
+    for name in &names {
+        assert_eq!(dig(k.addr, &[name, "A"]).answers[0].3, "192.0.2.1");
+    }
+    // Concurrent misses share the connection too (pipelined, matched by ID).
+    let burst: Vec<String> = (0..30).map(|i| unique_name(&format!("burst{i}"))).collect();
+    let threads: Vec<_> = burst
+        .iter()
+        .cloned()
+        .map(|name| {
+            let addr = k.addr;
+            thread::spawn(move || dig(addr, &[&name, "A"]).answers[0].3.clone())
+        })
+        .collect();
+    for thread in threads {
+        assert_eq!(thread.join().unwrap(), "192.0.2.1");
+    }
+    for name in names.iter().chain(&burst) {
+        assert_eq!(upstream.count(name, "tcp"), 1, "{name} asked once");
+    }
+    assert_eq!(
+        upstream.tcp_connections(),
+        1,
+        "50 misses over one connection"
+    );
+    let (_, metrics) = k.ops_get("/metrics");
+    let opened = format!(
+        "kudurru_upstream_tcp_connections_total{{upstream=\"tcp://{}\"}} 1\n",
+        upstream.addr
+    );
+    assert!(metrics.contains(&opened), "{metrics}");
+
+    // The test upstream closes a connection after 5 s without a query: the next miss is
+    // answered over a new one.
+    thread::sleep(Duration::from_millis(5600));
+    let later = unique_name("reopened");
+    assert_eq!(dig(k.addr, &[&later, "A"]).answers[0].3, "192.0.2.1");
+    assert_eq!(upstream.count(&later, "tcp"), 1);
+    assert_eq!(upstream.tcp_connections(), 2);
+}

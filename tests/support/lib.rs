@@ -21,7 +21,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -124,15 +124,14 @@ pub enum Script {
 pub struct ScriptedResponder {
     /// Where it listens.
     pub addr: SocketAddr,
-    received: Arc<std::sync::atomic::AtomicUsize>,
-    answered: Arc<std::sync::atomic::AtomicUsize>,
+    received: Arc<AtomicUsize>,
+    answered: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 }
 
 impl ScriptedResponder {
     /// Starts the responder on a free loopback port.
     pub fn start(script: Script) -> Self {
-        use std::sync::atomic::AtomicUsize;
         let received = Arc::new(AtomicUsize::new(0));
         let answered = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -162,9 +161,12 @@ impl ScriptedResponder {
                 Some(out)
             }
         };
-        let addr = serve_loopback(stop.clone(), Udp::Inline, move |query, _| {
-            reply(query).into_iter().collect()
-        });
+        let addr = serve_loopback(
+            stop.clone(),
+            Udp::Inline,
+            Arc::default(),
+            move |query, _| reply(query).into_iter().collect(),
+        );
         Self {
             addr,
             received,
@@ -200,10 +202,12 @@ enum Udp {
 }
 
 /// Serves UDP and TCP (RFC 1035 framing, a thread per connection, 5 s read timeout) on one free
-/// 127.0.0.1 port until `stop` is set, sending what `reply(message, "udp" | "tcp")` returns.
+/// 127.0.0.1 port until `stop` is set, sending what `reply(message, "udp" | "tcp")` returns;
+/// counts accepted TCP connections in `tcp_accepted`.
 fn serve_loopback(
     stop: Arc<AtomicBool>,
     udp_mode: Udp,
+    tcp_accepted: Arc<AtomicUsize>,
     reply: impl Fn(&[u8], &'static str) -> Vec<Vec<u8>> + Send + Sync + 'static,
 ) -> SocketAddr {
     // Bound directly, not probed first: a probe socket can live on for a moment in a child
@@ -253,6 +257,7 @@ fn serve_loopback(
                 thread::sleep(Duration::from_millis(5));
                 continue;
             };
+            tcp_accepted.fetch_add(1, Ordering::SeqCst);
             let reply = reply.clone();
             thread::spawn(move || {
                 let _ = stream.set_nonblocking(false);
@@ -387,6 +392,7 @@ pub struct TestUpstream {
     /// Where it listens.
     pub addr: SocketAddr,
     seen: Arc<Mutex<Seen>>,
+    tcp_accepted: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 }
 
@@ -395,12 +401,24 @@ impl TestUpstream {
     pub fn start() -> Self {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let stop = Arc::new(AtomicBool::new(false));
+        let tcp_accepted = Arc::new(AtomicUsize::new(0));
         // A thread per UDP message: `slow-` names must not hold up the others.
-        let addr = serve_loopback(stop.clone(), Udp::ThreadPerMessage, {
+        let addr = serve_loopback(stop.clone(), Udp::ThreadPerMessage, tcp_accepted.clone(), {
             let seen = seen.clone();
             move |message, transport| respond(message, transport, &seen)
         });
-        Self { addr, seen, stop }
+        Self {
+            addr,
+            seen,
+            tcp_accepted,
+            stop,
+        }
+    }
+
+    /// TCP connections accepted so far. Each connection's thread reads its queries in order
+    /// and closes it after 5 s without one.
+    pub fn tcp_connections(&self) -> usize {
+        self.tcp_accepted.load(Ordering::SeqCst)
     }
 
     /// `udp://addr` for `--upstream`.

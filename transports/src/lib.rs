@@ -19,6 +19,7 @@ mod doh3;
 mod doq;
 mod pool;
 mod tcp;
+mod tcp_pool;
 mod udp;
 mod upstream;
 mod worker;

@@ -127,6 +127,8 @@ pub struct UpstreamCounters {
     pub mismatched: AtomicU64,
     /// Truncated UDP replies retried over TCP.
     pub tcp_retries: AtomicU64,
+    /// TCP connections opened to the upstream (each core keeps one and reuses it).
+    pub tcp_connections: AtomicU64,
     /// Latency histogram of answered queries, cumulative per [`LATENCY_BOUNDS`] plus +Inf.
     pub latency_buckets: [AtomicU64; 13],
     /// Sum of answered latencies, microseconds.

@@ -66,8 +66,88 @@ impl Waiting {
     }
 }
 
+/// The queries waiting on one socket or connection, by the message ID each was sent with.
 /// Keyed by IDs kudurru chose at random: a fast hash is enough (a reply's ID is only looked up).
-type Waiters = Rc<RefCell<HashMap<u16, Waiting, foldhash::fast::RandomState>>>;
+#[derive(Clone, Default)]
+pub(crate) struct Waiters(Rc<RefCell<HashMap<u16, Waiting, foldhash::fast::RandomState>>>);
+
+impl Waiters {
+    /// Registers a query under a random ID no other waiting query has.
+    pub(crate) fn register(&self) -> Registration {
+        let mut waiters = self.0.borrow_mut();
+        let mut id: u16 = rand::random();
+        while waiters.contains_key(&id) {
+            id = rand::random();
+        }
+        waiters.insert(id, Waiting::default());
+        Registration {
+            waiters: self.clone(),
+            id,
+        }
+    }
+
+    /// Hands `reply` to the query waiting for its ID; `false` when none does (a mismatched
+    /// reply).
+    pub(crate) fn deliver(&self, reply: &[u8]) -> bool {
+        kudurru_core::wire::message_id(reply).is_some_and(|id| {
+            self.0
+                .borrow_mut()
+                .get_mut(&id)
+                .map(|waiting| waiting.deliver(reply.to_vec()))
+                .is_some()
+        })
+    }
+
+    /// Every waiting query gets an empty reply: the upstream is unreachable (an ICMP error on a
+    /// connected socket concerns it as a whole) or the connection ended, so they fail over now,
+    /// not at their timeouts.
+    pub(crate) fn fail_all(&self) {
+        for waiting in self.0.borrow_mut().values_mut() {
+            waiting.deliver(Vec::new());
+        }
+    }
+
+    /// Whether no query waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.borrow().is_empty()
+    }
+}
+
+/// A query registered in a [`Waiters`] table; dropping it unregisters.
+pub(crate) struct Registration {
+    waiters: Waiters,
+    id: u16,
+}
+
+impl Registration {
+    /// The ID the query must carry.
+    pub(crate) fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// The next reply carrying this ID (the caller validates it); an empty reply means the
+    /// upstream is unreachable or the connection ended.
+    pub(crate) async fn reply(&self) -> Vec<u8> {
+        poll_fn(|cx| {
+            let mut waiters = self.waiters.0.borrow_mut();
+            // The slot lives as long as the registration: only its drop removes it.
+            let waiting = waiters.entry(self.id).or_default();
+            if waiting.replies.is_empty() {
+                waiting.waker = Some(cx.waker().clone());
+                Poll::Pending
+            } else {
+                Poll::Ready(waiting.replies.remove(0))
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.waiters.0.borrow_mut().remove(&self.id);
+    }
+}
 
 struct PooledSocket {
     socket: Rc<UdpSocket>,
@@ -91,7 +171,7 @@ impl PooledSocket {
         };
         let socket = Rc::new(UdpSocket::bind(local)?);
         socket.connect(addr).await?;
-        let waiters: Waiters = Rc::new(RefCell::new(HashMap::default()));
+        let waiters = Waiters::default();
         let reader = {
             let (socket, waiters) = (socket.clone(), waiters.clone());
             glommio::spawn_local(async move {
@@ -105,25 +185,12 @@ impl PooledSocket {
                 let mut lens = [0usize; REPLIES_PER_RECEIVE];
                 loop {
                     let Ok(n) = sys::try_recv_some(fd, &mut buf, &mut lens) else {
-                        // An ICMP error (port unreachable) on a connected socket concerns
-                        // the upstream as a whole: every waiter fails over now, not at its
-                        // timeout.
-                        for waiting in waiters.borrow_mut().values_mut() {
-                            waiting.deliver(Vec::new());
-                        }
+                        waiters.fail_all();
                         glommio::timer::sleep(Duration::from_millis(1)).await;
                         continue;
                     };
                     for (reply, len) in buf.chunks_exact(REPLY_BUFFER).zip(&lens[..n]) {
-                        let reply = &reply[..*len];
-                        let id = kudurru_core::wire::message_id(reply);
-                        let waiter = id.and_then(|id| {
-                            waiters
-                                .borrow_mut()
-                                .get_mut(&id)
-                                .map(|waiting| waiting.deliver(reply.to_vec()))
-                        });
-                        if waiter.is_none() {
+                        if !waiters.deliver(&reply[..*len]) {
                             CoreMetrics::bump(&metrics.upstream(index).mismatched);
                         }
                     }
@@ -153,16 +220,16 @@ pub(crate) struct UdpPool {
     index: usize,
 }
 
-/// A registered query: replies with its ID wait in its slot; dropping it unregisters.
+/// A query registered on one pooled socket; dropping it unregisters.
 pub(crate) struct Exchange {
     socket: Rc<PooledSocket>,
-    id: u16,
+    registration: Registration,
 }
 
 impl Exchange {
     /// The ID the query must carry.
     pub(crate) fn id(&self) -> u16 {
-        self.id
+        self.registration.id()
     }
 
     /// Sends the query.
@@ -178,27 +245,9 @@ impl Exchange {
             .map_err(io::Error::from)
     }
 
-    /// The next reply carrying this ID (the caller validates it); an empty reply means the
-    /// upstream is unreachable.
-    pub(crate) async fn reply(&self) -> Vec<u8> {
-        poll_fn(|cx| {
-            let mut waiters = self.socket.waiters.borrow_mut();
-            // The slot lives as long as this exchange: only its drop removes it.
-            let waiting = waiters.entry(self.id).or_default();
-            if waiting.replies.is_empty() {
-                waiting.waker = Some(cx.waker().clone());
-                Poll::Pending
-            } else {
-                Poll::Ready(waiting.replies.remove(0))
-            }
-        })
-        .await
-    }
-}
-
-impl Drop for Exchange {
-    fn drop(&mut self) {
-        self.socket.waiters.borrow_mut().remove(&self.id);
+    /// Where its replies arrive.
+    pub(crate) fn registration(&self) -> &Registration {
+        &self.registration
     }
 }
 
@@ -212,11 +261,6 @@ impl UdpPool {
             metrics,
             index,
         }
-    }
-
-    /// The upstream's address.
-    pub(crate) fn addr(&self) -> SocketAddr {
-        self.addr
     }
 
     /// Registers a query under a random free ID on the next socket.
@@ -237,15 +281,68 @@ impl UdpPool {
             }
         };
         socket.sent.set(socket.sent.get() + 1);
-        let id = {
-            let mut waiters = socket.waiters.borrow_mut();
-            let mut id: u16 = rand::random();
-            while waiters.contains_key(&id) {
-                id = rand::random();
-            }
-            waiters.insert(id, Waiting::default());
-            id
-        };
-        Ok(Exchange { socket, id })
+        let registration = socket.waiters.register();
+        Ok(Exchange {
+            socket,
+            registration,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_lite::future::block_on;
+
+    fn reply_with_id(id: u16, tag: u8) -> Vec<u8> {
+        let mut m = id.to_be_bytes().to_vec();
+        m.extend_from_slice(&[0x81, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, tag]);
+        m
+    }
+
+    #[test]
+    fn replies_reach_the_query_with_their_id_and_no_other() {
+        let waiters = Waiters::default();
+        let a = waiters.register();
+        let b = waiters.register();
+        assert_ne!(a.id(), b.id());
+        assert!(waiters.deliver(&reply_with_id(b.id(), 1)));
+        assert!(waiters.deliver(&reply_with_id(a.id(), 2)));
+        assert_eq!(block_on(a.reply()), reply_with_id(a.id(), 2));
+        assert_eq!(block_on(b.reply()), reply_with_id(b.id(), 1));
+        // An ID nobody waits for, and a datagram too short to carry one.
+        let unused = (0..=u16::MAX)
+            .find(|id| *id != a.id() && *id != b.id())
+            .unwrap();
+        assert!(!waiters.deliver(&reply_with_id(unused, 3)));
+        assert!(!waiters.deliver(&[0x12]));
+    }
+
+    #[test]
+    fn a_query_keeps_at_most_four_replies_and_fails_over_on_fail_all() {
+        let waiters = Waiters::default();
+        let a = waiters.register();
+        for tag in 0..6 {
+            waiters.deliver(&reply_with_id(a.id(), tag));
+        }
+        for tag in 0..REPLIES_PER_QUERY as u8 {
+            assert_eq!(block_on(a.reply()), reply_with_id(a.id(), tag));
+        }
+        waiters.fail_all();
+        assert!(
+            block_on(a.reply()).is_empty(),
+            "an empty reply: failed over"
+        );
+    }
+
+    #[test]
+    fn dropping_a_registration_unregisters_its_id() {
+        let waiters = Waiters::default();
+        let a = waiters.register();
+        let id = a.id();
+        assert!(!waiters.is_empty());
+        drop(a);
+        assert!(waiters.is_empty());
+        assert!(!waiters.deliver(&reply_with_id(id, 0)));
     }
 }

@@ -274,7 +274,7 @@ impl FrameReader {
 /// (a client that does not read) does a writer task take the write half and finish, each
 /// write bounded by `tcp.idleTimeout`; the reader stops reading while more than
 /// [`QUEUED_MAX`] bytes wait (a client that does not read stalls only itself).
-struct Outbox<W> {
+pub(crate) struct Outbox<W> {
     state: RefCell<OutboxState<W>>,
 }
 
@@ -290,7 +290,7 @@ struct OutboxState<W> {
 }
 
 impl<W: AsyncWrite + Unpin + 'static> Outbox<W> {
-    fn new(writer: WriteHalf<W>) -> Self {
+    pub(crate) fn new(writer: WriteHalf<W>) -> Self {
         Self {
             state: RefCell::new(OutboxState {
                 pending: Vec::with_capacity(1024),
@@ -301,11 +301,16 @@ impl<W: AsyncWrite + Unpin + 'static> Outbox<W> {
         }
     }
 
-    /// Queues one answer, prefixed with its length.
+    /// Queues one answer, prefixed with its length, and counts it.
     fn push(&self, worker: &Worker, message: &[u8]) {
         worker
             .metrics
             .response(wire::header_rcode(message).unwrap_or(0));
+        self.push_frame(message);
+    }
+
+    /// Queues one message, prefixed with its length.
+    pub(crate) fn push_frame(&self, message: &[u8]) {
         let mut state = self.state.borrow_mut();
         if !state.failed {
             state
@@ -315,9 +320,14 @@ impl<W: AsyncWrite + Unpin + 'static> Outbox<W> {
         }
     }
 
+    /// Whether a write failed or timed out: nothing queued will be written.
+    pub(crate) fn has_failed(&self) -> bool {
+        self.state.borrow().failed
+    }
+
     /// Writes what is queued now if the socket takes it, else leaves it to a writer task; does
     /// nothing while a writer task runs (it takes what is queued when it is done).
-    fn flush(this: &Rc<Self>, worker: &Rc<Worker>) {
+    pub(crate) fn flush(this: &Rc<Self>, worker: &Rc<Worker>) {
         let mut state = this.state.borrow_mut();
         if state.pending.is_empty() || state.failed {
             return;

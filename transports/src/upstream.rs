@@ -1,5 +1,6 @@
 //! The upstream client: one query to one upstream over UDP (retried over TCP when truncated) or
-//! TCP, and the retry loop over the upstream set.
+//! TCP (on the core's reused, pipelined connection: [`crate::tcp_pool`]), and the retry loop over
+//! the upstream set.
 //!
 //! Spoofing resistance: UDP queries go out on connected sockets (the kernel drops datagrams from
 //! any other source) with kernel-chosen random source ports that rotate ([`crate::pool`]) and a
@@ -7,19 +8,17 @@
 //! and ignored, never accepted; the attempt keeps waiting for the genuine one until its deadline.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::TcpStream;
 use kudurru_core::wire::write_upstream_query;
 use kudurru_core::{CacheKey, CachedAnswer, ReplyError, TtlPolicy, UpstreamProtocol, UpstreamSpec};
 
 use crate::metrics::{CoreMetrics, UpstreamCounters, UpstreamError};
-use crate::pool::UdpPool;
+use crate::pool::{Registration, UdpPool};
+use crate::tcp_pool::TcpPool;
 use crate::worker::Worker;
 
 /// Runs `future` until `deadline`; `None` when the deadline passed first. A future that is
@@ -177,7 +176,7 @@ pub(crate) async fn forward(worker: &Rc<Worker>, key: &CacheKey) -> (CachedAnswe
 /// the time it was taken at.
 #[allow(clippy::too_many_arguments)]
 async fn ask(
-    worker: &Worker,
+    worker: &Rc<Worker>,
     index: usize,
     spec: UpstreamSpec,
     key: &CacheKey,
@@ -191,15 +190,20 @@ async fn ask(
             let pool = worker.udp_pool(index, spec.addr);
             within(deadline - now, ask_udp(&pool, key, policy, counters)).await
         }
-        // TCP futures are boxed: a connection costs far more than the allocation, and their
-        // state would otherwise widen every UDP attempt's future.
-        UpstreamProtocol::Tcp => until(deadline, Box::pin(ask_tcp(spec.addr, key, policy))).await,
+        // TCP futures are boxed: their state would otherwise widen every UDP attempt's future.
+        UpstreamProtocol::Tcp => {
+            let pool = worker.tcp_pool(index, spec.addr);
+            let ask = ask_tcp(worker, &pool, key, policy, counters);
+            until(deadline, Box::pin(ask)).await
+        }
     };
     match outcome {
         None => Err(UpstreamError::Timeout),
         Some(Err(Attempt::Truncated)) => {
             CoreMetrics::bump(&counters.tcp_retries);
-            match until(deadline, Box::pin(ask_tcp(spec.addr, key, policy))).await {
+            let pool = worker.tcp_pool(index, spec.addr);
+            let ask = ask_tcp(worker, &pool, key, policy, counters);
+            match until(deadline, Box::pin(ask)).await {
                 None => Err(UpstreamError::Timeout),
                 Some(result) => result.map_err(Attempt::into_error),
             }
@@ -243,46 +247,48 @@ async fn ask_udp(
     let mut query = Vec::with_capacity(key.question().len() + 24);
     write_upstream_query(key, exchange.id(), &mut query);
     exchange.send(&query).await.map_err(network)?;
+    answer_from(exchange.registration(), key, policy, counters, false).await
+}
+
+/// One query on the core's connection to a TCP upstream (see [`crate::tcp_pool`]).
+async fn ask_tcp(
+    worker: &Rc<Worker>,
+    pool: &TcpPool,
+    key: &CacheKey,
+    policy: &TtlPolicy,
+    counters: &UpstreamCounters,
+) -> Result<(CachedAnswer, Instant), Attempt> {
+    let exchange = pool.send(worker, key).await.map_err(network)?;
+    answer_from(exchange.registration(), key, policy, counters, true).await
+}
+
+/// Waits for the reply to `key` among those carrying the registration's ID: a reply to another
+/// question (a spoof that guessed the ID, or a confused upstream) is counted and ignored, and the
+/// wait goes on until the attempt's deadline; an empty reply means the socket or connection
+/// failed. Over TCP a truncated reply is a bad one (nothing is cut for want of room there).
+async fn answer_from(
+    registration: &Registration,
+    key: &CacheKey,
+    policy: &TtlPolicy,
+    counters: &UpstreamCounters,
+    over_tcp: bool,
+) -> Result<(CachedAnswer, Instant), Attempt> {
     loop {
-        let reply = exchange.reply().await;
+        let reply = registration.reply().await;
         if reply.is_empty() {
             return Err(Attempt::Failed(UpstreamError::Network));
         }
         let now = Instant::now();
-        match CachedAnswer::from_reply(&reply, key, exchange.id(), now, policy) {
+        match CachedAnswer::from_reply(&reply, key, registration.id(), now, policy) {
             Ok(answer) => return Ok((answer, now)),
             Err(e) if e.is_foreign() => {
                 CoreMetrics::bump(&counters.mismatched);
-                tracing::debug!(upstream = %pool.addr(), error = %e, "ignored foreign reply");
+                tracing::debug!(query = ?key, error = %e, "ignored foreign reply");
+            }
+            Err(ReplyError::Truncated) if over_tcp => {
+                return Err(Attempt::Failed(UpstreamError::BadReply));
             }
             Err(e) => return Err(classify(e)),
         }
-    }
-}
-
-async fn ask_tcp(
-    addr: SocketAddr,
-    key: &CacheKey,
-    policy: &TtlPolicy,
-) -> Result<(CachedAnswer, Instant), Attempt> {
-    let id: u16 = rand::random();
-    let mut query = Vec::with_capacity(key.question().len() + 24);
-    write_upstream_query(key, id, &mut query);
-    let mut stream = TcpStream::connect(addr).await.map_err(network)?;
-    stream.set_nodelay(true).map_err(network)?;
-    let mut frame = Vec::with_capacity(query.len() + 2);
-    frame.extend_from_slice(&(query.len() as u16).to_be_bytes());
-    frame.extend_from_slice(&query);
-    stream.write_all(&frame).await.map_err(network)?;
-    let mut len = [0u8; 2];
-    stream.read_exact(&mut len).await.map_err(network)?;
-    let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
-    stream.read_exact(&mut reply).await.map_err(network)?;
-    // Over our own TCP connection a foreign reply is simply a bad upstream.
-    let now = Instant::now();
-    match CachedAnswer::from_reply(&reply, key, id, now, policy) {
-        Ok(answer) => Ok((answer, now)),
-        Err(ReplyError::Truncated) => Err(Attempt::Failed(UpstreamError::BadReply)),
-        Err(other) => Err(classify(other)),
     }
 }

@@ -26,6 +26,7 @@ use kudurru_core::{Cache, CacheKey, CachedAnswer, Limiter, Selector, UpstreamSpe
 use crate::metrics::CoreMetrics;
 use crate::pool::UdpPool;
 use crate::settings::{Settings, SharedSettings};
+use crate::tcp_pool::TcpPool;
 use crate::upstream;
 
 /// Extra time a core waits for an owner core beyond `upstream.resolveTimeout`.
@@ -86,6 +87,7 @@ pub(crate) struct Worker {
     inflight: RefCell<HashMap<CacheKey, Waiters>>,
     selector: RefCell<(Vec<UpstreamSpec>, Selector)>,
     pools: RefCell<HashMap<(usize, SocketAddr), Rc<UdpPool>>>,
+    tcp_pools: RefCell<HashMap<(usize, SocketAddr), Rc<TcpPool>>>,
     peers: Option<Peers>,
     /// This core's token buckets (clients are steered so each prefix has one core).
     pub(crate) limiter: RefCell<Limiter>,
@@ -127,6 +129,7 @@ impl Worker {
             lameduck,
             selector: RefCell::new((upstreams, selector)),
             pools: RefCell::new(HashMap::new()),
+            tcp_pools: RefCell::new(HashMap::new()),
             peers: senders.map(|senders| Peers {
                 senders,
                 pending: RefCell::new(HashMap::new()),
@@ -313,6 +316,15 @@ impl Worker {
             .borrow_mut()
             .entry((index, addr))
             .or_insert_with(|| Rc::new(UdpPool::new(addr, self.metrics.clone(), index)))
+            .clone()
+    }
+
+    /// The connection to TCP upstream `index` at `addr`.
+    pub(crate) fn tcp_pool(&self, index: usize, addr: SocketAddr) -> Rc<TcpPool> {
+        self.tcp_pools
+            .borrow_mut()
+            .entry((index, addr))
+            .or_insert_with(|| Rc::new(TcpPool::new(addr, self.metrics.clone(), index)))
             .clone()
     }
 

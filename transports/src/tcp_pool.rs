@@ -1,0 +1,189 @@
+//! Per-core connections to TCP upstreams: one connection per upstream per core, opened on first
+//! use, with queries pipelined on it and replies matched by message ID (RFC 7766 §6.2.1.1), as
+//! Unbound and dnsdist reuse theirs. A connection that ends (the upstream closed it, a read or
+//! write failed) fails its waiting queries over at once and the next query opens a new one; one
+//! with nothing asked for [`IDLE_CLOSE`] is closed from this side.
+//!
+//! ```text
+//! ask ─▶ connection (reuse, or open one: one opening at a time) ─▶ random free ID
+//!   ─▶ register waiter ─▶ queue the framed query on the connection's outbox, write it now
+//! reader task: frames ─▶ waiter for that ID? ─ yes ─▶ hand bytes over (the waiter validates)
+//!                                      └ no ──▶ count as mismatched, drop
+//!   end of stream, error, idle ─▶ every waiter gets an empty reply (fails over), connection done
+//! ```
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_lite::AsyncReadExt;
+use futures_lite::io::ReadHalf;
+use glommio::net::TcpStream;
+use glommio::sync::Semaphore;
+use glommio::task::JoinHandle;
+use kudurru_core::CacheKey;
+use kudurru_core::framing::FrameBuffer;
+use kudurru_core::wire::write_upstream_query;
+
+use crate::metrics::CoreMetrics;
+use crate::pool::{Registration, Waiters};
+use crate::tcp::Outbox;
+use crate::upstream::within;
+use crate::worker::Worker;
+
+/// A connection nothing was asked on for this long is closed (upstreams close idle ones too:
+/// Unbound after 30 s by default); the next query opens a new one.
+pub(crate) const IDLE_CLOSE: Duration = Duration::from_secs(10);
+
+/// One core's connection to one TCP upstream.
+pub(crate) struct TcpPool {
+    addr: SocketAddr,
+    connection: RefCell<Option<Rc<Connection>>>,
+    /// Held while a connection is being opened: queries that find none wait for that one
+    /// instead of opening their own (a burst of misses would open one each).
+    opening: Semaphore,
+    metrics: Arc<CoreMetrics>,
+    index: usize,
+}
+
+struct Connection {
+    outbox: Rc<Outbox<TcpStream>>,
+    waiters: Waiters,
+    ended: Rc<Cell<bool>>,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.cancel();
+    }
+}
+
+impl Connection {
+    fn usable(&self) -> bool {
+        !self.ended.get() && !self.outbox.has_failed()
+    }
+}
+
+/// A query sent on a pooled connection; dropping it unregisters.
+pub(crate) struct TcpExchange {
+    // Keeps the connection (and its reader) alive while the query waits.
+    _connection: Rc<Connection>,
+    registration: Registration,
+}
+
+impl TcpExchange {
+    /// Where its replies arrive (an empty one: the connection ended).
+    pub(crate) fn registration(&self) -> &Registration {
+        &self.registration
+    }
+}
+
+impl TcpPool {
+    /// No connection yet; it opens on first use.
+    pub(crate) fn new(addr: SocketAddr, metrics: Arc<CoreMetrics>, index: usize) -> Self {
+        Self {
+            addr,
+            connection: RefCell::new(None),
+            opening: Semaphore::new(1),
+            metrics,
+            index,
+        }
+    }
+
+    /// Sends a query for `key` on the upstream's connection (opened first if there is none).
+    pub(crate) async fn send(
+        &self,
+        worker: &Rc<Worker>,
+        key: &CacheKey,
+    ) -> io::Result<TcpExchange> {
+        let connection = match self.current() {
+            Some(connection) => connection,
+            // Boxed: opening is rare and its state would widen every query's future.
+            None => Box::pin(self.open()).await?,
+        };
+        let registration = connection.waiters.register();
+        let mut query = Vec::with_capacity(key.question().len() + 24);
+        write_upstream_query(key, registration.id(), &mut query);
+        connection.outbox.push_frame(&query);
+        Outbox::flush(&connection.outbox, worker);
+        Ok(TcpExchange {
+            _connection: connection,
+            registration,
+        })
+    }
+
+    fn current(&self) -> Option<Rc<Connection>> {
+        self.connection
+            .borrow()
+            .as_ref()
+            .filter(|c| c.usable())
+            .cloned()
+    }
+
+    /// Opens a connection, or waits for the one another query is opening.
+    async fn open(&self) -> io::Result<Rc<Connection>> {
+        let _opening = self
+            .opening
+            .acquire_permit(1)
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        if let Some(connection) = self.current() {
+            return Ok(connection);
+        }
+        let stream = TcpStream::connect(self.addr).await?;
+        stream.set_nodelay(true)?;
+        let (reader, writer) = futures_lite::io::split(stream);
+        let waiters = Waiters::default();
+        let ended = Rc::new(Cell::new(false));
+        let reader = glommio::spawn_local(read_replies(
+            reader,
+            waiters.clone(),
+            ended.clone(),
+            self.metrics.clone(),
+            self.index,
+        ))
+        .detach();
+        let connection = Rc::new(Connection {
+            outbox: Rc::new(Outbox::new(writer)),
+            waiters,
+            ended,
+            reader,
+        });
+        CoreMetrics::bump(&self.metrics.upstream(self.index).tcp_connections);
+        *self.connection.borrow_mut() = Some(connection.clone());
+        Ok(connection)
+    }
+}
+
+/// The connection's reader: hands each reply to the query waiting for its ID until the stream
+/// ends, fails, or sits idle with nothing asked for [`IDLE_CLOSE`]; then every waiting query
+/// fails over.
+async fn read_replies(
+    mut reader: ReadHalf<TcpStream>,
+    waiters: Waiters,
+    ended: Rc<Cell<bool>>,
+    metrics: Arc<CoreMetrics>,
+    index: usize,
+) {
+    let mut frames = FrameBuffer::new();
+    loop {
+        while let Some(reply) = frames.next_frame() {
+            if !waiters.deliver(&reply) {
+                CoreMetrics::bump(&metrics.upstream(index).mismatched);
+            }
+        }
+        match within(IDLE_CLOSE, reader.read(frames.spare())).await {
+            Some(Ok(0)) | Some(Err(_)) => break,
+            Some(Ok(n)) => frames.filled(n),
+            // Idle: closed unless a query is waiting (its own deadline bounds it).
+            None if waiters.is_empty() => break,
+            None => {}
+        }
+    }
+    ended.set(true);
+    waiters.fail_all();
+}
