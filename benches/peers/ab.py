@@ -4,6 +4,7 @@
     python3 benches/peers/ab.py --binaries OLD/kudurru,NEW/kudurru --rate 40000
     python3 benches/peers/ab.py --binaries target/release/kudurru,dnsdist,unbound --workload tcp-hit --rate 40000
     python3 benches/peers/ab.py --binaries target/release/kudurru,unbound --workload miss --rate 15000
+    python3 benches/peers/ab.py --binaries target/release/kudurru,unbound --workload miss --rate 5000 --upstream-tcp
     python3 benches/peers/ab.py --binaries target/release/kudurru --workload tcp-hit --outstanding 1
 
 For a change to the data plane or to the vendored glommio: build the binary before and after
@@ -47,7 +48,7 @@ from compare import (CLIENT_CPU, OPS_PORT, PORTS, TARGET, UPSTREAM_PORT, Server,
                      dnsperf, measure, write_names)
 
 
-def server_argv(server, unbound_conf, dnsdist_conf):
+def server_argv(server, unbound_conf, dnsdist_conf, upstream_scheme="udp"):
     """The command line and port of a server named on --binaries."""
     if server == "ceiling":
         port = PORTS["ceiling"]
@@ -58,8 +59,21 @@ def server_argv(server, unbound_conf, dnsdist_conf):
         return ["dnsdist", "--supervised", "--disable-syslog", "-C", dnsdist_conf], PORTS["dnsdist"]
     port = PORTS["kudurru"]
     return [server, "serve", "--cores", "1", "--cpus", "0", "--listen", f"127.0.0.1:{port}", "--upstream",
-            f"udp://127.0.0.1:{UPSTREAM_PORT}", "--ops-address", f"127.0.0.1:{OPS_PORT}",
+            f"{upstream_scheme}://127.0.0.1:{UPSTREAM_PORT}", "--ops-address", f"127.0.0.1:{OPS_PORT}",
             "--log-level", "warn"], port
+
+
+def upstream_over_tcp(unbound_conf, dnsdist_conf):
+    """The peers' configurations, rewritten to ask the upstream over TCP only."""
+    with open(unbound_conf) as f:
+        text = f.read()
+    with open(unbound_conf, "w") as f:
+        f.write(text.replace("forward-zone:\n", "forward-zone:\n    forward-tcp-upstream: yes\n"))
+    with open(dnsdist_conf) as f:
+        text = f.read()
+    with open(dnsdist_conf, "w") as f:
+        f.write(text.replace('healthCheckMode="lazy"', 'healthCheckMode="lazy", tcpOnly=true'))
+    return unbound_conf, dnsdist_conf
 
 
 def tcp_segments_sent():
@@ -68,7 +82,7 @@ def tcp_segments_sent():
 
 
 def one_run(server, args, workdir, hits, rng, confs):
-    argv, port = server_argv(server, *confs)
+    argv, port = server_argv(server, *confs, upstream_scheme="tcp" if args.upstream_tcp else "udp")
     tcp = args.workload == "tcp-hit"
     with Server(os.path.basename(server), argv, port, workdir) as srv:
         if args.workload == "miss":
@@ -100,6 +114,9 @@ def main():
     ap.add_argument("--outstanding", type=int, default=0,
                     help="closed loop with this many queries outstanding on one connection instead of --rate "
                          "(hit and tcp-hit)")
+    ap.add_argument("--upstream-tcp", action="store_true",
+                    help="every server asks the upstream over TCP (kudurru tcp://, Unbound "
+                         "forward-tcp-upstream, dnsdist tcpOnly)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=6, help="seconds per measured run")
     args = ap.parse_args()
@@ -114,6 +131,8 @@ def main():
     hits = os.path.join(workdir, "hits.txt")
     write_names(hits, [f"h{i}.bench.example." for i in range(1000)])
     confs = configs(workdir)
+    if args.upstream_tcp:
+        confs = upstream_over_tcp(*confs)
     rng = random.Random()
     upstream = subprocess.Popen(["taskset", "-c", CLIENT_CPU, os.path.join(TARGET, "kudurru-echo"), "--mode",
                                  "answer", "--tcp", "--listen", f"127.0.0.1:{UPSTREAM_PORT}"],
