@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use kudurru_core::wire::{self, rtype};
-use kudurru_e2e::{Kudurru, TestUpstream, dig, query_bytes, unique_name};
+use kudurru_e2e::{Kudurru, TestUpstream, dig, query_bytes, try_dig, unique_name};
 
 fn frame(message: &[u8]) -> Vec<u8> {
     let mut f = (message.len() as u16).to_be_bytes().to_vec();
@@ -295,6 +295,31 @@ fn tcp_upstream_is_used_for_tcp_urls() {
     assert_eq!(dig(k.addr, &[&name, "A"]).answers[0].3, "192.0.2.1");
     assert_eq!(upstream.count(&name, "tcp"), 1);
     assert_eq!(upstream.count(&name, "udp"), 0);
+}
+
+#[test]
+fn a_tcp_upstream_connection_whose_query_timed_out_is_not_given_new_queries() {
+    // The test upstream reads `silent-` queries over TCP and never answers them, but keeps the
+    // connection: from kudurru's side, a connection that may be dead.
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[format!("tcp://{}", upstream.addr)])
+        .cores(1)
+        .env("KUDURRU_UPSTREAM__TIMEOUT", "300ms")
+        .env("KUDURRU_UPSTREAM__RESOLVETIMEOUT", "2s")
+        .start();
+    let warm = unique_name("warm");
+    assert_eq!(dig(k.addr, &[&warm, "A"]).answers[0].3, "192.0.2.1");
+    assert_eq!(upstream.tcp_connections(), 1);
+    let silent = unique_name("silent-");
+    let answer = try_dig(k.addr, &[&silent, "A"]).expect("an answer, not a client timeout");
+    assert_eq!(answer.status, "SERVFAIL");
+    // Each timed-out attempt (three passes over the one upstream) left its connection behind:
+    // the first went on the warm connection, the second and third each on a new one.
+    assert_eq!(upstream.count(&silent, "tcp"), 3);
+    assert_eq!(upstream.tcp_connections(), 3);
+    let after = unique_name("after");
+    assert_eq!(dig(k.addr, &[&after, "A"]).answers[0].3, "192.0.2.1");
+    assert_eq!(upstream.tcp_connections(), 4);
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! use, with queries pipelined on it and replies matched by message ID (RFC 7766 §6.2.1.1), as
 //! Unbound and dnsdist reuse theirs. A connection that ends (the upstream closed it, a read or
 //! write failed) fails its waiting queries over at once and the next query opens a new one; one
-//! with nothing asked for [`IDLE_CLOSE`] is closed from this side.
+//! with nothing asked for [`IDLE_CLOSE`] is closed from this side, and one on which a query
+//! timed out gets no new queries ([`TcpExchange`]).
 //!
 //! ```text
 //! ask ─▶ connection (reuse, or open one: one opening at a time) ─▶ random free ID
@@ -41,13 +42,17 @@ pub(crate) const IDLE_CLOSE: Duration = Duration::from_secs(10);
 /// One core's connection to one TCP upstream.
 pub(crate) struct TcpPool {
     addr: SocketAddr,
-    connection: RefCell<Option<Rc<Connection>>>,
+    connection: Slot,
     /// Held while a connection is being opened: queries that find none wait for that one
     /// instead of opening their own (a burst of misses would open one each).
     opening: Semaphore,
     metrics: Arc<CoreMetrics>,
     index: usize,
 }
+
+/// The connection new queries go to; shared with the exchanges, which take it out when they are
+/// given up on (see [`TcpExchange`]'s drop).
+type Slot = Rc<RefCell<Option<Rc<Connection>>>>;
 
 struct Connection {
     outbox: Rc<Outbox<TcpStream>>,
@@ -68,14 +73,40 @@ impl Connection {
     }
 }
 
-/// A query sent on a pooled connection; dropping it unregisters.
+/// A query sent on a pooled connection; dropping it unregisters. Dropped before its reply came
+/// (its attempt timed out), it takes the connection out of the pool: the connection may be dead
+/// without having been closed (a peer that vanished, a middlebox that forgot it), and nothing else
+/// would tell. New queries get a new connection; those already waiting on this one keep it until
+/// their own deadlines.
 pub(crate) struct TcpExchange {
     // Keeps the connection (and its reader) alive while the query waits.
-    _connection: Rc<Connection>,
+    connection: Rc<Connection>,
+    slot: Slot,
     registration: Registration,
+    replied: Cell<bool>,
+}
+
+impl Drop for TcpExchange {
+    fn drop(&mut self) {
+        if self.replied.get() {
+            return;
+        }
+        let mut slot = self.slot.borrow_mut();
+        if slot
+            .as_ref()
+            .is_some_and(|c| Rc::ptr_eq(c, &self.connection))
+        {
+            *slot = None;
+        }
+    }
 }
 
 impl TcpExchange {
+    /// Marks the exchange as ended by a reply (or the connection's end), not given up on.
+    pub(crate) fn replied(&self) {
+        self.replied.set(true);
+    }
+
     /// Where its replies arrive (an empty one: the connection ended).
     pub(crate) fn registration(&self) -> &Registration {
         &self.registration
@@ -87,7 +118,7 @@ impl TcpPool {
     pub(crate) fn new(addr: SocketAddr, metrics: Arc<CoreMetrics>, index: usize) -> Self {
         Self {
             addr,
-            connection: RefCell::new(None),
+            connection: Slot::default(),
             opening: Semaphore::new(1),
             metrics,
             index,
@@ -111,8 +142,10 @@ impl TcpPool {
         connection.outbox.push_frame(&query);
         Outbox::flush(&connection.outbox, worker);
         Ok(TcpExchange {
-            _connection: connection,
+            connection,
+            slot: self.connection.clone(),
             registration,
+            replied: Cell::new(false),
         })
     }
 

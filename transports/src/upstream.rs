@@ -259,7 +259,10 @@ async fn ask_tcp(
     counters: &UpstreamCounters,
 ) -> Result<(CachedAnswer, Instant), Attempt> {
     let exchange = pool.send(worker, key).await.map_err(network)?;
-    answer_from(exchange.registration(), key, policy, counters, true).await
+    let answer = answer_from(exchange.registration(), key, policy, counters, true).await;
+    // Not reached when the attempt times out: the exchange is dropped waiting.
+    exchange.replied();
+    answer
 }
 
 /// Waits for the reply to `key` among those carrying the registration's ID: a reply to another
