@@ -276,6 +276,9 @@ impl FrameReader {
 /// [`QUEUED_MAX`] bytes wait (a client that does not read stalls only itself).
 pub(crate) struct Outbox<W> {
     state: RefCell<OutboxState<W>>,
+    /// A client's connection: a stuck write counts in `kudurru_tcp_timeouts_total` (an
+    /// upstream connection's does not; its queries time out and count there).
+    client: bool,
 }
 
 struct OutboxState<W> {
@@ -290,7 +293,17 @@ struct OutboxState<W> {
 }
 
 impl<W: AsyncWrite + Unpin + 'static> Outbox<W> {
+    /// The outbox of a client's connection.
     pub(crate) fn new(writer: WriteHalf<W>) -> Self {
+        Self::with(writer, true)
+    }
+
+    /// The outbox of a connection to an upstream.
+    pub(crate) fn upstream(writer: WriteHalf<W>) -> Self {
+        Self::with(writer, false)
+    }
+
+    fn with(writer: WriteHalf<W>, client: bool) -> Self {
         Self {
             state: RefCell::new(OutboxState {
                 pending: Vec::with_capacity(1024),
@@ -298,6 +311,7 @@ impl<W: AsyncWrite + Unpin + 'static> Outbox<W> {
                 failed: false,
                 waiting: None,
             }),
+            client,
         }
     }
 
@@ -375,7 +389,9 @@ impl<W: AsyncWrite + Unpin + 'static> Outbox<W> {
                 Some(Ok(())) => {}
                 Some(Err(_)) => return this.fail(),
                 None => {
-                    CoreMetrics::bump(&worker.metrics.tcp_timeouts);
+                    if this.client {
+                        CoreMetrics::bump(&worker.metrics.tcp_timeouts);
+                    }
                     return this.fail();
                 }
             }

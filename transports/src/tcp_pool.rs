@@ -181,7 +181,7 @@ impl TcpPool {
         ))
         .detach();
         let connection = Rc::new(Connection {
-            outbox: Rc::new(Outbox::new(writer)),
+            outbox: Rc::new(Outbox::upstream(writer)),
             waiters,
             ended,
             reader,
