@@ -121,12 +121,12 @@ impl CachedAnswer {
         };
         let question_end = HEADER_LEN + key.question().len();
         // Room for the TTL table too, so the message is allocated once. The header's counts
-        // are the upstream's word: no more records than 11-byte minimal ones fit are believed.
+        // are the upstream's word: no more records than minimal ones fit are believed.
         let records = [wire::ANCOUNT_AT, wire::NSCOUNT_AT, wire::ARCOUNT_AT]
             .into_iter()
             .map(|at| usize::from(wire::read_u16(reply, at).unwrap_or(0)))
             .sum::<usize>()
-            .min(reply.len() / 11);
+            .min(reply.len() / MIN_RECORD_LEN);
         let mut message = rebuild(reply, records * TTL_ENTRY)?;
         message[HEADER_LEN..question_end].copy_from_slice(key.question());
         if message.len() > usize::from(u16::MAX) {
@@ -397,6 +397,9 @@ struct LocatedRecord {
     ttl_at: usize,
     rdata_at: usize,
 }
+
+/// The shortest resource record: root owner (1), type, class (2 each), TTL (4), RDLENGTH (2).
+const MIN_RECORD_LEN: usize = 11;
 
 struct Layout {
     /// Inline up to 8 records: most answers, without an allocation.

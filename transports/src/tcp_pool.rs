@@ -37,7 +37,7 @@ use crate::worker::Worker;
 
 /// A connection nothing was asked on for this long is closed (upstreams close idle ones too:
 /// Unbound after 30 s by default); the next query opens a new one.
-pub(crate) const IDLE_CLOSE: Duration = Duration::from_secs(10);
+const IDLE_CLOSE: Duration = Duration::from_secs(10);
 
 /// One core's connection to one TCP upstream.
 pub(crate) struct TcpPool {

@@ -135,7 +135,6 @@ pub(crate) async fn forward(worker: &Rc<Worker>, key: &CacheKey) -> (CachedAnswe
             now,
             attempt_deadline,
             &settings.ttl,
-            counters,
         )
         .await;
         let (result, ended) = match result {
@@ -174,7 +173,6 @@ pub(crate) async fn forward(worker: &Rc<Worker>, key: &CacheKey) -> (CachedAnswe
 
 /// One attempt at one upstream, started at `now`, bounded by `deadline`; the answer comes with
 /// the time it was taken at.
-#[allow(clippy::too_many_arguments)]
 async fn ask(
     worker: &Rc<Worker>,
     index: usize,
@@ -183,8 +181,8 @@ async fn ask(
     now: Instant,
     deadline: Instant,
     policy: &TtlPolicy,
-    counters: &UpstreamCounters,
 ) -> Result<(CachedAnswer, Instant), UpstreamError> {
+    let counters = worker.metrics.upstream(index);
     let outcome = match spec.protocol {
         UpstreamProtocol::Udp => {
             let pool = worker.udp_pool(index, spec.addr);
