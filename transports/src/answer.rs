@@ -8,6 +8,7 @@
 //! ```
 
 use std::rc::Rc;
+use std::task::{Context, Waker};
 use std::time::Instant;
 
 use kudurru_core::wire::{self, ReplyOptions};
@@ -114,12 +115,15 @@ pub(crate) async fn answer_miss(
 /// For a connection's accept loop: most requests arrive whole with their stream and are cache
 /// hits, answered here with no task of their own; the transport's driver, woken by the write,
 /// still sends every answer of the batch together once the loop waits.
-pub(crate) async fn inline_or_queued(request: impl Future<Output = ()> + 'static) {
+///
+/// A plain function, polling with a no-op waker: whatever the first poll registers is replaced
+/// by the task's own waker when the task polls it again, which it does before anything could
+/// have been missed (it re-reads the state it waits on). Not `async`: an `async fn` would keep
+/// the request in its own future (the caller's) and move it once more into the box.
+pub(crate) fn inline_or_queued(request: impl Future<Output = ()> + 'static) {
     let mut request = Box::pin(request);
-    if futures_lite::future::poll_once(&mut request)
-        .await
-        .is_none()
-    {
+    let mut cx = Context::from_waker(Waker::noop());
+    if request.as_mut().poll(&mut cx).is_pending() {
         spawn_queued(request);
     }
 }
@@ -134,5 +138,54 @@ pub(crate) fn spawn_queued(request: impl Future<Output = ()> + 'static) {
     // The running task's own queue always exists.
     if let Ok(task) = glommio::spawn_local_into(request, queue) {
         task.detach();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{IO_MEMORY_PER_CORE, RING_DEPTH};
+    use glommio::channels::local_channel;
+    use glommio::{LocalExecutorBuilder, Placement};
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    /// A request that does not wait finishes inside the call; one that waits is finished by
+    /// its own task, woken by what it waited on although its first poll saw a no-op waker.
+    #[test]
+    fn inline_or_queued_finishes_a_request_inline_or_in_its_own_task() {
+        let executor = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(IO_MEMORY_PER_CORE)
+            .ring_depth(RING_DEPTH)
+            .spawn(|| async {
+                let done = Rc::new(Cell::new(0));
+                let inline = done.clone();
+                inline_or_queued(async move { inline.set(1) });
+                assert_eq!(done.get(), 1, "a ready request runs inside the call");
+
+                let (tx, rx) = local_channel::new_bounded::<u8>(1);
+                let waiting = done.clone();
+                inline_or_queued(async move {
+                    if let Some(n) = rx.recv().await {
+                        waiting.set(n);
+                    }
+                });
+                assert_eq!(done.get(), 1, "the waiting request has not finished");
+                // Its task is queued behind this one: let it take over its wake-ups first,
+                // then once more after the send.
+                glommio::timer::sleep(Duration::from_millis(5)).await;
+                tx.send(2)
+                    .await
+                    .expect("the request's task holds the receiver");
+                for _ in 0..100 {
+                    if done.get() == 2 {
+                        break;
+                    }
+                    glommio::timer::sleep(Duration::from_millis(1)).await;
+                }
+                assert_eq!(done.get(), 2, "the queued request was never woken");
+            })
+            .expect("a glommio executor");
+        executor.join().expect("executor thread");
     }
 }

@@ -86,8 +86,7 @@ async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, pat
                 let (endpoint, connection) = (endpoint.clone(), connection.clone());
                 inline_or_queued(async move {
                     request(&endpoint, &connection, send, recv).await;
-                })
-                .await;
+                });
             }
             Err(e) => {
                 tracing::debug!(peer = %peer, error = %e, "HTTP/3 connection ended");

@@ -59,8 +59,7 @@ async fn connection(worker: Rc<Worker>, connection: quinn::Connection) {
                 let (worker, connection) = (worker.clone(), connection.clone());
                 inline_or_queued(async move {
                     stream(&worker, &connection, client, send, recv).await;
-                })
-                .await;
+                });
             }
             Err(e) => {
                 tracing::debug!(peer = %connection.remote_address(), error = %e, "DoQ connection ended");
