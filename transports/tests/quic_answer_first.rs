@@ -118,13 +118,8 @@ async fn serve(endpoint: quinn::Endpoint) {
 #[test]
 fn answers_to_packets_that_arrived_together_leave_with_their_ack_in_one_datagram() {
     let outcome = support::executor(|| async {
-        let pair = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
-            .map_err(|e| e.to_string())?;
-        let cert = pair.cert.der().clone();
-        let key = rustls_pki_types::PrivateKeyDer::try_from(pair.signing_key.serialize_der())
-            .map_err(|e| e.to_string())?;
-        let server_config = quinn::ServerConfig::with_single_cert(vec![cert.clone()], key)
-            .map_err(|e| e.to_string())?;
+        let (server_config, client_config) =
+            support::quic_configs(quinn::TransportConfig::default())?;
         let server = quinn::Endpoint::new(
             quinn::EndpointConfig::default(),
             Some(server_config),
@@ -143,10 +138,6 @@ fn answers_to_packets_that_arrived_together_leave_with_their_ack_in_one_datagram
         let state = Rc::new(RefCell::new(Relay::default()));
         glommio::spawn_local(relay(socket, io.clone(), server_addr, state.clone())).detach();
 
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert).map_err(|e| e.to_string())?;
-        let client_config = quinn::ClientConfig::with_root_certificates(Arc::new(roots))
-            .map_err(|e| e.to_string())?;
         let client = client_endpoint("127.0.0.1:0".parse().unwrap()).map_err(|e| e.to_string())?;
         let connection = client
             .connect_with(client_config, relay_addr, "localhost")

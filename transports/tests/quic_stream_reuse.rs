@@ -110,16 +110,9 @@ async fn exchange(connection: quinn::Connection, i: usize) -> Result<(), String>
 #[test]
 fn streams_on_reused_send_state_carry_only_their_own_data() {
     let outcome = support::executor(|| async {
-        let pair = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
-            .map_err(|e| e.to_string())?;
-        let cert = pair.cert.der().clone();
-        let key = rustls_pki_types::PrivateKeyDer::try_from(pair.signing_key.serialize_der())
-            .map_err(|e| e.to_string())?;
-        let mut server_config = quinn::ServerConfig::with_single_cert(vec![cert.clone()], key)
-            .map_err(|e| e.to_string())?;
         let mut transport = quinn::TransportConfig::default();
         transport.max_concurrent_bidi_streams(quinn::VarInt::from_u32(2 * WAVE as u32));
-        server_config.transport_config(Arc::new(transport));
+        let (server_config, client_config) = support::quic_configs(transport)?;
         let server = quinn::Endpoint::new(
             quinn::EndpointConfig::default(),
             Some(server_config),
@@ -130,10 +123,6 @@ fn streams_on_reused_send_state_carry_only_their_own_data() {
         let server_addr = server.local_addr().map_err(|e| e.to_string())?;
         glommio::spawn_local(serve(server)).detach();
 
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert).map_err(|e| e.to_string())?;
-        let client_config = quinn::ClientConfig::with_root_certificates(Arc::new(roots))
-            .map_err(|e| e.to_string())?;
         let client = client_endpoint("127.0.0.1:0".parse().unwrap()).map_err(|e| e.to_string())?;
         let connection = client
             .connect_with(client_config, server_addr, "localhost")

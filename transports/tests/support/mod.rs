@@ -16,3 +16,24 @@ where
         .spawn(future)
         .expect("executor starts")
 }
+
+/// A server configuration with a fresh self-signed certificate for `localhost` (QUIC transport
+/// settings `transport`) and a client configuration that trusts it.
+#[allow(dead_code, reason = "only the QUIC tests use it")]
+pub(crate) fn quic_configs(
+    transport: quinn::TransportConfig,
+) -> Result<(quinn::ServerConfig, quinn::ClientConfig), String> {
+    let pair = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
+        .map_err(|e| e.to_string())?;
+    let cert = pair.cert.der().clone();
+    let key = rustls_pki_types::PrivateKeyDer::try_from(pair.signing_key.serialize_der())
+        .map_err(|e| e.to_string())?;
+    let mut server = quinn::ServerConfig::with_single_cert(vec![cert.clone()], key)
+        .map_err(|e| e.to_string())?;
+    server.transport_config(std::sync::Arc::new(transport));
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).map_err(|e| e.to_string())?;
+    let client = quinn::ClientConfig::with_root_certificates(std::sync::Arc::new(roots))
+        .map_err(|e| e.to_string())?;
+    Ok((server, client))
+}
