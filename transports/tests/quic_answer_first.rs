@@ -16,11 +16,10 @@ use std::cell::RefCell;
 use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
 use std::os::fd::OwnedFd;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use glommio::net::UdpSocket;
-use kudurru_transports::quic::{GlommioRuntime, client_endpoint};
+use kudurru_transports::quic::client_endpoint;
 use kudurru_transports::sys;
 
 /// How long any one step may take before the test calls it stuck (no speed requirement).
@@ -120,14 +119,7 @@ fn answers_to_packets_that_arrived_together_leave_with_their_ack_in_one_datagram
     let outcome = support::executor(|| async {
         let (server_config, client_config) =
             support::quic_configs(quinn::TransportConfig::default())?;
-        let server = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
-            Some(server_config),
-            StdUdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?,
-            Arc::new(GlommioRuntime),
-        )
-        .map_err(|e| e.to_string())?;
-        let server_addr = server.local_addr().map_err(|e| e.to_string())?;
+        let (server, server_addr) = support::quic_server(server_config)?;
         glommio::spawn_local(serve(server)).detach();
 
         let io = StdUdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;

@@ -10,10 +10,7 @@
 
 mod support;
 
-use std::net::UdpSocket as StdUdpSocket;
-use std::sync::Arc;
-
-use kudurru_transports::quic::{GlommioRuntime, client_endpoint};
+use kudurru_transports::quic::client_endpoint;
 
 /// Streams per wave (opened at once) and waves; the server's concurrent-stream limit is above
 /// a wave, so every wave runs concurrently.
@@ -113,14 +110,7 @@ fn streams_on_reused_send_state_carry_only_their_own_data() {
         let mut transport = quinn::TransportConfig::default();
         transport.max_concurrent_bidi_streams(quinn::VarInt::from_u32(2 * WAVE as u32));
         let (server_config, client_config) = support::quic_configs(transport)?;
-        let server = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
-            Some(server_config),
-            StdUdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?,
-            Arc::new(GlommioRuntime),
-        )
-        .map_err(|e| e.to_string())?;
-        let server_addr = server.local_addr().map_err(|e| e.to_string())?;
+        let (server, server_addr) = support::quic_server(server_config)?;
         glommio::spawn_local(serve(server)).detach();
 
         let client = client_endpoint("127.0.0.1:0".parse().unwrap()).map_err(|e| e.to_string())?;

@@ -37,3 +37,19 @@ pub(crate) fn quic_configs(
         .map_err(|e| e.to_string())?;
     Ok((server, client))
 }
+
+/// A QUIC server endpoint on the current executor, on a loopback port of its own.
+#[allow(dead_code, reason = "only the QUIC tests use it")]
+pub(crate) fn quic_server(
+    config: quinn::ServerConfig,
+) -> Result<(quinn::Endpoint, std::net::SocketAddr), String> {
+    let endpoint = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(config),
+        std::net::UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?,
+        std::sync::Arc::new(kudurru_transports::quic::GlommioRuntime),
+    )
+    .map_err(|e| e.to_string())?;
+    let addr = endpoint.local_addr().map_err(|e| e.to_string())?;
+    Ok((endpoint, addr))
+}
