@@ -161,16 +161,20 @@ async fn uni_stream(
 /// The HTTP/3 response (HEADERS and DATA frames) for `reply`; `None` for a drop. Its own
 /// function, so that none of the head's parts lives in the request's future.
 fn encode(endpoint: &Endpoint, reply: Reply) -> Option<Vec<u8>> {
-    let (head, payload) = ResponseHead::new(endpoint, reply)?;
+    let (head, mut payload) = ResponseHead::new(endpoint, reply)?;
     let mut fields: [(&[u8], &[u8]); ResponseHead::MAX_FIELDS] = Default::default();
     let mut n = 0;
     for (slot, (name, value, _)) in fields.iter_mut().zip(head.fields()) {
         *slot = (name, value);
         n += 1;
     }
-    let mut out = Vec::with_capacity(payload.len() + 128);
-    http3::encode_response(head.status, &fields[..n], &payload, &mut out);
-    Some(out)
+    // The frames before the body go in the body's own buffer (an answer has room to spare),
+    // then in front of it: no second buffer and no copy of the body.
+    let body_len = payload.len();
+    http3::encode_response_head(head.status, &fields[..n], body_len, &mut payload);
+    let head_len = payload.len() - body_len;
+    payload.rotate_right(head_len);
+    Some(payload)
 }
 
 /// Answers the one request of a bidirectional stream.

@@ -491,6 +491,18 @@ fn known(kind: u64) -> bool {
 /// Writes the response to a request: HEADERS (`:status` and `fields`), then `body` as one
 /// DATA frame (none when empty). The stream is finished after it.
 pub fn encode_response(status: u16, fields: &[(&[u8], &[u8])], body: &[u8], out: &mut Vec<u8>) {
+    encode_response_head(status, fields, body.len(), out);
+    out.extend_from_slice(body);
+}
+
+/// Writes what goes before a response's body of `body_len` bytes: HEADERS (`:status` and
+/// `fields`), then the DATA frame's type and length (nothing when the body is empty).
+pub fn encode_response_head(
+    status: u16,
+    fields: &[(&[u8], &[u8])],
+    body_len: usize,
+    out: &mut Vec<u8>,
+) {
     write_varint(out, frame_type::HEADERS);
     // The section is encoded in place; its length goes in a two-byte varint reserved before
     // it (RFC 9000 §16 allows any length of encoding), or is moved if it needs more.
@@ -506,8 +518,9 @@ pub fn encode_response(status: u16, fields: &[(&[u8], &[u8])], body: &[u8], out:
         write_varint(out, section.len() as u64);
         out.extend_from_slice(&section);
     }
-    if !body.is_empty() {
-        write_frame(out, frame_type::DATA, body);
+    if body_len > 0 {
+        write_varint(out, frame_type::DATA);
+        write_varint(out, body_len as u64);
     }
 }
 

@@ -253,21 +253,28 @@ fn static_names(name: &[u8]) -> &'static [(usize, usize)] {
 }
 
 fn encode_field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
-    let mut name_index = None;
     let ranges = static_names(name);
-    let indexes = ranges.iter().flat_map(|&(start, end)| start..end);
-    // Names without a fast path are looked up in the whole table.
-    let all = ranges.is_empty().then_some(0..STATIC_TABLE.len());
-    for index in indexes.chain(all.into_iter().flatten()) {
-        let (n, v) = STATIC_TABLE[index];
-        if n != name {
-            continue;
+    let mut name_index = None;
+    if ranges.is_empty() {
+        // Names without a fast path are looked up in the whole table.
+        for (index, &(n, v)) in STATIC_TABLE.iter().enumerate() {
+            if n != name {
+                continue;
+            }
+            if v == value {
+                return indexed(index, out);
+            }
+            name_index.get_or_insert(index);
         }
-        if v == value {
-            // §4.5.2 indexed, static: 11 index(6).
-            return integer::write(out, 0xc0, 6, index as u64);
+    } else {
+        // Every entry in a name's ranges has that name (the table test checks it): only the
+        // values are compared.
+        for index in ranges.iter().flat_map(|&(start, end)| start..end) {
+            if STATIC_TABLE[index].1 == value {
+                return indexed(index, out);
+            }
         }
-        name_index.get_or_insert(index);
+        name_index = Some(ranges[0].0);
     }
     match name_index {
         Some(index) => {
@@ -282,6 +289,11 @@ fn encode_field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
     }
     integer::write(out, 0, 7, value.len() as u64);
     out.extend_from_slice(value);
+}
+
+/// §4.5.2 indexed field line, static: 11 index(6).
+fn indexed(index: usize, out: &mut Vec<u8>) {
+    integer::write(out, 0xc0, 6, index as u64);
 }
 
 #[cfg(test)]
