@@ -1,5 +1,6 @@
 //! One query in, one answer out: the pipeline for transports that carry a single message per
-//! request (DoH, and later DoH3 and DoQ), where each request already runs in its own task.
+//! request (DoH, DoH3 and DoQ). A request is answered where it arrives when it is a hit, and
+//! goes on in a task of its own only when it has to wait ([`inline_or_queued`]).
 //!
 //! ```text
 //! message ─▶ ingress ─┬ Respond ─────────────────────────────▶ Some(answer)
