@@ -49,7 +49,7 @@ impl Inbox {
         inbox.wake();
     }
 
-    fn deliver(&mut self, answer: &[u8]) {
+    pub(crate) fn deliver(&mut self, answer: &[u8]) {
         self.frames
             .extend_from_slice(&(answer.len() as u16).to_be_bytes());
         self.frames.extend_from_slice(answer);
@@ -92,18 +92,22 @@ impl Pipe {
 
     /// Sends one DNS message; its answer arrives framed through `poll_read`.
     fn dispatch(&self, message: Vec<u8>) {
-        let (carrier, inbox, failures) = (
-            self.carrier.clone(),
-            self.inbox.clone(),
-            self.failures.clone(),
-        );
+        match &self.carrier {
+            // HTTP/2 requests are written by the connection's own writer task.
+            Carrier::H2(h2) => h2.send(message),
+            Carrier::Doq(connection) => {
+                let connection = connection.clone();
+                self.spawn(async move { quic::doq_exchange(&connection, message).await });
+            }
+            Carrier::H3(h3) => self.spawn(h3.clone().exchange(message)),
+        }
+    }
+
+    /// Runs one request in a task of its own, delivering its answer or counting its failure.
+    fn spawn(&self, exchange: impl Future<Output = Result<Vec<u8>, u16>> + 'static) {
+        let (inbox, failures) = (self.inbox.clone(), self.failures.clone());
         glommio::spawn_local(async move {
-            let answer = match carrier {
-                Carrier::H2(h2) => h2.exchange(message).await,
-                Carrier::Doq(connection) => quic::doq_exchange(&connection, message).await,
-                Carrier::H3(h3) => h3.exchange(message).await,
-            };
-            match answer {
+            match exchange.await {
                 Ok(answer) => inbox.borrow_mut().deliver(&answer),
                 Err(status) => *failures.borrow_mut().entry(status).or_default() += 1,
             }

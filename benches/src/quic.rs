@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use kudurru_core::http3::{frame_type, write_frame};
 
-use crate::doh::Method;
+use crate::doh::{Method, split_uri};
 use crate::pipe::{Carrier, Inbox, SharedInbox};
 use crate::target::Protocol;
 
@@ -99,15 +99,6 @@ impl QuicClient {
             path: path.into(),
             method,
         }))
-    }
-}
-
-/// `https://AUTHORITY/PATH` as its authority and path.
-fn split_uri(uri: &str) -> (&str, &str) {
-    let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
-    match rest.find('/') {
-        Some(slash) => (&rest[..slash], &rest[slash..]),
-        None => (rest, "/"),
     }
 }
 
@@ -290,16 +281,6 @@ mod tests {
         assert_eq!(get[0], field(":method", "GET"));
         assert_eq!(get[3], field(":path", &long_path));
         assert_eq!(get.len(), 5, "no content-type on a GET");
-    }
-
-    #[test]
-    fn uris_split_into_authority_and_path() {
-        assert_eq!(
-            split_uri("https://127.0.0.1:443/dns-query"),
-            ("127.0.0.1:443", "/dns-query")
-        );
-        assert_eq!(split_uri("https://[::1]:8443/q?x"), ("[::1]:8443", "/q?x"));
-        assert_eq!(split_uri("https://dns.example"), ("dns.example", "/"));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use kudurru_core::FrameBuffer;
 
 use crate::doh;
 use crate::inflight::InFlight;
-use crate::pipe::{Failures, Inbox, Pipe};
+use crate::pipe::{Carrier, Failures, Inbox, Pipe};
 use crate::queries::{Asked, QueryMix};
 use crate::quic::QuicClient;
 use crate::run::{Clock, Flow, Load, Plan, sleep_until};
@@ -174,8 +174,8 @@ async fn connect(
         if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
             return Err("the server did not negotiate HTTP/2 (ALPN h2)".to_owned());
         }
-        let carrier = doh::start(stream, uri.clone(), plan.method, &inbox).await?;
-        Ok(pipe(carrier))
+        let h2 = doh::start(stream, uri, plan.method, &inbox, failures);
+        Ok(pipe(Carrier::H2(h2)))
     };
     match until(deadline, setup).await {
         Some(Ok(stream)) => Ok(stream),
