@@ -50,6 +50,8 @@ const MAX_ANSWER: usize = u16::MAX as usize;
 /// How much of the server's HPACK dynamic table the request encoder uses: the authority,
 /// path and media types fit.
 const ENCODER_TABLE: usize = 512;
+/// Largest response field block kept while its CONTINUATION frames arrive.
+const MAX_FIELD_BLOCK: usize = 64 << 10;
 
 /// What became of one query.
 #[derive(Debug, PartialEq, Eq)]
@@ -292,6 +294,9 @@ impl Client {
         if let Some(block) = &mut self.block {
             if header.kind != kind::CONTINUATION || header.stream != block.stream {
                 return Err("a field block interrupted".into());
+            }
+            if block.bytes.len() + payload.len() > MAX_FIELD_BLOCK {
+                return Err("a response field block over 64 KiB".into());
             }
             block.bytes.extend_from_slice(payload);
             if header.has(flag::END_HEADERS) {
@@ -813,6 +818,58 @@ mod tests {
         frame::window_update(&mut update, 0, 1000);
         client.receive(&update, &mut |_| {}).unwrap();
         assert_eq!(data_frames(&mut client).len(), 2);
+    }
+
+    /// Whatever a server sends, the client ends the connection with an error or goes on; it
+    /// never panics, and a CONTINUATION flood stops at the field block limit.
+    #[test]
+    fn arbitrary_server_bytes_never_panic_and_field_blocks_are_bounded() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..2000 {
+            let mut client = Client::new("https://localhost/q", Method::Post);
+            for i in 0..4u8 {
+                client.send(vec![i; 16]).unwrap();
+            }
+            let mut input = Vec::new();
+            // Plausible frame headers (types 0-10, streams 0-9) with random payloads.
+            for _ in 0..(next() % 8) {
+                let len = (next() % 40) as usize;
+                let r = next();
+                input.extend_from_slice(&(len as u32).to_be_bytes()[1..]);
+                input.extend_from_slice(&[(r % 11) as u8, (r >> 8) as u8]);
+                input.extend_from_slice(&((r >> 16) as u32 % 10).to_be_bytes());
+                input.extend((0..len).map(|_| next() as u8));
+            }
+            let _ = client.receive(&input, &mut |_| {});
+        }
+        let mut client = Client::new("https://localhost/q", Method::Post);
+        client.send(b"query".to_vec()).unwrap();
+        let mut flood = Vec::new();
+        let at = frame::start(&mut flood);
+        flood.push(0x88); // :status 200, without END_HEADERS
+        frame::finish(&mut flood, at, kind::HEADERS, 0, 1);
+        let continuation = |out: &mut Vec<u8>| {
+            let at = frame::start(out);
+            out.extend_from_slice(&[0u8; 16_000]);
+            frame::finish(out, at, kind::CONTINUATION, 0, 1);
+        };
+        for _ in 0..4 {
+            continuation(&mut flood);
+        }
+        assert_eq!(
+            client.receive(&flood, &mut |_| {}),
+            Ok(flood.len()),
+            "64,000 bytes are within the limit"
+        );
+        let mut more = Vec::new();
+        continuation(&mut more);
+        assert!(client.receive(&more, &mut |_| {}).is_err());
     }
 
     #[test]
