@@ -482,17 +482,16 @@ pub(crate) fn split_uri(uri: &str) -> (&str, &str) {
     }
 }
 
-/// What the flow, the reader task and the writer task of one connection share.
+/// What the flow, the reader task and the writer task of one connection share. The
+/// connection has ended once its inbox is closed.
 struct Shared {
     client: Client,
     /// The writer task waits for output here.
     writer: Option<Waker>,
-    closed: bool,
 }
 
 impl Shared {
     fn close(&mut self, inbox: &SharedInbox) {
-        self.closed = true;
         Inbox::close(inbox);
         if let Some(writer) = self.writer.take() {
             writer.wake();
@@ -500,22 +499,21 @@ impl Shared {
     }
 }
 
-/// An HTTP/2 connection's request side, for [`crate::pipe::Carrier::H2`]. Dropping the last
-/// handle cancels its tasks, which closes the connection.
-#[derive(Clone)]
+/// An HTTP/2 connection's request side, for [`crate::pipe::Carrier::H2`]. Dropping it cancels
+/// its tasks, which closes the connection.
 pub(crate) struct H2 {
     shared: Rc<RefCell<Shared>>,
     inbox: SharedInbox,
-    _tasks: Rc<[glommio::Task<()>; 2]>,
+    _tasks: [glommio::Task<()>; 2],
 }
 
 impl H2 {
     /// Sends one query; its answer reaches the inbox, or its failure the pipe's failures.
     pub(crate) fn send(&self, message: Vec<u8>) {
-        let mut shared = self.shared.borrow_mut();
-        if shared.closed {
+        if self.inbox.borrow().closed() {
             return;
         }
+        let mut shared = self.shared.borrow_mut();
         if shared.client.send(message).is_err() {
             shared.close(&self.inbox);
             return;
@@ -542,7 +540,6 @@ where
     let shared = Rc::new(RefCell::new(Shared {
         client: Client::new(uri, method),
         writer: None,
-        closed: false,
     }));
     let (state, answers, failed) = (shared.clone(), inbox.clone(), failures.clone());
     let read = glommio::spawn_local(async move {
@@ -578,10 +575,10 @@ where
         let mut chunk = Vec::new();
         loop {
             let open = std::future::poll_fn(|cx| {
-                let mut state = state.borrow_mut();
-                if state.closed {
+                if answers.borrow().closed() {
                     return Poll::Ready(false);
                 }
+                let mut state = state.borrow_mut();
                 if state.client.output().is_empty() {
                     state.writer = Some(cx.waker().clone());
                     return Poll::Pending;
@@ -599,7 +596,7 @@ where
     H2 {
         shared,
         inbox: inbox.clone(),
-        _tasks: Rc::new([read, write]),
+        _tasks: [read, write],
     }
 }
 

@@ -49,6 +49,11 @@ impl Inbox {
         inbox.wake();
     }
 
+    /// Whether the connection ended.
+    pub(crate) fn closed(&self) -> bool {
+        self.closed
+    }
+
     pub(crate) fn deliver(&mut self, answer: &[u8]) {
         self.frames
             .extend_from_slice(&(answer.len() as u16).to_be_bytes());
@@ -61,7 +66,6 @@ impl Inbox {
 pub(crate) type Failures = Rc<RefCell<BTreeMap<u16, u64>>>;
 
 /// How one query travels.
-#[derive(Clone)]
 pub(crate) enum Carrier {
     /// DNS over HTTPS on HTTP/2.
     H2(doh::H2),
