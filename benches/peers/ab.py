@@ -10,7 +10,10 @@
 For a change to the data plane or to the vendored glommio: build the binary before and after
 (copy each `target/release/kudurru` aside), then run this. A server is a kudurru binary
 (`serve --cores 1`), `ceiling` (`kudurru-echo --mode echo --tcp`: batched UDP, and TCP with
-one `epoll` thread that answers every whole frame of a read with one write), `unbound` or `dnsdist`
+one `epoll` thread that answers every whole frame of a read with one write), `glommio-floor`
+(`kudurru-echo --mode echo --glommio`: UDP echoed from a glommio executor that sleeps as a kudurru
+listener does at light load, the least a server on glommio pays per wake-up; UDP `hit` runs only),
+`unbound` or `dnsdist`
 (configured as in compare.py: caching forwarders to the same upstream). Each round starts every
 server in turn pinned to CPU 0, warms its cache and drives the workload with dnsperf at the same
 offered rate from CPU 1, next to the `kudurru-echo --mode answer` upstream:
@@ -53,6 +56,10 @@ def server_argv(server, unbound_conf, dnsdist_conf, upstream_scheme="udp"):
     if server == "ceiling":
         port = PORTS["ceiling"]
         return [os.path.join(TARGET, "kudurru-echo"), "--mode", "echo", "--tcp", "--listen", f"127.0.0.1:{port}"], port
+    if server == "glommio-floor":
+        port = PORTS["glommio-floor"]
+        return [os.path.join(TARGET, "kudurru-echo"), "--mode", "echo", "--glommio", "--listen",
+                f"127.0.0.1:{port}"], port
     if server == "unbound":
         return ["unbound", "-d", "-c", unbound_conf], PORTS["unbound"]
     if server == "dnsdist":
@@ -108,7 +115,7 @@ def one_run(server, args, workdir, hits, rng, confs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binaries", required=True,
-                    help="comma-separated servers: kudurru binaries, 'ceiling', 'unbound', 'dnsdist'")
+                    help="comma-separated servers: kudurru binaries, 'ceiling', 'glommio-floor', 'unbound', 'dnsdist'")
     ap.add_argument("--workload", choices=["hit", "tcp-hit", "miss"], default="hit")
     ap.add_argument("--rate", type=int, default=40000, help="offered QPS (dnsperf -Q)")
     ap.add_argument("--outstanding", type=int, default=0,
@@ -125,8 +132,10 @@ def main():
         servers.insert(0, "ceiling")
     if args.outstanding and args.workload == "miss":
         sys.exit("ab.py: --outstanding is for hit and tcp-hit")
-    if args.workload == "miss" and "ceiling" in servers:
-        sys.exit("ab.py: the echo ceiling resolves nothing; leave it out of miss runs")
+    if args.workload == "miss" and ("ceiling" in servers or "glommio-floor" in servers):
+        sys.exit("ab.py: the echo servers resolve nothing; leave them out of miss runs")
+    if args.workload == "tcp-hit" and "glommio-floor" in servers:
+        sys.exit("ab.py: glommio-floor answers UDP only")
     workdir = tempfile.mkdtemp(prefix="kudurru-ab-")
     hits = os.path.join(workdir, "hits.txt")
     write_names(hits, [f"h{i}.bench.example." for i in range(1000)])

@@ -52,7 +52,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGET = os.path.join(ROOT, "target", "release")
 UPSTREAM_PORT = 27400
-PORTS = {"ceiling": 27401, "kudurru": 27402, "unbound": 27403, "dnsdist": 27404}
+PORTS = {"ceiling": 27401, "kudurru": 27402, "unbound": 27403, "dnsdist": 27404, "glommio-floor": 27405}
 OPS_PORT = 27481
 SERVER_CPU = "0"
 CLIENT_CPU = "1"

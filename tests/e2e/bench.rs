@@ -702,3 +702,70 @@ fn echo_ceiling_answers_pipelined_tcp_frames_split_anywhere() {
     stream.read_exact(&mut reply).unwrap();
     assert_eq!(&reply[..2], &11u16.to_be_bytes());
 }
+
+/// The glommio floor (`kudurru-echo --mode echo --glommio`) answers every datagram of a burst
+/// larger than one receive batch (64), then sleeps on its poll and wakes for a lone query
+/// later; a datagram with QR set gets no reply.
+#[test]
+fn glommio_floor_echoes_bursts_and_wakes_for_a_lone_query() {
+    use std::collections::BTreeSet;
+    use std::net::UdpSocket;
+    use std::time::{Duration, Instant};
+
+    let port = kudurru_e2e::free_port();
+    let _echo = Echo(
+        Command::new(bench_bin("kudurru-echo"))
+            .args(["--mode", "echo", "--glommio", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kudurru-echo starts"),
+    );
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        udp.send_to(&echo_query(0), ("127.0.0.1", port)).unwrap();
+        if udp.recv_from(&mut buf).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kudurru-echo --glommio never answered"
+        );
+    }
+    udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+
+    let burst = 150u16;
+    for id in 1..=burst {
+        udp.send_to(&echo_query(id), ("127.0.0.1", port)).unwrap();
+    }
+    let mut seen = BTreeSet::new();
+    for _ in 1..=burst {
+        let (n, _) = udp
+            .recv_from(&mut buf)
+            .expect("a reply per query of the burst");
+        let id = u16::from_be_bytes([buf[0], buf[1]]);
+        let mut expected = echo_query(id);
+        expected[2] |= 0x80;
+        expected[3] |= 0x80;
+        assert_eq!(&buf[..n], &expected[..], "reply {id}");
+        seen.insert(id);
+    }
+    assert_eq!(seen, (1..=burst).collect::<BTreeSet<_>>());
+
+    // A response is not answered; a lone query after a pause (the server asleep) is.
+    let mut response = echo_query(500);
+    response[2] |= 0x80;
+    udp.send_to(&response, ("127.0.0.1", port)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    udp.send_to(&echo_query(501), ("127.0.0.1", port)).unwrap();
+    let (_, _) = udp.recv_from(&mut buf).expect("a reply after the pause");
+    assert_eq!(
+        &buf[..2],
+        &501u16.to_be_bytes(),
+        "the response got no reply"
+    );
+}

@@ -7,9 +7,15 @@
 //! cheaper, so its CPU per answer is the ceiling a server is compared against. `--mode answer`
 //! also appends `A 192.0.2.1` (TTL `--ttl`, owner compressed to the question) after dropping any
 //! OPT record: a minimal authoritative upstream that answers every name, for forwarder benchmarks.
+//!
+//! `--glommio` serves UDP from a glommio executor instead of a blocking loop, waiting the way a
+//! kudurru core's listener does at light load (a multishot poll on the main ring, then
+//! non-blocking `recvmmsg`/`sendmmsg` until the socket is empty) and doing nothing else: the
+//! least a server on glommio pays per wake-up, the floor between the blocking ceiling and
+//! kudurru (`ab.py` names it `glommio-floor`).
 
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
@@ -42,6 +48,10 @@ struct Args {
     /// such as dnsdist for TCP clients, in `answer` mode.
     #[arg(long)]
     tcp: bool,
+    /// Serve UDP from a glommio executor (sized as a kudurru core's) that sleeps on a multishot
+    /// poll when the socket is empty, instead of a blocking `recvmmsg`.
+    #[arg(long)]
+    glommio: bool,
 }
 
 /// Bytes read from a TCP connection at once; also the output a connection may hold.
@@ -222,17 +232,71 @@ fn main() -> Result<()> {
     if args.tcp {
         serve_tcp(args.listen, args.mode, args.ttl)?;
     }
-    let fd = socket.as_raw_fd();
-    eprintln!("kudurru-echo: {:?} on {}", args.mode, args.listen);
+    eprintln!(
+        "kudurru-echo: {:?} on {}{}",
+        args.mode,
+        args.listen,
+        if args.glommio { " (glommio)" } else { "" }
+    );
+    let mut batch = Batch::new();
+    if !args.glommio {
+        let fd = socket.as_raw_fd();
+        loop {
+            batch.exchange(fd, libc::MSG_WAITFORONE, args.mode, args.ttl)?;
+        }
+    }
+    socket.set_nonblocking(true)?;
+    let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .io_memory(kudurru_transports::runtime::IO_MEMORY_PER_CORE)
+        .ring_depth(kudurru_transports::runtime::RING_DEPTH)
+        .make()
+        .map_err(|e| anyhow::anyhow!("starting a glommio executor: {e}"))?;
+    executor.run(async move {
+        // SAFETY: the descriptor is a bound UDP socket whose ownership moves to glommio here.
+        let socket = unsafe { glommio::net::UdpSocket::from_raw_fd(socket.into_raw_fd()) };
+        let fd = socket.as_raw_fd();
+        let readiness = socket.readiness();
+        loop {
+            // A short batch emptied the socket: sleep until the next datagram.
+            if batch.exchange(fd, libc::MSG_DONTWAIT, args.mode, args.ttl)? < BATCH {
+                readiness.wait().await?;
+            }
+        }
+    })
+}
 
-    let mut bufs = vec![[0u8; MAX_DATAGRAM]; BATCH];
-    let mut lens = [0usize; BATCH];
-    // SAFETY: zeroed sockaddr_storage, iovec and mmsghdr are valid initial values; the pointers
-    // set below stay valid because `bufs`, `addrs` and `iovs` live for the whole loop.
-    let mut addrs: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; BATCH];
-    let mut iovs: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; BATCH];
-    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; BATCH];
-    loop {
+/// Buffers and message headers for one `recvmmsg` and one `sendmmsg` of up to [`BATCH`].
+struct Batch {
+    bufs: Vec<[u8; MAX_DATAGRAM]>,
+    lens: [usize; BATCH],
+    addrs: Vec<libc::sockaddr_storage>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl Batch {
+    fn new() -> Self {
+        // SAFETY: zeroed sockaddr_storage, iovec and mmsghdr are valid initial values; the
+        // pointers set in `exchange` point into these vectors, which never reallocate.
+        Self {
+            bufs: vec![[0u8; MAX_DATAGRAM]; BATCH],
+            lens: [0; BATCH],
+            addrs: vec![unsafe { std::mem::zeroed() }; BATCH],
+            iovs: vec![unsafe { std::mem::zeroed() }; BATCH],
+            msgs: vec![unsafe { std::mem::zeroed() }; BATCH],
+        }
+    }
+
+    /// Receives up to [`BATCH`] datagrams (`flags`: wait for one, or not at all), answers
+    /// them with one `sendmmsg`, and returns how many arrived (0 when the socket was empty).
+    fn exchange(&mut self, fd: i32, flags: i32, mode: Mode, ttl: u32) -> Result<usize> {
+        let Self {
+            bufs,
+            lens,
+            addrs,
+            iovs,
+            msgs,
+        } = self;
         for i in 0..BATCH {
             iovs[i] = libc::iovec {
                 iov_base: bufs[i].as_mut_ptr().cast(),
@@ -250,22 +314,22 @@ fn main() -> Result<()> {
                 fd,
                 msgs.as_mut_ptr(),
                 BATCH as u32,
-                libc::MSG_WAITFORONE,
+                flags,
                 std::ptr::null_mut(),
             )
         };
         if n < 0 {
             let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            bail!("recvmmsg: {err}");
+            return match err.kind() {
+                std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => Ok(0),
+                _ => bail!("recvmmsg: {err}"),
+            };
         }
         let n = n as usize;
         let mut out = 0;
         for i in 0..n {
             let len = msgs[i].msg_len as usize;
-            if let Some(reply_len) = respond(&mut bufs[i], len, args.mode, args.ttl) {
+            if let Some(reply_len) = respond(&mut bufs[i], len, mode, ttl) {
                 lens[out] = reply_len;
                 if out != i {
                     bufs.swap(out, i);
@@ -295,6 +359,7 @@ fn main() -> Result<()> {
             }
             sent += rc as usize;
         }
+        Ok(n)
     }
 }
 
