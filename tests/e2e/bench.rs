@@ -593,6 +593,21 @@ fn bench_compare_prints_ratios_of_two_reports() {
 /// A running `kudurru-echo`, killed when dropped.
 struct Echo(std::process::Child);
 
+impl Echo {
+    /// Starts `kudurru-echo --mode echo` with `flag` (`--tcp`, `--glommio`) on a free loopback
+    /// port, and returns it with the port.
+    fn start(flag: &str) -> (Self, u16) {
+        let port = kudurru_e2e::free_port();
+        let child = Command::new(bench_bin("kudurru-echo"))
+            .args(["--mode", "echo", flag, "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kudurru-echo starts");
+        (Self(child), port)
+    }
+}
+
 impl Drop for Echo {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -618,15 +633,7 @@ fn echo_ceiling_answers_pipelined_tcp_frames_split_anywhere() {
     use std::net::{TcpStream, UdpSocket};
     use std::time::{Duration, Instant};
 
-    let port = kudurru_e2e::free_port();
-    let _echo = Echo(
-        Command::new(bench_bin("kudurru-echo"))
-            .args(["--mode", "echo", "--tcp", "--listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("kudurru-echo starts"),
-    );
+    let (_echo, port) = Echo::start("--tcp");
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut stream = loop {
         match TcpStream::connect(("127.0.0.1", port)) {
@@ -712,15 +719,7 @@ fn glommio_floor_echoes_bursts_and_wakes_for_a_lone_query() {
     use std::net::UdpSocket;
     use std::time::{Duration, Instant};
 
-    let port = kudurru_e2e::free_port();
-    let _echo = Echo(
-        Command::new(bench_bin("kudurru-echo"))
-            .args(["--mode", "echo", "--glommio", "--listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("kudurru-echo starts"),
-    );
+    let (_echo, port) = Echo::start("--glommio");
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
     udp.set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
