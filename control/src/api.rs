@@ -10,18 +10,19 @@
 //! same subscribers as a file reload. Without a settings file the change stays in memory
 //! (`persisted: false`). `PATCH /node/config` changes node-scope keys in memory only.
 
-use std::io::Read as _;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
 use crate::config::{ConfigError, KEYS, KeyInfo, Scope, find_key};
+use crate::files::write_atomically;
+use crate::http::{Handler, HttpError, Request as HttpRequest, Response};
 use crate::layers::{FileLayer, Layer};
 use crate::ops::OpsState;
 use crate::reload::Reloadable;
-use crate::tokens::{Permission, Refusal, TokenStore, write_atomically};
+use crate::tokens::{Permission, Refusal, TokenStore};
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -57,10 +58,10 @@ fn ok(body: Value) -> Reply {
     }
 }
 
-fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
+fn error(status: u16, code: &'static str, message: impl Into<String>) -> Reply {
     Reply {
         status,
-        body: json!({ "code": code, "message": message.into() }),
+        body: HttpError::new(status, code, message).body(),
         allow: None,
     }
 }
@@ -73,6 +74,9 @@ pub struct Api {
     pub tokens: TokenStore,
     /// Counters (upstreams).
     pub ops: Arc<OpsState>,
+    /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
+    /// of one file must not both read the old document.
+    writes: Mutex<()>,
 }
 
 /// A request, already read.
@@ -91,8 +95,27 @@ pub struct Request {
 }
 
 impl Api {
+    /// The API over `reloadable`, with `tokens` and the ops counters.
+    pub fn new(reloadable: Arc<Reloadable>, tokens: TokenStore, ops: Arc<OpsState>) -> Self {
+        Self {
+            reloadable,
+            tokens,
+            ops,
+            writes: Mutex::new(()),
+        }
+    }
+
     /// Answers one request.
     pub fn handle(&self, request: &Request) -> Reply {
+        if let Err(reply) = self.authorize(request) {
+            return reply;
+        }
+        self.dispatch(request)
+    }
+
+    /// The route and token checks, which read nothing but the method, the path and the
+    /// `Authorization` header: 404, 405, 401 or 403, before any body is read.
+    pub fn authorize(&self, request: &Request) -> Result<(), Reply> {
         let Some(&(_, _, permission)) = ROUTES
             .iter()
             .find(|(m, p, _)| *p == request.path && *m == request.method)
@@ -102,7 +125,7 @@ impl Api {
                 .filter(|(_, p, _)| *p == request.path)
                 .map(|(m, _, _)| *m)
                 .collect();
-            return if allowed.is_empty() {
+            return Err(if allowed.is_empty() {
                 error(404, "not_found", format!("no route {}", request.path))
             } else {
                 let mut reply = error(
@@ -112,7 +135,7 @@ impl Api {
                 );
                 reply.allow = Some(allowed.join(", "));
                 reply
-            };
+            });
         };
         let max_lifetime = self.reloadable.current().validated.token_max_lifetime;
         let token = request
@@ -121,23 +144,28 @@ impl Api {
             .and_then(|h| h.strip_prefix("Bearer "))
             .map(str::trim);
         let Some(token) = token else {
-            return error(
+            return Err(error(
                 401,
                 "unauthorized",
                 "send Authorization: Bearer <token> (kudurru token create)",
-            );
+            ));
         };
         let role = match self.tokens.verify(token, max_lifetime) {
             Ok(role) => role,
-            Err(Refusal::Unauthorized(why)) => return error(401, "unauthorized", why),
+            Err(Refusal::Unauthorized(why)) => return Err(error(401, "unauthorized", why)),
         };
         if !role.grants(permission) {
-            return error(
+            return Err(error(
                 403,
                 "forbidden",
                 format!("role {} lacks {}", role.name(), permission.name()),
-            );
+            ));
         }
+        Ok(())
+    }
+
+    /// Answers a request [`Api::authorize`] let through.
+    pub fn dispatch(&self, request: &Request) -> Reply {
         match (request.method.as_str(), request.path.as_str()) {
             ("GET", "/api/v1/settings") => self.get_keys(Scope::Cluster),
             ("GET", "/api/v1/node/config") => self.get_keys(Scope::Node),
@@ -428,6 +456,10 @@ impl Api {
             Ok(keys) => keys,
             Err(reply) => return reply,
         };
+        let _writing = self
+            .writes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(reply) = self.locked(&keys) {
             return reply;
         }
@@ -501,6 +533,10 @@ impl Api {
             Ok(keys) => keys,
             Err(reply) => return reply,
         };
+        let _writing = self
+            .writes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(reply) = self.locked(&keys) {
             return reply;
         }
@@ -795,50 +831,77 @@ fn insert_path(map: &mut Map<String, Value>, key: &str, value: Value) {
     current.insert(last.to_owned(), value);
 }
 
-/// Binds the API listener; the error names the address.
-pub fn bind(addr: std::net::SocketAddr) -> Result<tiny_http::Server, String> {
-    tiny_http::Server::http(addr).map_err(|e| format!("cannot bind API listener {addr}: {e}"))
+/// Serves the API on the control thread's HTTP layer. The route and token checks run first
+/// and the body is read only for an authorised request (an unauthenticated client cannot make
+/// the server wait for its body); handlers read files and fsync, so both steps run on the
+/// bounded blocking pool, never on the control thread itself.
+pub fn handler(api: Arc<Api>) -> Handler {
+    Arc::new(move |request: HttpRequest, _peer| {
+        let api = api.clone();
+        Box::pin(async move { serve_one(api, request).await })
+    })
 }
 
-/// Serves requests until the server is unblocked.
-pub fn serve(server: Arc<tiny_http::Server>, api: Arc<Api>) {
-    for mut request in server.incoming_requests() {
-        let header = |name: &str| {
-            request
-                .headers()
-                .iter()
-                .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
-                .map(|h| h.value.as_str().to_owned())
-        };
-        let mut parsed = Request {
-            method: request.method().as_str().to_ascii_uppercase(),
-            path: request.url().split('?').next().unwrap_or("").to_owned(),
-            authorization: header("Authorization"),
-            content_type: header("Content-Type"),
-            body: None,
-        };
-        let mut body = Vec::new();
-        let read = request
-            .as_reader()
-            .take(MAX_BODY as u64 + 1)
-            .read_to_end(&mut body);
-        if read.is_ok() && body.len() <= MAX_BODY {
-            parsed.body = Some(body);
+async fn serve_one(api: Arc<Api>, request: HttpRequest) -> Response {
+    let header = |name: http::header::HeaderName| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let mut parsed = Request {
+        method: request.method().as_str().to_ascii_uppercase(),
+        path: request.uri().path().to_owned(),
+        authorization: header(http::header::AUTHORIZATION),
+        content_type: header(http::header::CONTENT_TYPE),
+        body: None,
+    };
+    let (api, parsed_back, checked) = match blocking(move || {
+        let checked = api.authorize(&parsed);
+        (api, parsed, checked)
+    })
+    .await
+    {
+        Ok(done) => done,
+        Err(e) => return e.into_response(),
+    };
+    parsed = parsed_back;
+    if let Err(reply) = checked {
+        return reply.into_response();
+    }
+    if parsed.method == "PATCH" {
+        match crate::http::read_body(request, MAX_BODY).await {
+            Ok(body) => parsed.body = Some(body.to_vec()),
+            // `dispatch` answers a missing body with its own 413.
+            Err(e) if e.status == 413 => {}
+            Err(e) => return e.into_response(),
         }
-        let reply = api.handle(&parsed);
-        let text = serde_json::to_string(&reply.body).unwrap_or_default() + "\n";
-        let mut response = tiny_http::Response::from_string(text)
-            .with_status_code(reply.status)
-            .with_header(
-                tiny_http::Header::from_bytes("Content-Type", "application/json")
-                    .expect("static header is valid"),
-            );
-        if let Some(allow) = &reply.allow
-            && let Ok(header) = tiny_http::Header::from_bytes("Allow", allow.as_bytes())
-        {
-            response = response.with_header(header);
-        }
-        let _ = request.respond(response);
+    }
+    match blocking(move || api.dispatch(&parsed)).await {
+        Ok(reply) => reply.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Runs `f` on the blocking pool; a 503 when the pool cannot take it.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, HttpError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        tracing::error!(error = %e, "an API request failed on the blocking pool");
+        HttpError::new(
+            503,
+            "unavailable",
+            "the request could not be run; try again",
+        )
+    })
+}
+
+impl Reply {
+    /// The HTTP response: status, JSON body, `Allow` on a 405.
+    pub fn into_response(self) -> Response {
+        crate::http::json_allowing(self.status, &self.body, self.allow.as_deref())
     }
 }
 

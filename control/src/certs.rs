@@ -3,7 +3,7 @@
 //! self-signed pair for local use (`kudurru cert generate`).
 //!
 //! ```text
-//! tls.certFile ─┐ (reload::watch: notify + poll + sha256)
+//! tls.certFile ─┐ (watch::FileWatcher: notify + poll + sha256)
 //! tls.keyFile ──┴▶ load both ─┬ valid: swap the TlsConfig (next handshake uses it) + log
 //!                             └ invalid: log why, keep serving the old pair
 //! ```
@@ -15,9 +15,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kudurru_transports::{TlsConfig, TlsServers};
+use kudurru_transports::TlsServers;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::files::sha256;
+use crate::watch::{FileWatcher, WatchError};
 
 /// Why a certificate pair could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -99,34 +102,39 @@ pub fn generate(names: &[String]) -> Result<(String, String), CertError> {
     Ok((pair.cert.pem(), pair.signing_key.serialize_pem()))
 }
 
-/// Watches a certificate pair; dropping it stops watching.
-pub struct CertWatch {
-    _cert: crate::reload::Watcher,
-    _key: crate::reload::Watcher,
+/// The HTTP API's server configuration for the pair in `cert` and `key` (ALPN `http/1.1`).
+pub fn api_server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CertError> {
+    let mut config = server_config(cert, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
 }
 
-/// Re-reads `cert` and `key` whenever either changes and swaps a valid pair into `tls`; an
-/// invalid pair is logged and the old one keeps serving.
-pub fn watch(cert: &Path, key: &Path, tls: TlsConfig) -> Result<CertWatch, String> {
+/// Re-reads `cert` and `key` whenever either changes and hands a valid pair to `install`; an
+/// invalid pair is logged and the old one keeps serving. `what` names the listeners in logs.
+pub fn watch<T: Send + Sync + 'static>(
+    watcher: &mut FileWatcher,
+    what: &'static str,
+    cert: &Path,
+    key: &Path,
+    load: fn(&Path, &Path) -> Result<T, CertError>,
+    install: impl Fn(T) + Send + Sync + 'static,
+) -> Result<(), WatchError> {
     let reload = {
         let (cert, key) = (cert.to_owned(), key.to_owned());
-        move || match server_configs(&cert, &key) {
+        Arc::new(move || match load(&cert, &key) {
             Ok(config) => {
-                tls.store(Arc::new(config));
-                tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
+                install(config);
+                tracing::info!(listeners = what, cert = %cert.display(), "TLS certificate reloaded");
             }
             Err(e) => {
-                tracing::error!(error = %e, "TLS certificate not reloaded; the previous one stays in use");
+                tracing::error!(listeners = what, error = %e, "TLS certificate not reloaded; the previous one stays in use");
             }
-        }
+        })
     };
-    let hash = |path: &Path| std::fs::read(path).ok().map(|b| crate::layers::sha256(&b));
-    let reload = Arc::new(reload);
+    let hash = |path: &Path| std::fs::read(path).ok().map(|b| sha256(&b));
     let on_cert = reload.clone();
-    Ok(CertWatch {
-        _cert: crate::reload::watch(cert, hash(cert), move || on_cert())?,
-        _key: crate::reload::watch(key, hash(key), move || reload())?,
-    })
+    watcher.follow(cert, hash(cert), move || on_cert())?;
+    watcher.follow(key, hash(key), move || reload())
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
+use crate::files::sha256;
 
 use crate::cli::ServeArgs;
 use crate::config::{Config, ConfigError, KEYS, KeyInfo, Scope, find_key};
@@ -88,11 +88,6 @@ pub struct FileLayer {
     pub keys: Vec<&'static KeyInfo>,
     /// SHA-256 of the bytes read.
     pub sha256: [u8; 32],
-}
-
-/// The SHA-256 of `bytes`.
-pub fn sha256(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
 }
 
 impl FileLayer {

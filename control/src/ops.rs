@@ -1,7 +1,7 @@
 //! The ops listener: `/healthz/live`, `/healthz/ready`, `/metrics` (Prometheus text format) and
 //! `/lameduck`. Unauthenticated by design, so it binds to loopback by default and changes state
-//! (`POST`/`DELETE /lameduck`) only for loopback peers; it runs on its own thread of the control
-//! plane and never touches a core's state except through atomics.
+//! (`POST`/`DELETE /lameduck`) only for loopback peers; it is served by the control thread's HTTP
+//! layer ([`crate::http`]) and never touches a core's state except through atomics.
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
@@ -13,6 +13,9 @@ use kudurru_transports::metrics::{
     DOH_STATUS_LABELS, HttpVersion, LATENCY_BOUNDS, MAX_UPSTREAMS, RCODE_LABELS, UpstreamError,
 };
 use kudurru_transports::{CoreMetrics, SharedSettings, Transport};
+
+use crate::http::{Handler, Request, respond};
+use http::Method;
 
 /// What the ops listener reports on.
 pub struct OpsState {
@@ -26,6 +29,8 @@ pub struct OpsState {
     pub lameduck: Arc<AtomicBool>,
     /// Settings reload counters.
     pub reloads: Arc<crate::reload::ReloadStats>,
+    /// The control thread's HTTP listeners (`ops`, `api`) and their counters.
+    pub http: Vec<(&'static str, Arc<crate::http::ListenerStats>)>,
 }
 
 /// Whether a peer may change lameduck: loopback only, since the ops listener has no
@@ -40,56 +45,52 @@ pub fn may_change_state(peer: Option<IpAddr>) -> bool {
     }
 }
 
-/// Binds the ops listener; the error names the address.
-pub fn bind(addr: SocketAddr) -> Result<tiny_http::Server, String> {
-    tiny_http::Server::http(addr).map_err(|e| format!("cannot bind ops listener {addr}: {e}"))
-}
-
-/// Serves requests until the server is unblocked.
-pub fn serve(server: Arc<tiny_http::Server>, state: Arc<OpsState>) {
-    for request in server.incoming_requests() {
-        let peer = request.remote_addr().map(SocketAddr::ip);
-        let (status, content_type, body) = route(&state, request.method(), request.url(), peer);
-        let header = tiny_http::Header::from_bytes("Content-Type", content_type)
-            .expect("static header is valid");
-        let response = tiny_http::Response::from_string(body)
-            .with_status_code(status)
-            .with_header(header);
-        let _ = request.respond(response);
-    }
+/// Answers ops requests: every route is cheap (atomics only), so it runs on the control
+/// thread itself; a request body is never read (hyper closes the connection rather than wait
+/// for one the route does not need).
+pub fn handler(state: Arc<OpsState>) -> Handler {
+    Arc::new(move |request: Request, peer: SocketAddr| {
+        let (status, content_type, body) = route(
+            &state,
+            request.method(),
+            request.uri().path(),
+            Some(peer.ip()),
+        );
+        Box::pin(std::future::ready(respond(status, content_type, body)))
+    })
 }
 
 fn route(
     state: &OpsState,
-    method: &tiny_http::Method,
-    url: &str,
+    method: &Method,
+    path: &str,
     peer: Option<IpAddr>,
 ) -> (u16, &'static str, String) {
-    use tiny_http::Method::{Delete, Get, Head, Post};
-    let path = url.split('?').next().unwrap_or("");
     const TEXT: &str = "text/plain; charset=utf-8";
     const JSON: &str = "application/json";
+    let read = *method == Method::GET || *method == Method::HEAD;
     if path == "/lameduck" {
         let lameduck =
             |state: &OpsState| format!("{{\"lameduck\":{}}}\n", state.lameduck.load(Relaxed));
-        return match method {
-            Get | Head => (200, JSON, lameduck(state)),
-            Post | Delete if !may_change_state(peer) => (
+        let change = *method == Method::POST || *method == Method::DELETE;
+        return match () {
+            () if read => (200, JSON, lameduck(state)),
+            () if change && !may_change_state(peer) => (
                 403,
                 JSON,
                 "{\"code\":\"forbidden\",\"message\":\"lameduck changes only from loopback peers\"}\n".into(),
             ),
-            Post | Delete => {
-                let on = *method == Post;
+            () if change => {
+                let on = *method == Method::POST;
                 if state.lameduck.swap(on, Relaxed) != on {
                     tracing::warn!(lameduck = on, ?peer, "lameduck changed over the ops listener");
                 }
                 (200, JSON, lameduck(state))
             }
-            _ => (405, TEXT, "method not allowed\n".into()),
+            () => (405, TEXT, "method not allowed\n".into()),
         };
     }
-    if !matches!(method, Get | Head) {
+    if !read {
         return (405, TEXT, "method not allowed\n".into());
     }
     match path {
@@ -320,6 +321,25 @@ pub fn render_metrics(state: &OpsState) -> String {
             ("rejected", state.reloads.rejected.load(Relaxed)),
         ],
     );
+    head(
+        &mut out,
+        "kudurru_http_connections_total",
+        "counter",
+        "Connections to the control thread's HTTP listeners: accepted, refused (the listener's connection limit) or failed accepts (file descriptors or memory).",
+    );
+    for (listener, stats) in &state.http {
+        for (result, count) in [
+            ("accepted", &stats.accepted),
+            ("refused", &stats.refused),
+            ("accept_error", &stats.accept_errors),
+        ] {
+            let _ = writeln!(
+                out,
+                "kudurru_http_connections_total{{listener=\"{listener}\",result=\"{result}\"}} {}",
+                count.load(Relaxed)
+            );
+        }
+    }
     let settings = state.settings.load();
     let upstreams: Vec<String> = settings
         .upstreams
@@ -454,6 +474,7 @@ mod tests {
             settings: Arc::new(ArcSwap::from_pointee(settings)),
             lameduck: Arc::new(AtomicBool::new(false)),
             reloads: Arc::default(),
+            http: vec![("ops", Arc::default())],
         }
     }
 
@@ -476,45 +497,33 @@ mod tests {
         assert!(!may_change_state(None), "unknown peer (unix socket)");
         let s = state(Arc::new(AtomicBool::new(true)));
         let remote = Some("192.0.2.1".parse().unwrap());
-        use tiny_http::Method::{Delete, Get, Post};
-        assert_eq!(route(&s, &Post, "/lameduck", remote).0, 403);
+        let (delete, get, post) = (Method::DELETE, Method::GET, Method::POST);
+        assert_eq!(route(&s, &post, "/lameduck", remote).0, 403);
         assert!(!s.lameduck.load(Relaxed), "a refused POST changes nothing");
-        assert_eq!(route(&s, &Get, "/lameduck", remote).1, "application/json");
+        assert_eq!(route(&s, &get, "/lameduck", remote).1, "application/json");
         assert_eq!(
-            route(&s, &Post, "/lameduck", LOCAL).2,
+            route(&s, &post, "/lameduck", LOCAL).2,
             "{\"lameduck\":true}\n"
         );
-        assert_eq!(route(&s, &Get, "/healthz/ready", LOCAL).0, 503);
-        assert_eq!(route(&s, &Delete, "/lameduck", remote).0, 403);
+        assert_eq!(route(&s, &get, "/healthz/ready", LOCAL).0, 503);
+        assert_eq!(route(&s, &delete, "/lameduck", remote).0, 403);
         assert!(s.lameduck.load(Relaxed));
         assert_eq!(
-            route(&s, &Delete, "/lameduck", LOCAL).2,
+            route(&s, &delete, "/lameduck", LOCAL).2,
             "{\"lameduck\":false}\n"
         );
-        assert_eq!(route(&s, &Get, "/healthz/ready", LOCAL).0, 200);
+        assert_eq!(route(&s, &get, "/healthz/ready", LOCAL).0, 200);
     }
 
     #[test]
     fn readiness_is_503_until_listeners_are_up() {
         let ready = Arc::new(AtomicBool::new(false));
         let s = state(ready.clone());
-        assert_eq!(
-            route(&s, &tiny_http::Method::Get, "/healthz/ready", LOCAL).0,
-            503
-        );
-        assert_eq!(
-            route(&s, &tiny_http::Method::Get, "/healthz/live", LOCAL).0,
-            200
-        );
+        assert_eq!(route(&s, &Method::GET, "/healthz/ready", LOCAL).0, 503);
+        assert_eq!(route(&s, &Method::GET, "/healthz/live", LOCAL).0, 200);
         ready.store(true, Relaxed);
-        assert_eq!(
-            route(&s, &tiny_http::Method::Get, "/healthz/ready", LOCAL).0,
-            200
-        );
-        assert_eq!(
-            route(&s, &tiny_http::Method::Post, "/healthz/ready", LOCAL).0,
-            405
-        );
+        assert_eq!(route(&s, &Method::GET, "/healthz/ready", LOCAL).0, 200);
+        assert_eq!(route(&s, &Method::POST, "/healthz/ready", LOCAL).0, 405);
     }
 
     #[test]
@@ -530,5 +539,10 @@ mod tests {
         assert!(text.contains("kudurru_dns_responses_total{rcode=\"SERVFAIL\"} 1"));
         assert!(text.contains("kudurru_dns_responses_total{rcode=\"none\"} 1"));
         assert!(text.contains("kudurru_upstream_queries_total{upstream=\"udp://1.1.1.1:53\"} 0"));
+        s.http[0].1.refused.fetch_add(3, Relaxed);
+        let text = render_metrics(&s);
+        assert!(
+            text.contains("kudurru_http_connections_total{listener=\"ops\",result=\"refused\"} 3")
+        );
     }
 }

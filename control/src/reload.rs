@@ -1,25 +1,22 @@
-//! The effective configuration behind an atomic pointer, its subscribers, and the settings-file
-//! watcher.
+//! The effective configuration behind an atomic pointer and its subscribers.
 //!
 //! ```text
-//! notify (directory) ─┐
-//! poll every 10 s ────┴▶ 200 ms quiet ─▶ sha256 changed? ─▶ read + layer + validate
+//! settings file changed (watch::FileWatcher), SIGHUP, or PATCH ─▶ read + layer + validate
 //!                                                            │ invalid: log file/key/line, keep last good
 //!                                                            ▼
 //!             restart-bound keys keep their running values (logged) ─▶ swap ─▶ subscribers, in order
 //! ```
-//! Everything here runs on the control plane's threads; the cores only ever see the settings
-//! snapshot a subscriber publishes.
+//! Everything here runs on the control thread or its blocking pool; the cores only ever see
+//! the settings snapshot a subscriber publishes.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
 use crate::config::{Config, ConfigError, KEYS, Validated};
-use crate::layers::{FileLayer, Inputs, Sources, sha256};
+use crate::layers::{FileLayer, Inputs, Sources};
 
 /// Keys that apply without a restart; every other key is `restartRequired`. Each has a
 /// subscriber in `serve` (a test pins this list against the key table).
@@ -36,11 +33,6 @@ pub const HOT_KEYS: &[&str] = &[
     "ratelimit.allowlist",
     "log.level",
 ];
-
-/// Quiet period after the last file event before the file is read.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
-/// Fallback poll, for file systems without inotify events (NFS, some container mounts).
-pub const POLL: Duration = Duration::from_secs(10);
 
 /// What is running now.
 #[derive(Debug, Clone)]
@@ -87,6 +79,9 @@ pub struct Reloadable {
     /// is no file) and the API's node-scope changes.
     overlays: Mutex<(Option<FileLayer>, Option<FileLayer>)>,
     current: ArcSwap<Running>,
+    /// Held while a change is layered, swapped in and told: a file reload and an API change
+    /// arrive on different threads of the blocking pool and must not interleave.
+    applying: Mutex<()>,
     subscribers: Mutex<Vec<(&'static str, Subscriber)>>,
     /// Counters.
     pub stats: Arc<ReloadStats>,
@@ -107,6 +102,7 @@ impl Reloadable {
                 settings_sha256: settings.as_ref().map(|s| s.sha256),
             }),
             overlays: Mutex::new((settings, None)),
+            applying: Mutex::new(()),
             subscribers: Mutex::new(Vec::new()),
             stats: Arc::default(),
         })
@@ -154,6 +150,7 @@ impl Reloadable {
     /// Applies `settings` as the settings layer. Restart-bound keys keep their running values
     /// (a change to one is logged as taking effect after a restart).
     pub fn apply(&self, settings: Option<&FileLayer>) -> Result<Vec<&'static str>, ConfigError> {
+        let _applying = lock(&self.applying);
         let node = self.overlays().1;
         self.apply_layers(settings, node.as_ref())
     }
@@ -179,6 +176,7 @@ impl Reloadable {
 
     /// Applies new node-scope overrides (the API's `PATCH /node/config`).
     pub fn apply_node(&self, node: FileLayer) -> Result<Vec<&'static str>, ConfigError> {
+        let _applying = lock(&self.applying);
         let settings = self.overlays().0;
         self.apply_layers(settings.as_ref(), Some(&node))
     }
@@ -265,91 +263,6 @@ fn same_value(key: &crate::config::KeyInfo, a: &str, b: &str) -> bool {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Watches the settings file; dropping the handle stops the watcher thread.
-pub struct Watcher {
-    _watcher: notify::RecommendedWatcher,
-    _thread: std::thread::JoinHandle<()>,
-}
-
-/// Watches `path`'s directory (so renames into place and a ConfigMap's `..data` symlink swap
-/// are seen), polls every [`POLL`] as a fallback, and calls `reload` after [`DEBOUNCE`] of quiet
-/// when the file's SHA-256 changed since `initial`.
-pub fn watch(
-    path: &Path,
-    initial: Option<[u8; 32]>,
-    reload: impl Fn() + Send + 'static,
-) -> Result<Watcher, String> {
-    use notify::Watcher as _;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_owned();
-    let name = path.file_name().map(|n| n.to_owned());
-    let (tx, rx) = mpsc::channel::<()>();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else { return };
-        if relevant(&event, name.as_deref()) {
-            let _ = tx.send(());
-        }
-    })
-    .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
-    watcher
-        .watch(&dir, notify::RecursiveMode::NonRecursive)
-        .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
-    let path = path.to_owned();
-    let thread = std::thread::Builder::new()
-        .name("kudurru-settings-watch".into())
-        .spawn(move || {
-            let mut last = initial;
-            let mut due: Option<Instant> = None;
-            let mut next_poll = Instant::now() + POLL;
-            loop {
-                let wake = due.map_or(next_poll, |d| d.min(next_poll));
-                match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-                    Ok(()) => {
-                        due = Some(Instant::now() + DEBOUNCE);
-                        continue;
-                    }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                }
-                let now = Instant::now();
-                if due.is_some_and(|d| d <= now) || next_poll <= now {
-                    due = None;
-                    next_poll = now + POLL;
-                    // A missing file reads as empty, the same as at start.
-                    let hash = Some(sha256(&std::fs::read(&path).unwrap_or_default()));
-                    if hash != last {
-                        last = hash;
-                        reload();
-                    }
-                }
-            }
-        })
-        .map_err(|e| format!("cannot start the settings watcher: {e}"))?;
-    Ok(Watcher {
-        _watcher: watcher,
-        _thread: thread,
-    })
-}
-
-/// Events that may have changed the file: anything naming it or a ConfigMap's `..data`, except
-/// reads (notify reports opens and read-closes too; the watcher's own read would re-arm it).
-fn relevant(event: &notify::Event, name: Option<&std::ffi::OsStr>) -> bool {
-    use notify::EventKind;
-    use notify::event::{AccessKind, AccessMode};
-    if let EventKind::Access(kind) = event.kind
-        && kind != AccessKind::Close(AccessMode::Write)
-    {
-        return false;
-    }
-    event.paths.iter().any(|p| {
-        let file = p.file_name();
-        file == name || file == Some(std::ffi::OsStr::new("..data"))
-    })
 }
 
 #[cfg(test)]

@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use kudurru_transports::{ServerSpec, StartError};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::watch;
 
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -15,9 +16,11 @@ use tracing_subscriber::{EnvFilter, Registry, reload};
 
 use crate::cli::ServeArgs;
 use crate::config::{Config, ConfigError};
+use crate::http::{self, Listener};
 use crate::layers::{Inputs, Sources};
 use crate::ops;
 use crate::reload::Reloadable;
+use crate::watch::FileWatcher;
 
 /// Process exit codes (documented in docs/operations.md).
 pub mod exit {
@@ -35,6 +38,7 @@ pub mod exit {
 
 /// A failure of `kudurru serve`, with its exit code.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServeError {
     /// Configuration.
     #[error(transparent)]
@@ -45,9 +49,15 @@ pub enum ServeError {
     /// The DNS-over-TLS certificate could not be loaded.
     #[error(transparent)]
     Certificate(#[from] crate::certs::CertError),
-    /// The ops listener did not start, or signals could not be installed.
-    #[error("{0}")]
-    Other(String),
+    /// The ops or API listener could not be bound.
+    #[error(transparent)]
+    Listen(#[from] http::ListenError),
+    /// A file could not be watched.
+    #[error(transparent)]
+    Watch(#[from] crate::watch::WatchError),
+    /// The control thread's runtime or its signal handlers could not be set up.
+    #[error("cannot start the control thread: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
 impl ServeError {
@@ -57,8 +67,7 @@ impl ServeError {
             Self::Config(_) | Self::Certificate(_) => exit::CONFIG,
             Self::Start(StartError::Bind { .. }) => exit::BIND,
             Self::Start(StartError::Memlock { .. } | StartError::IoUring { .. }) => exit::IO_URING,
-            Self::Start(_) => exit::START,
-            Self::Other(_) => exit::START,
+            Self::Start(_) | Self::Listen(_) | Self::Watch(_) | Self::Runtime(_) => exit::START,
         }
     }
 }
@@ -91,41 +100,90 @@ pub fn init_logging(config: &Config) -> Option<LogHandle> {
     installed.ok().map(|()| handle)
 }
 
-/// SIGTERM's lameduck: the health name answers SERVFAIL and readiness 503 for `delay` while every
-/// other query is still answered, so load balancers stop sending before the listeners close. A
-/// second SIGINT or SIGTERM ends the wait early.
-fn drain(lameduck: &AtomicBool, delay: Duration, signals: &mut signal_hook::iterator::Signals) {
-    lameduck.store(true, Ordering::Relaxed);
-    tracing::info!(delay = %humantime::format_duration(delay), "SIGTERM: lameduck before closing the listeners (shutdown.drainDelay)");
-    let deadline = Instant::now() + delay;
-    while Instant::now() < deadline {
-        if signals.pending().next().is_some() {
-            tracing::info!("second signal: ending the lameduck wait");
-            return;
+/// Threads of the control thread's blocking pool (file reads and writes, fsync, large
+/// compiles); started on demand, kept for [`BLOCKING_KEEP_ALIVE`].
+pub const BLOCKING_THREADS: usize = 4;
+/// How long an idle blocking-pool thread is kept: long, so a busy API does not start threads
+/// again and again, and a process short of threads keeps the ones it has.
+pub const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(3600);
+/// How long shutdown waits for blocking work still running (a settings write).
+const SHUTDOWN_BLOCKING: Duration = Duration::from_secs(5);
+
+/// Runs the server until SIGINT or SIGTERM. The calling thread becomes the control thread: a
+/// tokio current-thread runtime running the ops and API listeners, the file watchers and the
+/// signal handlers as tasks, with a bounded pool for blocking work.
+pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
+    let reloadable = Arc::new(Reloadable::start(Inputs::capture(args, std::env::vars())?)?);
+    let log_handle = init_logging(&reloadable.current().config);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("kudurru-blocking")
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
+        .build()
+        .map_err(ServeError::Runtime)?;
+    let server = runtime.block_on(control(reloadable, log_handle))?;
+    // Ends the watcher tasks and any connection still open past the grace; a blocking task
+    // (a settings write) gets a moment to finish. Their handles to the data plane go with them.
+    runtime.shutdown_timeout(SHUTDOWN_BLOCKING);
+    match Arc::try_unwrap(server) {
+        Ok(server) => server.stop(),
+        Err(server) => server.request_stop(),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The signals `serve` handles.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, ServeError> {
+        let install = |kind| signal(kind).map_err(ServeError::Runtime);
+        Ok(Self {
+            interrupt: install(SignalKind::interrupt())?,
+            terminate: install(SignalKind::terminate())?,
+            hangup: install(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next SIGINT or SIGTERM; a SIGHUP in between runs `hangup` (reload) and waits on.
+    async fn stop(&mut self, hangup: impl Fn()) -> SignalKind {
+        loop {
+            tokio::select! {
+                _ = self.interrupt.recv() => return SignalKind::interrupt(),
+                _ = self.terminate.recv() => return SignalKind::terminate(),
+                _ = self.hangup.recv() => hangup(),
+            }
         }
-        std::thread::sleep(Duration::from_millis(20).min(deadline - Instant::now()));
     }
 }
 
-/// Runs the server until SIGINT or SIGTERM.
-pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
-    let reloadable = Arc::new(Reloadable::start(Inputs::capture(args, std::env::vars())?)?);
+/// The control thread's work: listeners, watchers and signals; returns the running data
+/// plane once a signal asked to stop and the HTTP listeners have finished their requests.
+async fn control(
+    reloadable: Arc<Reloadable>,
+    log_handle: Option<LogHandle>,
+) -> Result<Arc<kudurru_transports::Server>, ServeError> {
+    let mut signals = Signals::install()?;
     let running = reloadable.current();
     let config = &running.config;
-    let log_handle = init_logging(config);
     let validated = running.validated.clone();
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .map_err(|e| ServeError::Other(format!("cannot install signal handlers: {e}")))?;
-    let ops_server = Arc::new(ops::bind(validated.ops_address).map_err(ServeError::Other)?);
-    let api_server = match validated.api_address {
-        Some(addr) => Some(Arc::new(crate::api::bind(addr).map_err(ServeError::Other)?)),
+    let ops_listener = Listener::bind("ops", validated.ops_address, None)?;
+    let api_listener = match validated.api_address {
+        Some(addr) => Some(Listener::bind("api", addr, None)?),
         None => None,
     };
     let settings = Arc::new(ArcSwap::from_pointee(validated.settings.clone()));
     let lameduck = Arc::new(AtomicBool::new(false));
-    // DNS over TLS and HTTPS: the pair is loaded before anything binds (a bad file is a startup error),
-    // then watched; a bad replacement is logged and the loaded pair keeps serving.
-    let (tls, _cert_watch) = if validated
+    let mut watcher = FileWatcher::new()?;
+    // DNS over TLS, HTTPS and QUIC: the pair is loaded before anything binds (a bad file is a
+    // startup error), then watched; a bad replacement is logged and the loaded pair stays.
+    let tls = if validated
         .listeners
         .iter()
         .any(kudurru_transports::ListenerSpec::needs_certificate)
@@ -137,11 +195,19 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         let tls: kudurru_transports::TlsConfig = Arc::new(ArcSwap::from_pointee(
             crate::certs::server_configs(&cert, &key)?,
         ));
-        let watch = crate::certs::watch(&cert, &key, tls.clone()).map_err(ServeError::Other)?;
+        let installed = tls.clone();
+        crate::certs::watch(
+            &mut watcher,
+            "dns",
+            &cert,
+            &key,
+            crate::certs::server_configs,
+            move |configs| installed.store(Arc::new(configs)),
+        )?;
         tracing::info!(cert = %cert.display(), key = %key.display(), "watching the TLS certificate");
-        (Some(tls), Some(watch))
+        Some(tls)
     } else {
-        (None, None)
+        None
     };
     let server = kudurru_transports::start(ServerSpec {
         cpus: validated.cpus.clone(),
@@ -159,12 +225,17 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         let server = server.clone();
         Box::new(move || server.is_ready())
     };
+    let mut http_stats = vec![(ops_listener.name, ops_listener.stats.clone())];
+    if let Some(api) = &api_listener {
+        http_stats.push((api.name, api.stats.clone()));
+    }
     let state = Arc::new(ops::OpsState {
         ready,
         metrics: server.metrics().to_vec(),
         settings: settings.clone(),
         lameduck: lameduck.clone(),
         reloads: reloadable.stats.clone(),
+        http: http_stats,
     });
     // Subscribers, in order: the log filter, then the data plane's snapshot.
     reloadable.subscribe("log.level", move |change| {
@@ -181,61 +252,57 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         // flight finishes on the set it started with).
         settings.store(Arc::new(change.new.validated.settings.clone()));
     });
-    let _watcher = match reloadable.settings_path() {
-        Some(path) => {
-            let r = reloadable.clone();
-            let watcher = crate::reload::watch(&path, running.settings_sha256, move || {
-                r.reload_settings();
-            })
-            .map_err(ServeError::Other)?;
-            tracing::info!(file = %path.display(), "watching the settings file");
-            Some(watcher)
+    if let Some(path) = reloadable.settings_path() {
+        let r = reloadable.clone();
+        watcher.follow(&path, running.settings_sha256, move || {
+            r.reload_settings();
+        })?;
+        tracing::info!(file = %path.display(), "watching the settings file");
+    }
+    let (stop_http, stopped) = watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(listener) = api_listener {
+        let api = Arc::new(crate::api::Api::new(
+            reloadable.clone(),
+            crate::tokens::TokenStore::new(&validated.data_dir),
+            state.clone(),
+        ));
+        tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");
+        tasks.spawn(http::serve(
+            listener,
+            crate::api::handler(api),
+            stopped.clone(),
+        ));
+    }
+    tasks.spawn(http::serve(ops_listener, ops::handler(state), stopped));
+    let hangup = || {
+        tracing::info!("SIGHUP: re-reading the settings file");
+        let r = reloadable.clone();
+        tokio::task::spawn_blocking(move || r.reload_settings());
+    };
+    let signal = signals.stop(hangup).await;
+    if signal == SignalKind::terminate() && !validated.drain_delay.is_zero() {
+        lameduck.store(true, Ordering::Relaxed);
+        tracing::info!(delay = %humantime::format_duration(validated.drain_delay), "SIGTERM: lameduck before closing the listeners (shutdown.drainDelay)");
+        tokio::select! {
+            () = tokio::time::sleep(validated.drain_delay) => {}
+            _ = signals.stop(|| {}) => tracing::info!("second signal: ending the lameduck wait"),
         }
-        None => None,
-    };
-    let api_thread = match &api_server {
-        Some(server) => {
-            let api = Arc::new(crate::api::Api {
-                reloadable: reloadable.clone(),
-                tokens: crate::tokens::TokenStore::new(&validated.data_dir),
-                ops: state.clone(),
-            });
-            let server = server.clone();
-            tracing::info!(address = ?validated.api_address, tokens = %api.tokens.path().display(), "HTTP API");
-            Some(
-                std::thread::Builder::new()
-                    .name("kudurru-api".into())
-                    .spawn(move || crate::api::serve(server, api))
-                    .map_err(|e| ServeError::Other(format!("cannot start the API thread: {e}")))?,
-            )
-        }
-        None => None,
-    };
-    let ops_thread = {
-        let ops_server = ops_server.clone();
-        std::thread::Builder::new()
-            .name("kudurru-ops".into())
-            .spawn(move || ops::serve(ops_server, state))
-            .map_err(|e| ServeError::Other(format!("cannot start the ops thread: {e}")))?
-    };
-    let signal = signals.forever().next();
-    if signal == Some(SIGTERM) && !validated.drain_delay.is_zero() {
-        drain(&lameduck, validated.drain_delay, &mut signals);
     }
     tracing::info!(
-        ?signal,
+        signal = signal_name(signal),
         "shutting down: listeners closed, draining in-flight queries"
     );
-    ops_server.unblock();
-    let _ = ops_thread.join();
-    if let (Some(server), Some(thread)) = (api_server, api_thread) {
-        server.unblock();
-        let _ = thread.join();
+    let _ = stop_http.send(true);
+    while tasks.join_next().await.is_some() {}
+    Ok(server)
+}
+
+/// A signal's name for logs.
+fn signal_name(kind: SignalKind) -> &'static str {
+    if kind == SignalKind::terminate() {
+        "SIGTERM"
+    } else {
+        "SIGINT"
     }
-    match Arc::try_unwrap(server) {
-        Ok(server) => server.stop(),
-        Err(server) => server.request_stop(),
-    }
-    tracing::info!("stopped");
-    Ok(())
 }

@@ -6,15 +6,14 @@
 //! create/revoke` and re-read by the server when it changes, so the CLI and a running server
 //! share it without a database lock (redb admits one process per file).
 
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::layers::sha256;
+use crate::files::{sha256, write_atomically};
 
 /// The token file's name inside the data directory.
 pub const FILE: &str = "tokens.json";
@@ -260,32 +259,6 @@ impl TokenStore {
         }
         Ok(entry.role)
     }
-}
-
-/// Writes `bytes` to `path` atomically with `mode`: a temporary file in the same directory,
-/// fsync, rename, fsync of the directory.
-pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)?;
-    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&tmp, path)?;
-    if let Ok(dir) = std::fs::File::open(dir) {
-        let _ = dir.sync_all();
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,62 @@
+//! The error every handler answers with: one JSON shape, built in one place.
+
+use serde_json::json;
+
+/// An HTTP error: status, a stable machine-readable `code`, a message for people and, when one
+/// input is to blame, the offending field (`key`). The body is
+/// `{"code": …, "message": …[, "key": …]}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpError {
+    /// HTTP status.
+    pub status: u16,
+    /// Stable code (`unauthorized`, `too_large`, `invalid_value`, …).
+    pub code: &'static str,
+    /// What was wrong, for a person.
+    pub message: String,
+    /// The offending field, when there is one.
+    pub key: Option<String>,
+    /// The `Allow` header of a 405 (RFC 9110 §15.5.6).
+    pub allow: Option<String>,
+}
+
+impl HttpError {
+    /// An error without a field.
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            key: None,
+            allow: None,
+        }
+    }
+
+    /// The same error, blaming `key`.
+    #[must_use]
+    pub fn with_key(mut self, key: &str) -> Self {
+        self.key = Some(key.to_owned());
+        self
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        let mut body = json!({ "code": self.code, "message": self.message });
+        if let Some(key) = &self.key {
+            body["key"] = key.as_str().into();
+        }
+        body
+    }
+
+    /// The response: status, JSON body and, for a 405, `Allow`.
+    pub fn into_response(self) -> super::Response {
+        super::json_allowing(self.status, &self.body(), self.allow.as_deref())
+    }
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for HttpError {}
