@@ -835,14 +835,14 @@ fn insert_path(map: &mut Map<String, Value>, key: &str, value: Value) {
 /// and the body is read only for an authorised request (an unauthenticated client cannot make
 /// the server wait for its body); handlers read files and fsync, so both steps run on the
 /// bounded blocking pool, never on the control thread itself.
-pub fn handler(api: Arc<Api>) -> Handler {
+pub fn handler(api: Arc<Api>, body_timeout: Duration) -> Handler {
     Arc::new(move |request: HttpRequest, _peer| {
         let api = api.clone();
-        Box::pin(async move { serve_one(api, request).await })
+        Box::pin(async move { serve_one(api, request, body_timeout).await })
     })
 }
 
-async fn serve_one(api: Arc<Api>, request: HttpRequest) -> Response {
+async fn serve_one(api: Arc<Api>, request: HttpRequest, body_timeout: Duration) -> Response {
     let header = |name: http::header::HeaderName| {
         request
             .headers()
@@ -871,7 +871,7 @@ async fn serve_one(api: Arc<Api>, request: HttpRequest) -> Response {
         return reply.into_response();
     }
     if parsed.method == "PATCH" {
-        match crate::http::read_body(request, MAX_BODY).await {
+        match crate::http::read_body(request, MAX_BODY, body_timeout).await {
             Ok(body) => parsed.body = Some(body.to_vec()),
             // `dispatch` answers a missing body with its own 413.
             Err(e) if e.status == 413 => {}

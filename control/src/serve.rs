@@ -16,7 +16,7 @@ use tracing_subscriber::{EnvFilter, Registry, reload};
 
 use crate::cli::ServeArgs;
 use crate::config::{Config, ConfigError};
-use crate::http::{self, Listener};
+use crate::http::{self, Limits, Listener};
 use crate::layers::{Inputs, Sources};
 use crate::ops;
 use crate::reload::Reloadable;
@@ -173,9 +173,9 @@ async fn control(
     let running = reloadable.current();
     let config = &running.config;
     let validated = running.validated.clone();
-    let ops_listener = Listener::bind("ops", validated.ops_address, None)?;
+    let ops_listener = Listener::bind("ops", validated.ops_address, None, Limits::default())?;
     let api_listener = match validated.api_address {
-        Some(addr) => Some(Listener::bind("api", addr, None)?),
+        Some(addr) => Some(Listener::bind("api", addr, None, Limits::default())?),
         None => None,
     };
     let settings = Arc::new(ArcSwap::from_pointee(validated.settings.clone()));
@@ -270,7 +270,7 @@ async fn control(
         tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");
         tasks.spawn(http::serve(
             listener,
-            crate::api::handler(api),
+            crate::api::handler(api, Limits::default().body_timeout),
             stopped.clone(),
         ));
     }

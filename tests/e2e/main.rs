@@ -4,6 +4,7 @@
 
 mod api;
 mod bench;
+mod control;
 mod doh;
 mod dot;
 mod http2;

@@ -13,6 +13,9 @@
 //! Bodies are read only when a handler asks ([`read_body`]): bounded in size and time, and
 //! after the handler has authorised the request.
 
+#[cfg(test)]
+mod tests;
+
 mod error;
 mod tls;
 
@@ -35,15 +38,33 @@ use tokio::sync::{Semaphore, watch};
 pub use error::HttpError;
 pub use tls::{TlsAcceptor, TlsSource};
 
-/// Header and idle timeout: a connection must deliver a whole request head within this, both
-/// when it opens and while it idles between requests (hyper's header read timeout).
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a request body may take to arrive once its head is in.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections open at once on one listener; a client past this is closed at once.
-pub const MAX_CONNECTIONS: usize = 1024;
-/// How long shutdown waits for in-flight requests before closing what is left.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// The bounds every listener enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Header and idle timeout: a connection must deliver a whole request head within this,
+    /// both when it opens and while it idles between requests (hyper's header read timeout);
+    /// also the TLS handshake's bound.
+    pub header_timeout: Duration,
+    /// How long a request body may take to arrive once its head is in.
+    pub body_timeout: Duration,
+    /// Connections open at once on one listener; a client past this is closed at once.
+    pub max_connections: usize,
+    /// How long shutdown waits for in-flight requests before closing what is left.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    /// 10 s for a head or a body, 1024 connections, 5 s of shutdown grace: a slow client is
+    /// gone within seconds, and a burst of honest ones (a scrape, a dashboard) fits.
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
 /// Pause after a failed `accept` (out of file descriptors or memory) before the next.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -89,10 +110,14 @@ pub fn json_allowing(status: u16, value: &serde_json::Value, allow: Option<&str>
     response
 }
 
-/// Reads a request body of at most `max` bytes within [`BODY_TIMEOUT`]: 413 past `max` (a
-/// declared `Content-Length` over it is refused before a byte is read), 408 when it does not
-/// arrive in time, 400 when the connection breaks.
-pub async fn read_body(request: Request, max: usize) -> Result<Bytes, HttpError> {
+/// Reads a request body of at most `max` bytes within `timeout`: 413 past `max` (a declared
+/// `Content-Length` over it is refused before a byte is read), 408 when it does not arrive in
+/// time, 400 when the connection breaks.
+pub async fn read_body(
+    request: Request,
+    max: usize,
+    timeout: Duration,
+) -> Result<Bytes, HttpError> {
     let too_large = || {
         HttpError::new(
             413,
@@ -109,7 +134,7 @@ pub async fn read_body(request: Request, max: usize) -> Result<Bytes, HttpError>
         return Err(too_large());
     }
     let body = Limited::new(request.into_body(), max);
-    match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
+    match tokio::time::timeout(timeout, body.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Ok(Err(e)) => Err(HttpError::new(
@@ -122,7 +147,7 @@ pub async fn read_body(request: Request, max: usize) -> Result<Bytes, HttpError>
             "body_timeout",
             format!(
                 "the request body did not arrive within {}",
-                humantime::format_duration(BODY_TIMEOUT)
+                humantime::format_duration(timeout)
             ),
         )),
     }
@@ -138,7 +163,7 @@ pub type Handler = Arc<
 pub struct ListenerStats {
     /// Connections accepted and served.
     pub accepted: AtomicU64,
-    /// Connections closed at once because [`MAX_CONNECTIONS`] were open.
+    /// Connections closed at once because [`Limits::max_connections`] were open.
     pub refused: AtomicU64,
     /// Failed `accept` calls (file descriptors or memory exhausted).
     pub accept_errors: AtomicU64,
@@ -150,6 +175,7 @@ pub struct Listener {
     pub name: &'static str,
     socket: TcpListener,
     tls: Option<TlsAcceptor>,
+    limits: Limits,
     /// Its counters.
     pub stats: Arc<ListenerStats>,
 }
@@ -176,6 +202,7 @@ impl Listener {
         name: &'static str,
         address: SocketAddr,
         tls: Option<TlsAcceptor>,
+        limits: Limits,
     ) -> Result<Self, ListenError> {
         let bind = || -> std::io::Result<TcpListener> {
             let std = std::net::TcpListener::bind(address)?;
@@ -191,6 +218,7 @@ impl Listener {
             name,
             socket,
             tls,
+            limits,
             stats: Arc::default(),
         })
     }
@@ -201,21 +229,22 @@ impl Listener {
     }
 }
 
-/// Serves `listener` with `handler` until `shutdown` turns true, then lets in-flight requests
-/// finish for at most [`SHUTDOWN_GRACE`].
+/// Serves `listener` with `handler` until `shutdown` changes, then lets in-flight requests
+/// finish for at most [`Limits::shutdown_grace`].
 pub async fn serve(listener: Listener, handler: Handler, mut shutdown: watch::Receiver<bool>) {
     let Listener {
         name,
         socket,
         tls,
+        limits,
         stats,
     } = listener;
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
+        .header_read_timeout(limits.header_timeout)
         .keep_alive(true);
     let builder = Arc::new(builder);
     loop {
@@ -235,7 +264,7 @@ pub async fn serve(listener: Listener, handler: Handler, mut shutdown: watch::Re
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             if stats.refused.fetch_add(1, Ordering::Relaxed) % 1024 == 0 {
-                tracing::warn!(listener = name, %peer, limit = MAX_CONNECTIONS, "connection refused: the listener's connection limit is reached");
+                tracing::warn!(listener = name, %peer, limit = limits.max_connections, "connection refused: the listener's connection limit is reached");
             }
             continue;
         };
@@ -257,7 +286,7 @@ pub async fn serve(listener: Listener, handler: Handler, mut shutdown: watch::Re
                     watcher.watch(connection).await
                 }
                 Some(tls) => {
-                    let Some(stream) = tls.accept(stream, HEADER_TIMEOUT).await else {
+                    let Some(stream) = tls.accept(stream, limits.header_timeout).await else {
                         return;
                     };
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
@@ -272,7 +301,7 @@ pub async fn serve(listener: Listener, handler: Handler, mut shutdown: watch::Re
     drop(socket);
     tokio::select! {
         () = graceful.shutdown() => {}
-        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+        () = tokio::time::sleep(limits.shutdown_grace) => {
             tracing::warn!(listener = name, "requests still in flight after the shutdown grace; closing them");
         }
     }
