@@ -226,12 +226,18 @@ pub struct OpsSection {
 pub struct ApiSection {
     /// HTTP API listener; empty = no API.
     pub address: String,
+    /// PEM certificate chain for HTTPS on the API listener; empty = plain HTTP.
+    pub tls_cert: String,
+    /// PEM private key for `tlsCert`.
+    pub tls_key: String,
 }
 
 impl Default for ApiSection {
     fn default() -> Self {
         Self {
             address: DEFAULT_API_ADDRESS.into(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
         }
     }
 }
@@ -869,6 +875,28 @@ pub static KEYS: &[KeyInfo] = &[
         show_string
     ),
     key!(
+        "api.tlsCert",
+        "path",
+        Node,
+        true,
+        true,
+        "PEM certificate chain (leaf first) to serve the API over HTTPS; set with api.tlsKey; empty = plain HTTP; the file is re-read when it changes",
+        |c| c.api.tls_cert,
+        parse_string,
+        show_string
+    ),
+    key!(
+        "api.tlsKey",
+        "path",
+        Node,
+        true,
+        true,
+        "PEM private key for api.tlsCert",
+        |c| c.api.tls_key,
+        parse_string,
+        show_string
+    ),
+    key!(
         "storage.dataDir",
         "path",
         Node,
@@ -1178,6 +1206,24 @@ impl Config {
                 )
             })?)
         };
+        let api_tls = match (self.api.tls_cert.as_str(), self.api.tls_key.as_str()) {
+            ("", "") => None,
+            ("", _) => {
+                return Err(ConfigError::value(
+                    "api.tlsCert",
+                    "",
+                    "api.tlsKey is set: set api.tlsCert too, or neither",
+                ));
+            }
+            (_, "") => {
+                return Err(ConfigError::value(
+                    "api.tlsKey",
+                    "",
+                    "api.tlsCert is set: set api.tlsKey too, or neither",
+                ));
+            }
+            (cert, key) => Some((PathBuf::from(cert), PathBuf::from(key))),
+        };
         let c = &self.cache;
         if c.max_entries == 0 {
             return Err(ConfigError::value(
@@ -1268,6 +1314,7 @@ impl Config {
             ops_address,
             drain_delay,
             api_address,
+            api_tls,
             data_dir: PathBuf::from(&self.storage.data_dir),
             token_max_lifetime,
         })
@@ -1289,6 +1336,8 @@ pub struct Validated {
     pub drain_delay: Duration,
     /// HTTP API listener (`api.address`); `None` = no API.
     pub api_address: Option<SocketAddr>,
+    /// HTTPS on the API: certificate and key files (`api.tlsCert`, `api.tlsKey`).
+    pub api_tls: Option<(PathBuf, PathBuf)>,
     /// `storage.dataDir`.
     pub data_dir: PathBuf,
     /// `auth.tokens.maxLifetime`.

@@ -173,14 +173,20 @@ async fn control(
     let running = reloadable.current();
     let config = &running.config;
     let validated = running.validated.clone();
+    let mut watcher = FileWatcher::new()?;
     let ops_listener = Listener::bind("ops", validated.ops_address, None, Limits::default())?;
     let api_listener = match validated.api_address {
-        Some(addr) => Some(Listener::bind("api", addr, None, Limits::default())?),
+        Some(addr) => {
+            let tls = match &validated.api_tls {
+                Some((cert, key)) => Some(api_tls(&mut watcher, cert, key)?),
+                None => None,
+            };
+            Some(Listener::bind("api", addr, tls, Limits::default())?)
+        }
         None => None,
     };
     let settings = Arc::new(ArcSwap::from_pointee(validated.settings.clone()));
     let lameduck = Arc::new(AtomicBool::new(false));
-    let mut watcher = FileWatcher::new()?;
     // DNS over TLS, HTTPS and QUIC: the pair is loaded before anything binds (a bad file is a
     // startup error), then watched; a bad replacement is logged and the loaded pair stays.
     let tls = if validated
@@ -296,6 +302,29 @@ async fn control(
     let _ = stop_http.send(true);
     while tasks.join_next().await.is_some() {}
     Ok(server)
+}
+
+/// HTTPS for the API: the pair is loaded now (a bad file is a startup error), then watched
+/// like the DNS listeners' pair.
+fn api_tls(
+    watcher: &mut FileWatcher,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<http::TlsAcceptor, ServeError> {
+    let source: http::TlsSource = Arc::new(ArcSwap::from_pointee(crate::certs::api_server_config(
+        cert, key,
+    )?));
+    let installed = source.clone();
+    crate::certs::watch(
+        watcher,
+        "api",
+        cert,
+        key,
+        crate::certs::api_server_config,
+        move |config| installed.store(Arc::new(config)),
+    )?;
+    tracing::info!(cert = %cert.display(), key = %key.display(), "HTTPS on the API; watching its certificate");
+    Ok(http::TlsAcceptor::new(source))
 }
 
 /// A signal's name for logs.

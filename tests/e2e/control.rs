@@ -126,3 +126,63 @@ fn idle_connections_take_no_thread_each_and_the_listeners_keep_serving() {
         .unwrap();
     assert!(accepted >= 150.0, "{accepted}");
 }
+
+/// (status, body) of `GET path` over HTTPS with curl, trusting `ca`; status 0 when the TLS
+/// connection failed.
+fn curl_https(addr: SocketAddr, path: &str, ca: &std::path::Path, token: &str) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "5", "-w", "\n%{http_code}", "--cacert"])
+        .arg(ca)
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!("https://{addr}{path}"))
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (status.parse().unwrap_or(0), body.to_owned())
+}
+
+#[test]
+fn the_api_serves_https_and_picks_up_a_replaced_certificate() {
+    let upstream = TestUpstream::start();
+    let dir = kudurru_e2e::Scratch::new("api-tls");
+    let (cert, key) = kudurru_e2e::cert_pair(&dir, "a");
+    let (next_cert, next_key) = kudurru_e2e::cert_pair(&dir, "b");
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_API__TLSCERT", cert.to_str().unwrap())
+        .env("KUDURRU_API__TLSKEY", key.to_str().unwrap())
+        .start();
+    let viewer = k.token("viewer", None);
+    let (status, body) = curl_https(k.api, "/api/v1/settings", &cert, &viewer);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"values\""), "{body}");
+    assert_ne!(
+        authorized_get(k.api, "/api/v1/settings", &viewer).0,
+        200,
+        "no plain HTTP on an HTTPS listener"
+    );
+    std::fs::copy(&next_key, &key).unwrap();
+    std::fs::copy(&next_cert, &cert).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while curl_https(k.api, "/api/v1/settings", &next_cert, &viewer).0 != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new certificate was not picked up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn half_an_api_certificate_pair_is_a_configuration_error() {
+    let upstream = TestUpstream::start();
+    let builder = Kudurru::builder(&[upstream.udp_url()]).env("KUDURRU_API__TLSCERT", "/x.pem");
+    let out = builder
+        .command(kudurru_e2e::free_port(), kudurru_e2e::free_port())
+        .output()
+        .expect("kudurru runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("api.tlsKey"), "{stderr}");
+}
