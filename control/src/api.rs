@@ -333,7 +333,7 @@ impl Api {
                     format!("{} tokens ({})", list.len(), roles.join(", ")),
                 );
             }
-            Err(e) => check("tokens", "fail", e),
+            Err(e) => check("tokens", "fail", e.to_string()),
         }
         let dir = &running.validated.data_dir;
         match std::fs::metadata(dir) {
@@ -902,18 +902,5 @@ impl Reply {
     /// The HTTP response: status, JSON body, `Allow` on a 405.
     pub fn into_response(self) -> Response {
         crate::http::json_allowing(self.status, &self.body, self.allow.as_deref())
-    }
-}
-
-/// A token lifetime from `--ttl`, capped by `auth.tokens.maxLifetime`.
-pub fn token_ttl(requested: Option<Duration>, max_lifetime: Duration) -> Result<Duration, String> {
-    match requested {
-        None => Ok(max_lifetime),
-        Some(ttl) if ttl > max_lifetime => Err(format!(
-            "--ttl {} is longer than auth.tokens.maxLifetime ({})",
-            humantime::format_duration(ttl),
-            humantime::format_duration(max_lifetime)
-        )),
-        Some(ttl) => Ok(ttl),
     }
 }

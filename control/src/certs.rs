@@ -50,6 +50,14 @@ pub enum CertError {
         /// What rustls said.
         source: rustls::Error,
     },
+    /// A generated pair could not be written.
+    #[error("{}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// A self-signed pair could not be generated.
     #[error("cannot generate a certificate: {0}")]
     Generate(#[from] rcgen::Error),

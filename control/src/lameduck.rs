@@ -10,18 +10,46 @@ use kudurru_core::upstream::parse_host_port;
 
 use crate::cli::LameduckArgs;
 
+/// Why `kudurru lameduck` failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LameduckError {
+    /// `--ops-address` is not an address.
+    #[error("--ops-address `{0}`: expected IP:PORT")]
+    Address(String),
+    /// The ops listener could not be reached, or did not answer HTTP.
+    #[error("cannot reach the ops listener at {address}: {source}")]
+    Unreachable {
+        /// The address tried.
+        address: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The server refused (a non-loopback peer gets 403).
+    #[error("{method} /lameduck answered {status}: {body}")]
+    Refused {
+        /// `POST` or `DELETE`.
+        method: &'static str,
+        /// The status.
+        status: u16,
+        /// The body it sent.
+        body: String,
+    },
+}
+
 /// Sends the request, waits `args.duration` after entering, and returns the server's state text.
-pub fn run(args: &LameduckArgs) -> Result<String, String> {
-    let addr = parse_host_port(&args.ops_address, 8081)
-        .ok_or_else(|| format!("--ops-address `{}`: expected IP:PORT", args.ops_address))?;
+pub fn run(args: &LameduckArgs) -> Result<String, LameduckError> {
+    let address = parse_host_port(&args.ops_address, 8081)
+        .ok_or_else(|| LameduckError::Address(args.ops_address.clone()))?;
     let method = if args.cancel { "DELETE" } else { "POST" };
-    let (status, body) = request(addr, method, "/lameduck")
-        .map_err(|e| format!("cannot reach the ops listener at {addr}: {e}"))?;
+    let (status, body) = request(address, method, "/lameduck")
+        .map_err(|source| LameduckError::Unreachable { address, source })?;
     if status != 200 {
-        return Err(format!(
-            "{method} /lameduck answered {status}: {}",
-            body.trim()
-        ));
+        return Err(LameduckError::Refused {
+            method,
+            status,
+            body: body.trim().to_owned(),
+        });
     }
     if !args.cancel && !args.duration.is_zero() {
         eprintln!(

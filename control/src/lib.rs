@@ -1,8 +1,13 @@
-//! kudurru-control: the control plane and the `kudurru` binary.
+//! kudurru-control: the control thread and the `kudurru` binary.
 //!
-//! The control thread parses and layers configuration, publishes the settings snapshot the cores
-//! read (`arc-swap`), starts and supervises the per-core executors, and serves the ops listener.
+//! The control thread is one tokio current-thread runtime ([`serve`]): it layers the
+//! configuration, publishes the settings snapshot the cores read (`arc-swap`), starts and
+//! supervises the per-core executors, serves the ops listener and the API on one HTTP layer
+//! ([`http`]), follows watched files ([`watch`]) and handles signals; blocking work goes to a
+//! bounded pool. No `unsafe`: sockets, io_uring and BPF belong to `kudurru-transports`.
 //! `main.rs` stays thin; everything testable lives here.
+
+#![forbid(unsafe_code)]
 
 pub mod api;
 pub mod certs;

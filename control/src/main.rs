@@ -1,10 +1,12 @@
 //! The `kudurru` binary: parse flags, dispatch, map errors to exit codes.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 use kudurru_control::cli::{
     ApiCommand, CertCommand, Cli, Command, ConfigCommand, SettingsCommand, TokenCommand,
 };
-use kudurru_control::{api, certs, config, lameduck, layers, openapi, serve, tokens};
+use kudurru_control::{certs, config, lameduck, layers, openapi, serve, tokens};
 
 fn main() {
     let cli = Cli::parse();
@@ -94,19 +96,22 @@ fn main() {
     std::process::exit(code);
 }
 
-fn token(command: TokenCommand) -> Result<String, String> {
+/// The binary's own errors: each module's typed error, shown as its message.
+type Failure = Box<dyn std::error::Error>;
+
+fn token(command: TokenCommand) -> Result<String, Failure> {
     let args = match &command {
         TokenCommand::Create { args, .. }
         | TokenCommand::Revoke { args, .. }
         | TokenCommand::List { args } => args,
     };
-    let (config, _) = serve::effective_config(args).map_err(|e| e.to_string())?;
-    let validated = config.validate().map_err(|e| e.to_string())?;
+    let (config, _) = serve::effective_config(args)?;
+    let validated = config.validate()?;
     let store = tokens::TokenStore::new(&validated.data_dir);
     match command {
         TokenCommand::Create { role, ttl, .. } => {
             let role = tokens::Role::parse(&role)?;
-            let ttl = api::token_ttl(ttl, validated.token_max_lifetime)?;
+            let ttl = tokens::lifetime(ttl, validated.token_max_lifetime)?;
             let (token, entry) = store.create(role, ttl)?;
             eprintln!(
                 "kudurru token: created {} ({}, expires in {}) in {}",
@@ -118,11 +123,8 @@ fn token(command: TokenCommand) -> Result<String, String> {
             Ok(format!("{token}\n"))
         }
         TokenCommand::Revoke { id, .. } => {
-            if store.revoke(&id)? {
-                Ok(format!("revoked {id}\n"))
-            } else {
-                Err(format!("no token {id} in {}", store.path().display()))
-            }
+            store.revoke(&id)?;
+            Ok(format!("revoked {id}\n"))
         }
         TokenCommand::List { .. } => Ok(store
             .list()?
@@ -145,18 +147,22 @@ fn write_certificate(
     cert: &std::path::Path,
     key: &std::path::Path,
     names: &[String],
-) -> Result<(), String> {
+) -> Result<(), certs::CertError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let (cert_pem, key_pem) = certs::generate(names).map_err(|e| e.to_string())?;
+    let (cert_pem, key_pem) = certs::generate(names)?;
+    let write_error = |path: &std::path::Path| {
+        let path = path.to_owned();
+        move |source| certs::CertError::Write { path, source }
+    };
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(key)
-        .map_err(|e| format!("{}: {e}", key.display()))?;
+        .map_err(write_error(key))?;
     file.write_all(key_pem.as_bytes())
-        .map_err(|e| format!("{}: {e}", key.display()))?;
-    std::fs::write(cert, cert_pem).map_err(|e| format!("{}: {e}", cert.display()))
+        .map_err(write_error(key))?;
+    std::fs::write(cert, cert_pem).map_err(write_error(cert))
 }

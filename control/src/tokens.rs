@@ -66,14 +66,12 @@ pub enum Role {
 
 impl Role {
     /// Parses `viewer`, `operator` or `admin`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, TokenError> {
         match text {
             "viewer" => Ok(Self::Viewer),
             "operator" => Ok(Self::Operator),
             "admin" => Ok(Self::Admin),
-            other => Err(format!(
-                "unknown role {other:?}: expected viewer, operator or admin"
-            )),
+            other => Err(TokenError::UnknownRole(other.to_owned())),
         }
     }
 
@@ -95,6 +93,75 @@ impl Role {
             NodeWrite | QuerylogDelete => Self::Admin,
         };
         self >= least
+    }
+}
+
+/// Why a token could not be created, revoked or listed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// `--role` named no role.
+    #[error("unknown role {0:?}: expected viewer, operator or admin")]
+    UnknownRole(String),
+    /// `--ttl` is longer than `auth.tokens.maxLifetime`.
+    #[error(
+        "--ttl {} is longer than auth.tokens.maxLifetime ({})",
+        humantime::format_duration(*requested),
+        humantime::format_duration(*max_lifetime)
+    )]
+    TooLong {
+        /// The lifetime asked for.
+        requested: Duration,
+        /// The most allowed.
+        max_lifetime: Duration,
+    },
+    /// The token file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The token file is not JSON of the expected shape.
+    #[error("{} is not a token file: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What serde_json said (line and column).
+        source: serde_json::Error,
+    },
+    /// The data directory or the token file could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The directory or file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// `revoke` named no stored token.
+    #[error("no token {id} in {}", path.display())]
+    NotFound {
+        /// The id asked for.
+        id: String,
+        /// The token file.
+        path: PathBuf,
+    },
+}
+
+/// A token lifetime from `--ttl`, capped by `auth.tokens.maxLifetime` (the cap when none is
+/// asked for).
+pub fn lifetime(
+    requested: Option<Duration>,
+    max_lifetime: Duration,
+) -> Result<Duration, TokenError> {
+    match requested {
+        None => Ok(max_lifetime),
+        Some(requested) if requested > max_lifetime => Err(TokenError::TooLong {
+            requested,
+            max_lifetime,
+        }),
+        Some(ttl) => Ok(ttl),
     }
 }
 
@@ -162,11 +229,16 @@ impl TokenStore {
         &self.path
     }
 
-    fn load(&self) -> Result<Vec<Entry>, String> {
+    fn load(&self) -> Result<Vec<Entry>, TokenError> {
         let bytes = match std::fs::read(&self.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(format!("cannot read {}: {e}", self.path.display())),
+            Err(source) => {
+                return Err(TokenError::Read {
+                    path: self.path.clone(),
+                    source,
+                });
+            }
         };
         let hash = sha256(&bytes);
         let mut cache = self
@@ -178,25 +250,31 @@ impl TokenStore {
         {
             return Ok(entries.clone());
         }
-        let doc: Document = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("{} is not a token file: {e}", self.path.display()))?;
+        let doc: Document = serde_json::from_slice(&bytes).map_err(|source| TokenError::Parse {
+            path: self.path.clone(),
+            source,
+        })?;
         *cache = Some((hash, doc.tokens.clone()));
         Ok(doc.tokens)
     }
 
-    fn save(&self, entries: Vec<Entry>) -> Result<(), String> {
+    fn save(&self, entries: Vec<Entry>) -> Result<(), TokenError> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| TokenError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
         let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-        let text =
-            serde_json::to_vec_pretty(&Document { tokens: entries }).map_err(|e| e.to_string())?;
-        write_atomically(&self.path, &text, 0o600)
-            .map_err(|e| format!("cannot write {}: {e}", self.path.display()))
+        // Serializing plain strings and integers cannot fail.
+        let text = serde_json::to_vec_pretty(&Document { tokens: entries }).unwrap_or_default();
+        write_atomically(&self.path, &text, 0o600).map_err(|source| TokenError::Write {
+            path: self.path.clone(),
+            source,
+        })
     }
 
     /// Creates a token with `role` valid for `ttl`; returns the token text (shown once).
-    pub fn create(&self, role: Role, ttl: Duration) -> Result<(String, Entry), String> {
+    pub fn create(&self, role: Role, ttl: Duration) -> Result<(String, Entry), TokenError> {
         let mut entries = self.load()?;
         let id = hex(&rand::random::<[u8; 4]>());
         let secret = hex(&rand::random::<[u8; 32]>());
@@ -213,20 +291,22 @@ impl TokenStore {
         Ok((format!("kdr_{id}_{secret}"), entry))
     }
 
-    /// Removes the token `id`; `false` when there was none.
-    pub fn revoke(&self, id: &str) -> Result<bool, String> {
+    /// Removes the token `id`.
+    pub fn revoke(&self, id: &str) -> Result<(), TokenError> {
         let mut entries = self.load()?;
         let before = entries.len();
         entries.retain(|e| e.id != id);
         if entries.len() == before {
-            return Ok(false);
+            return Err(TokenError::NotFound {
+                id: id.to_owned(),
+                path: self.path.clone(),
+            });
         }
-        self.save(entries)?;
-        Ok(true)
+        self.save(entries)
     }
 
     /// Every stored token.
-    pub fn list(&self) -> Result<Vec<Entry>, String> {
+    pub fn list(&self) -> Result<Vec<Entry>, TokenError> {
         self.load()
     }
 
@@ -266,13 +346,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_lifetime_longer_than_the_cap_is_refused_with_both_named() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(lifetime(None, day).unwrap(), day);
+        assert_eq!(lifetime(Some(day / 2), day).unwrap(), day / 2);
+        let e = lifetime(Some(day * 2), day).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--ttl 2days is longer than auth.tokens.maxLifetime (1day)"
+        );
+        assert!(matches!(Role::parse("root"), Err(TokenError::UnknownRole(r)) if r == "root"));
+    }
+
+    #[test]
     fn roles_grant_supersets() {
         assert!(Role::Viewer.grants(Permission::SettingsRead));
         assert!(!Role::Viewer.grants(Permission::SettingsWrite));
         assert!(Role::Operator.grants(Permission::SettingsWrite));
         assert!(!Role::Operator.grants(Permission::NodeWrite));
         assert!(Role::Admin.grants(Permission::QuerylogDelete));
-        assert_eq!(Role::parse("admin"), Ok(Role::Admin));
+        assert_eq!(Role::parse("admin").ok(), Some(Role::Admin));
         assert!(Role::parse("root").is_err());
     }
 
@@ -307,8 +400,10 @@ mod tests {
             Err(Refusal::Unauthorized("token expired")),
             "auth.tokens.maxLifetime caps every token"
         );
-        assert!(store.revoke(&entry.id).unwrap());
-        assert!(!store.revoke(&entry.id).unwrap());
+        store.revoke(&entry.id).unwrap();
+        let again = store.revoke(&entry.id).unwrap_err();
+        assert!(matches!(again, TokenError::NotFound { .. }), "{again}");
+        assert!(again.to_string().contains(&entry.id), "{again}");
         assert_eq!(
             store.verify(&token, year),
             Err(Refusal::Unauthorized("unknown or revoked token"))
