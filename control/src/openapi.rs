@@ -247,6 +247,7 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
                 "409",
                 "The key is held by the environment or a flag, or the settings file does not parse",
             ),
+            ("408", "The body did not arrive within 10 s of the request head"),
             ("413", "Body larger than 64 KiB"),
             ("415", "Content-Type is not application/json"),
         ] {
@@ -323,7 +324,7 @@ mod tests {
                 );
             }
             if method == "PATCH" {
-                for status in ["400", "409", "413", "415"] {
+                for status in ["400", "408", "409", "413", "415"] {
                     assert!(
                         op["responses"][status].is_object(),
                         "{method} {path} {status}"
