@@ -247,7 +247,10 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
                 "409",
                 "The key is held by the environment or a flag, or the settings file does not parse",
             ),
-            ("408", "The body did not arrive within 10 s of the request head"),
+            (
+                "408",
+                "The body did not arrive within 10 s of the request head",
+            ),
             ("413", "Body larger than 64 KiB"),
             ("415", "Content-Type is not application/json"),
         ] {

@@ -30,6 +30,14 @@ fn handler() -> Handler {
                     Ok(body) => respond(200, "text/plain", body),
                     Err(e) => e.into_response(),
                 },
+                "/stream" => {
+                    let mut response = http::Response::new(Chunks(3).boxed_unsync());
+                    response.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static("text/plain"),
+                    );
+                    response
+                }
                 "/slow" => {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     respond(200, "text/plain", "slow")
@@ -38,6 +46,26 @@ fn handler() -> Handler {
             }
         })
     })
+}
+
+/// A body produced piece by piece: `line N` for N counting down, then the end.
+struct Chunks(u32);
+
+impl hyper::body::Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        if self.0 == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        self.0 -= 1;
+        let line = Bytes::from(format!("line {}\n", self.0));
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(line))))
+    }
 }
 
 /// A listener on a free loopback port, served until the returned sender says stop.
@@ -190,6 +218,21 @@ fn shutdown_stops_accepting_and_lets_a_request_in_flight_finish() {
         assert!(
             TcpStream::connect(addr).await.is_err(),
             "no longer listening"
+        );
+    });
+}
+
+#[test]
+fn a_streamed_body_goes_out_chunked_as_it_is_produced() {
+    run(async {
+        let (addr, _, _stop, _) = start();
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let (reply, _) = exchange(&mut s, &get("/stream"), Duration::from_secs(5)).await;
+        assert!(reply.contains("transfer-encoding: chunked"), "{reply}");
+        let body = reply.split_once("\r\n\r\n").unwrap().1;
+        assert_eq!(
+            body,
+            "7\r\nline 2\n\r\n7\r\nline 1\n\r\n7\r\nline 0\n\r\n0\r\n\r\n"
         );
     });
 }
