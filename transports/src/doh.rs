@@ -29,10 +29,10 @@ use kudurru_core::http2::{self, BodyError, Method};
 use kudurru_core::wire::ReplyOptions;
 
 use crate::answer::{Now, answer, answer_miss, answer_now, spawn_queued};
+use crate::deadline::until;
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
-use crate::runtime::TlsConfig;
 use crate::tcp;
-use crate::upstream::until;
+use crate::tls::TlsConfig;
 use crate::worker::{Active, Worker};
 
 /// Accepts DNS-over-HTTPS connections for `path` until the task is dropped.

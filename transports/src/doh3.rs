@@ -26,11 +26,11 @@ use kudurru_core::http3::{self, CriticalStreams, Scope, UniKind, UniStream, code
 use quinn::VarInt;
 
 use crate::answer::{answer_miss, inline_or_queued};
+use crate::deadline::within;
 use crate::doh::{Answer, Endpoint, Reply, ResponseHead, classify};
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
 use crate::quic;
-use crate::runtime::TlsConfig;
-use crate::upstream::within;
+use crate::tls::TlsConfig;
 use crate::worker::{Active, Worker};
 
 /// Unidirectional streams an HTTP/3 client opens: control, QPACK encoder and decoder (RFC 9114

@@ -23,10 +23,10 @@ use kudurru_core::wire::ReplyOptions;
 use quinn::VarInt;
 
 use crate::answer::{answer, inline_or_queued};
+use crate::deadline::within;
 use crate::metrics::{CoreMetrics, Transport};
 use crate::quic;
-use crate::runtime::TlsConfig;
-use crate::upstream::within;
+use crate::tls::TlsConfig;
 use crate::worker::Worker;
 
 /// Accepts DNS-over-QUIC connections on `endpoint` until the task is dropped.

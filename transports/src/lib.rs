@@ -12,8 +12,10 @@ pub mod runtime;
 pub mod settings;
 pub mod steering;
 pub mod sys;
+pub mod tls;
 
 mod answer;
+mod deadline;
 mod doh;
 mod doh3;
 mod doq;
@@ -25,7 +27,6 @@ mod upstream;
 mod worker;
 
 pub use metrics::{CoreMetrics, Transport};
-pub use runtime::{
-    ListenerSpec, Protocol, Server, ServerSpec, StartError, TlsConfig, TlsServers, start,
-};
+pub use runtime::{ListenerSpec, Protocol, Server, ServerSpec, StartError, start};
 pub use settings::{Settings, SharedSettings};
+pub use tls::{TlsConfig, TlsServers};

@@ -38,9 +38,9 @@ use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
 use quinn::{AsyncTimer, AsyncUdpSocket, Runtime, UdpPoller, VarInt};
 use send_wrapper::SendWrapper;
 
+use crate::deadline::until;
 use crate::metrics::CoreMetrics;
 use crate::sys;
-use crate::upstream::until;
 use crate::worker::Worker;
 
 /// How long a send that found the socket buffer full waits before trying again.
@@ -378,7 +378,7 @@ async fn handshake(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{IO_MEMORY_PER_CORE, RING_DEPTH};
+    use crate::sys::{IO_MEMORY_PER_CORE, RING_DEPTH};
     use glommio::{LocalExecutorBuilder, Placement};
 
     /// Polls `timer` to completion.

@@ -32,9 +32,9 @@ use glommio::sync::Semaphore;
 use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
+use crate::deadline::{until, within};
 use crate::metrics::{CoreMetrics, Transport};
-use crate::runtime::TlsConfig;
-use crate::upstream::{until, within};
+use crate::tls::TlsConfig;
 use crate::worker::{Active, Worker};
 
 /// Accepts connections until the task is dropped.

@@ -23,6 +23,7 @@ use glommio::channels::channel_mesh::Senders;
 use glommio::channels::local_channel::{self, LocalSender};
 use kudurru_core::{Cache, CacheKey, CachedAnswer, Limiter, Selector, UpstreamSpec};
 
+use crate::deadline;
 use crate::metrics::CoreMetrics;
 use crate::pool::UdpPool;
 use crate::settings::{Settings, SharedSettings};
@@ -197,7 +198,7 @@ impl Worker {
                 // owner that went away (shutdown) with this lookup queued.
                 let deadline = Instant::now() + self.settings().resolve_timeout + OWNER_GRACE;
                 let answer = if peers.senders.send_to(owner, message).await.is_ok() {
-                    upstream::until(deadline, rx.recv()).await.flatten()
+                    deadline::until(deadline, rx.recv()).await.flatten()
                 } else {
                     None
                 };
