@@ -19,6 +19,7 @@ mod deadline;
 mod doh;
 mod doh3;
 mod doq;
+mod outbox;
 mod pool;
 mod tcp;
 mod tcp_pool;

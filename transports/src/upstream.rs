@@ -119,7 +119,7 @@ async fn ask(
         // TCP futures are boxed: their state would otherwise widen every UDP attempt's future.
         UpstreamProtocol::Tcp => {
             let pool = worker.tcp_pool(index, spec.addr);
-            let ask = ask_tcp(worker, &pool, key, policy, counters);
+            let ask = ask_tcp(&pool, key, policy, counters);
             until(deadline, Box::pin(ask)).await
         }
     };
@@ -128,7 +128,7 @@ async fn ask(
         Some(Err(Attempt::Truncated)) => {
             CoreMetrics::bump(&counters.tcp_retries);
             let pool = worker.tcp_pool(index, spec.addr);
-            let ask = ask_tcp(worker, &pool, key, policy, counters);
+            let ask = ask_tcp(&pool, key, policy, counters);
             match until(deadline, Box::pin(ask)).await {
                 None => Err(UpstreamError::Timeout),
                 Some(result) => result.map_err(Attempt::into_error),
@@ -178,13 +178,12 @@ async fn ask_udp(
 
 /// One query on the core's connection to a TCP upstream (see [`crate::tcp_pool`]).
 async fn ask_tcp(
-    worker: &Rc<Worker>,
     pool: &TcpPool,
     key: &CacheKey,
     policy: &TtlPolicy,
     counters: &UpstreamCounters,
 ) -> Result<(CachedAnswer, Instant), Attempt> {
-    let exchange = pool.send(worker, key).await.map_err(network)?;
+    let exchange = pool.send(key).await.map_err(network)?;
     let answer = answer_from(exchange.registration(), key, policy, counters, true).await;
     // Not reached when the attempt times out: the exchange is dropped waiting.
     exchange.replied();

@@ -325,7 +325,14 @@ impl Worker {
         self.tcp_pools
             .borrow_mut()
             .entry((index, addr))
-            .or_insert_with(|| Rc::new(TcpPool::new(addr, self.metrics.clone(), index)))
+            .or_insert_with(|| {
+                Rc::new(TcpPool::new(
+                    addr,
+                    self.metrics.clone(),
+                    self.settings.clone(),
+                    index,
+                ))
+            })
             .clone()
     }
 
