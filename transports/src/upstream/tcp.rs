@@ -29,10 +29,10 @@ use kudurru_core::CacheKey;
 use kudurru_core::framing::FrameBuffer;
 use kudurru_core::wire::write_upstream_query;
 
+use super::waiters::{Registration, Waiters};
 use crate::deadline::within;
 use crate::metrics::CoreMetrics;
 use crate::outbox::Outbox;
-use crate::pool::{Registration, Waiters};
 use crate::settings::SharedSettings;
 
 /// A connection nothing was asked on for this long is closed (upstreams close idle ones too:
