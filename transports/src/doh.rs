@@ -28,10 +28,10 @@ use kudurru_core::doh::{self, Request, RequestError};
 use kudurru_core::http2::{self, BodyError, Method};
 use kudurru_core::wire::ReplyOptions;
 
+use crate::accept;
 use crate::answer::{Now, answer, answer_miss, answer_now, spawn_queued};
 use crate::deadline::until;
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
-use crate::tcp;
 use crate::tls::TlsConfig;
 use crate::worker::{Active, Worker};
 
@@ -45,11 +45,11 @@ pub(crate) async fn serve(
 ) {
     let path: Rc<str> = Rc::from(&*path);
     let alt_svc: Option<Rc<str>> = alt_svc.map(|value| Rc::from(&*value));
-    tcp::accept_loop(worker, listener, move |worker, stream, peer| {
+    accept::tcp(worker, listener, move |worker, stream, peer| {
         let config = tls.load().https.clone();
         let (path, alt_svc) = (path.clone(), alt_svc.clone());
         async move {
-            let Some(stream) = tcp::handshake(&worker, stream, config).await else {
+            let Some(stream) = accept::tls_handshake(&worker, stream, config).await else {
                 return;
             };
             let endpoint = Endpoint::new(worker, path, peer, alt_svc);

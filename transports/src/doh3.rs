@@ -25,11 +25,11 @@ use kudurru_core::doh;
 use kudurru_core::http3::{self, CriticalStreams, Scope, UniKind, UniStream, code};
 use quinn::VarInt;
 
+use crate::accept;
 use crate::answer::{answer_miss, inline_or_queued};
 use crate::deadline::within;
 use crate::doh::{Answer, Endpoint, Reply, ResponseHead, classify};
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
-use crate::quic;
 use crate::tls::TlsConfig;
 use crate::worker::{Active, Worker};
 
@@ -49,7 +49,7 @@ pub(crate) async fn serve(
     path: Arc<str>,
 ) {
     let path: Rc<str> = Rc::from(&*path);
-    quic::accept_loop(
+    accept::quic(
         worker,
         endpoint,
         move || tls.load().h3.clone(),

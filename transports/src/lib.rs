@@ -14,6 +14,7 @@ pub mod steering;
 pub mod sys;
 pub mod tls;
 
+mod accept;
 mod answer;
 mod deadline;
 mod doh;

@@ -18,17 +18,17 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Instant;
 
 use futures_lite::AsyncReadExt;
 use futures_lite::io::{AsyncRead, AsyncWrite, ReadHalf};
-use glommio::net::{TcpListener, TcpStream};
+use glommio::net::TcpListener;
 use glommio::sync::Semaphore;
 use kudurru_core::wire::{Query, ReplyOptions};
 use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
-use crate::deadline::{until, within};
+use crate::accept;
+use crate::deadline::within;
 use crate::metrics::{CoreMetrics, Transport};
 use crate::outbox::Outbox;
 use crate::tls::TlsConfig;
@@ -36,7 +36,7 @@ use crate::worker::{Active, Worker};
 
 /// Accepts connections until the task is dropped.
 pub(crate) async fn serve(worker: Rc<Worker>, listener: TcpListener) {
-    accept_loop(worker, listener, |worker, stream, peer| async move {
+    accept::tcp(worker, listener, |worker, stream, peer| async move {
         connection(&worker, stream, peer, Transport::Tcp).await;
     })
     .await;
@@ -44,78 +44,15 @@ pub(crate) async fn serve(worker: Rc<Worker>, listener: TcpListener) {
 
 /// Accepts DNS-over-TLS connections until the task is dropped.
 pub(crate) async fn serve_tls(worker: Rc<Worker>, listener: TcpListener, tls: TlsConfig) {
-    accept_loop(worker, listener, move |worker, stream, peer| {
+    accept::tcp(worker, listener, move |worker, stream, peer| {
         let config = tls.load().dot.clone();
         async move {
-            if let Some(stream) = handshake(&worker, stream, config).await {
+            if let Some(stream) = accept::tls_handshake(&worker, stream, config).await {
                 connection(&worker, stream, peer, Transport::Dot).await;
             }
         }
     })
     .await;
-}
-
-/// The accept loop of a stream listener (TCP, DoT, DoH): each connection runs `serve` in a task
-/// of its own. All count against `tcp.maxConnectionsPerCore`.
-pub(crate) async fn accept_loop<F, Fut>(worker: Rc<Worker>, listener: TcpListener, serve: F)
-where
-    F: Fn(Rc<Worker>, TcpStream, SocketAddr) -> Fut,
-    Fut: Future<Output = ()> + 'static,
-{
-    loop {
-        let stream = match listener.accept().await {
-            Ok(stream) => stream,
-            Err(e) => {
-                // EMFILE and friends: back off briefly instead of spinning.
-                tracing::warn!(error = %e, "tcp accept failed");
-                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        if worker.tcp_connections.get() >= worker.settings().tcp_max_connections {
-            CoreMetrics::bump(&worker.metrics.tcp_refused);
-            continue; // dropping the stream closes it
-        }
-        let _ = stream.set_nodelay(true);
-        let Ok(peer) = stream.peer_addr() else {
-            continue;
-        };
-        worker.tcp_connections.set(worker.tcp_connections.get() + 1);
-        let task = serve(worker.clone(), stream, peer);
-        let worker = worker.clone();
-        glommio::spawn_local(async move {
-            task.await;
-            worker.tcp_connections.set(worker.tcp_connections.get() - 1);
-        })
-        .detach();
-    }
-}
-
-/// The server side of a TLS handshake, bounded by `tls.handshakeTimeout`; `None` (connection
-/// closed) when it fails or takes too long.
-pub(crate) async fn handshake(
-    worker: &Worker,
-    stream: TcpStream,
-    config: Arc<rustls::ServerConfig>,
-) -> Option<futures_rustls::server::TlsStream<TcpStream>> {
-    let acceptor = futures_rustls::TlsAcceptor::from(config);
-    let deadline = Instant::now() + worker.settings().tls_handshake_timeout;
-    match until(deadline, acceptor.accept(stream)).await {
-        Some(Ok(stream)) => {
-            CoreMetrics::bump(&worker.metrics.tls_handshakes);
-            Some(stream)
-        }
-        Some(Err(e)) => {
-            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
-            tracing::debug!(error = %e, "tls handshake failed");
-            None
-        }
-        None => {
-            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
-            tracing::debug!("tls handshake timed out");
-            None
-        }
-    }
 }
 
 async fn connection<S>(worker: &Rc<Worker>, stream: S, peer: SocketAddr, transport: Transport)
