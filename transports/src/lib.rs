@@ -18,7 +18,6 @@ mod accept;
 mod answer;
 mod deadline;
 mod doh;
-mod doh3;
 mod doq;
 mod outbox;
 mod tcp;

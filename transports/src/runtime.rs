@@ -27,7 +27,7 @@ use crate::settings::SharedSettings;
 use crate::sys::{self, SocketKind};
 use crate::tls::alt_svc;
 use crate::worker::{Ownership, ShardMessage, Worker};
-use crate::{deadline, doh, doh3, doq, quic, steering, tcp, udp};
+use crate::{deadline, doh, doq, quic, steering, tcp, udp};
 
 pub use crate::sys::{IO_MEMORY_PER_CORE, RING_DEPTH};
 pub use crate::tls::{ALPN_DOT, ALPN_H3, ALPN_HTTPS, TlsConfig, TlsServers};
@@ -575,7 +575,7 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
             match quic::endpoint(fd, &config.load().h3) {
                 Ok(endpoint) => {
                     endpoints.push(endpoint.clone());
-                    listeners.push(glommio::spawn_local(doh3::serve(
+                    listeners.push(glommio::spawn_local(doh::h3::serve(
                         worker.clone(),
                         endpoint,
                         config.clone(),
