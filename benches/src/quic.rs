@@ -166,7 +166,7 @@ fn request_fields(method: Method, authority: &str, path: &str) -> Vec<u8> {
     }
     for (index, value) in [(AUTHORITY, authority), (PATH, path)] {
         fields.push(0x50 | index); // literal with a static name reference
-        kudurru_core::http2::integer::write(&mut fields, 0x00, 7, value.len() as u64);
+        kudurru_core::http::integer::write(&mut fields, 0x00, 7, value.len() as u64);
         fields.extend_from_slice(value.as_bytes());
     }
     fields.push(0xc0 | ACCEPT_DNS_MESSAGE);

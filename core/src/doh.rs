@@ -102,6 +102,63 @@ impl RequestError {
     }
 }
 
+/// An HTTP error a DoH listener answers with, in every HTTP version: its status code and the
+/// reason its JSON body carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// The status code.
+    pub code: u16,
+    /// What was wrong, for the body.
+    pub reason: &'static str,
+}
+
+impl From<RequestError> for Status {
+    fn from(e: RequestError) -> Self {
+        Self {
+            code: e.status(),
+            reason: e.reason(),
+        }
+    }
+}
+
+impl Status {
+    /// 408: the request body did not arrive within the idle timeout.
+    pub const TIMEOUT: Self = Self {
+        code: 408,
+        reason: "the request body did not arrive in time",
+    };
+    /// 411: an HTTP/1.1 POST with neither a length nor chunking.
+    pub const LENGTH_REQUIRED: Self = Self {
+        code: 411,
+        reason: "a POST needs a Content-Length",
+    };
+
+    /// The JSON body of the error response.
+    pub fn body(self) -> Vec<u8> {
+        format!(
+            "{{\"error\":\"{}\",\"status\":{}}}\n",
+            self.reason, self.code
+        )
+        .into_bytes()
+    }
+
+    /// The HTTP/1.1 reason phrase of the status line (RFC 9110 §15).
+    pub fn phrase(self) -> &'static str {
+        match self.code {
+            400 => "Bad Request",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            408 => "Request Timeout",
+            411 => "Length Required",
+            413 => "Content Too Large",
+            415 => "Unsupported Media Type",
+            431 => "Request Header Fields Too Large",
+            501 => "Not Implemented",
+            _ => "Error",
+        }
+    }
+}
+
 /// Classifies a request head: `method` and `target` (origin form, `/path?query`) as sent,
 /// `path` the listener's endpoint, `content_type` the header's value if present.
 pub fn request(

@@ -3,7 +3,11 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
 
-const KEY_CAPACITY: usize = crate::wire::MAX_NAME_LEN + 5;
+/// Longest domain name in wire form (RFC 1035 §2.3.4). Defined with the key, which holds one
+/// inline; [`crate::wire`] re-exports it.
+pub const MAX_NAME_LEN: usize = 255;
+
+const KEY_CAPACITY: usize = MAX_NAME_LEN + 5;
 const KEY_DO: u8 = 0x01;
 const KEY_CD: u8 = 0x02;
 
@@ -33,7 +37,7 @@ impl CacheKey {
         let mut pos = 0;
         loop {
             let len = usize::from(*qname.get(pos)?);
-            if len & 0xc0 != 0 || pos + 1 + len > crate::wire::MAX_NAME_LEN {
+            if len & 0xc0 != 0 || pos + 1 + len > MAX_NAME_LEN {
                 return None;
             }
             key.push_lowercase(qname.get(pos..pos + 1 + len)?);

@@ -19,6 +19,7 @@ pub mod cache;
 pub mod doh;
 pub mod doq;
 pub mod framing;
+pub mod http;
 pub mod http2;
 pub mod http3;
 pub mod key;

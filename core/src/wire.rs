@@ -7,10 +7,11 @@
 
 use crate::CacheKey;
 
+/// Longest domain name in wire form (RFC 1035 §2.3.4); the cache key holds one inline.
+pub use crate::key::MAX_NAME_LEN;
+
 /// Length of the fixed DNS header (RFC 1035 §4.1.1).
 pub const HEADER_LEN: usize = 12;
-/// Longest domain name in wire form (RFC 1035 §2.3.4).
-pub const MAX_NAME_LEN: usize = 255;
 /// The classic UDP payload limit without EDNS (RFC 1035 §4.2.1).
 pub const CLASSIC_UDP_PAYLOAD: u16 = 512;
 /// The EDNS UDP payload size kudurru advertises and uses by default (DNS Flag Day 2020).

@@ -145,7 +145,7 @@ pub(crate) fn spawn_queued(request: impl Future<Output = ()> + 'static) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{IO_MEMORY_PER_CORE, RING_DEPTH};
+    use crate::sys::{IO_MEMORY_PER_CORE, RING_DEPTH};
     use glommio::channels::local_channel;
     use glommio::{LocalExecutorBuilder, Placement};
     use std::cell::Cell;

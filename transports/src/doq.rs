@@ -22,17 +22,17 @@ use kudurru_core::doq::{self, ErrorCode};
 use kudurru_core::wire::ReplyOptions;
 use quinn::VarInt;
 
+use crate::accept;
 use crate::answer::{answer, inline_or_queued};
+use crate::deadline::within;
 use crate::metrics::{CoreMetrics, Transport};
-use crate::quic;
-use crate::runtime::TlsConfig;
-use crate::upstream::within;
+use crate::tls::TlsConfig;
 use crate::worker::Worker;
 
 /// Accepts DNS-over-QUIC connections on `endpoint` until the task is dropped.
 pub(crate) async fn serve(worker: Rc<Worker>, endpoint: quinn::Endpoint, tls: TlsConfig) {
     // Clients open no unidirectional streams (RFC 9250 §4.3.3).
-    quic::accept_loop(
+    accept::quic(
         worker,
         endpoint,
         move || tls.load().doq.clone(),

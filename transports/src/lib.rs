@@ -5,27 +5,51 @@
 //! cores only through glommio's channel mesh (cache misses for keys another core owns) and reads
 //! settings only from the `arc-swap` snapshot the control thread publishes. `unsafe` lives in
 //! [`sys`] alone.
+//!
+//! The modules sit on floors, listed here bottom first; each uses only floors below its own
+//! (`tests/layers.rs` checks it):
+//!
+//! ```text
+//! 10 runtime                                     start and stop the cores
+//!  9 doh                                         DoH: accept, ALPN choice
+//!  8 doh::h1, doh::h2, doh::h3                   the HTTP versions
+//!  7 udp, tcp, doq, doh::endpoint                listeners; what DoH versions share
+//!  6 answer, accept                              what listeners use of the resolver
+//!  5 worker                                      one core's context
+//!  4 upstream                                    the upstream set (Upstreams)
+//!  3 upstream::udp, upstream::tcp                upstream clients
+//!  2 quic, upstream::waiters                     quinn on glommio; replies by ID
+//!  1 sys, outbox                                 syscalls; the stream outbox
+//!  0 steering, metrics, settings, deadline, tls  shared pieces
+//! ```
 
+// Shared pieces.
+mod deadline;
 pub mod metrics;
-pub mod quic;
-pub mod runtime;
 pub mod settings;
 pub mod steering;
+pub mod tls;
+// I/O primitives: the syscalls and the stream outbox, then quinn on glommio (on sys).
+mod outbox;
 pub mod sys;
 
-mod answer;
-mod doh;
-mod doh3;
-mod doq;
-mod pool;
-mod tcp;
-mod tcp_pool;
-mod udp;
+pub mod quic;
+// The resolver: upstream clients, then one core's context.
 mod upstream;
 mod worker;
+// What listeners use of the resolver.
+mod accept;
+mod answer;
+// Listeners; then DoH, whose versions share its endpoint.
+mod doq;
+mod tcp;
+mod udp;
+
+mod doh;
+// Starting and stopping the cores.
+pub mod runtime;
 
 pub use metrics::{CoreMetrics, Transport};
-pub use runtime::{
-    ListenerSpec, Protocol, Server, ServerSpec, StartError, TlsConfig, TlsServers, start,
-};
+pub use runtime::{ListenerSpec, Protocol, Server, ServerSpec, StartError, start};
 pub use settings::{Settings, SharedSettings};
+pub use tls::{TlsConfig, TlsServers};

@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! SO_REUSEPORT UDP socket of this core ─▶ quinn::Endpoint (GlommioRuntime: timers, tasks and
-//!   the socket all on this core) ─▶ accept: limit, current certificate, handshake deadline
-//!   ─▶ connection task (doq::connection or doh3::connection)
+//!   the socket all on this core) ─▶ crate::accept::quic: limit, current certificate,
+//!   handshake deadline ─▶ connection task (doq::connection or doh::h3::serve_connection)
 //! ```
 //! quinn's runtime traits ask for `Send + Sync`, which glommio's timers and sockets are not.
 //! Every quinn object an endpoint makes lives and dies on the core that made it (tasks are
@@ -35,13 +35,10 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
-use quinn::{AsyncTimer, AsyncUdpSocket, Runtime, UdpPoller, VarInt};
+use quinn::{AsyncTimer, AsyncUdpSocket, Runtime, UdpPoller};
 use send_wrapper::SendWrapper;
 
-use crate::metrics::CoreMetrics;
 use crate::sys;
-use crate::upstream::until;
-use crate::worker::Worker;
 
 /// How long a send that found the socket buffer full waits before trying again.
 pub(crate) const SEND_BACKOFF: Duration = Duration::from_micros(100);
@@ -272,7 +269,7 @@ impl UdpPoller for Poller {
 
 /// A server endpoint on this core's socket `fd` (call on the core's executor). `server` makes
 /// it accept connections at all; each is then accepted with the configuration current at the
-/// time (see [`accept_loop`]).
+/// time (see [`crate::accept::quic`]).
 pub(crate) fn endpoint(fd: OwnedFd, server: &quinn::ServerConfig) -> io::Result<quinn::Endpoint> {
     quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
@@ -293,92 +290,10 @@ pub fn client_endpoint(bind: SocketAddr) -> io::Result<quinn::Endpoint> {
     )
 }
 
-/// The accept loop of a QUIC listener: each connection that completes its handshake within
-/// `tls.handshakeTimeout` runs `serve` in a task of its own. Connections count against
-/// `tcp.maxConnectionsPerCore` with the stream transports'; past it, new ones are refused
-/// (CONNECTION_REFUSED, stateless). Each connection is accepted with the certificate and the
-/// limits current at that moment: `tcp.maxPipelined` bidirectional streams at once, `uni`
-/// unidirectional ones (HTTP/3's control and QPACK streams; none for DoQ), `tcp.idleTimeout`.
-pub(crate) async fn accept_loop<F, Fut>(
-    worker: Rc<Worker>,
-    endpoint: quinn::Endpoint,
-    config: impl Fn() -> Arc<quinn::ServerConfig>,
-    uni: u32,
-    serve: F,
-) where
-    F: Fn(Rc<Worker>, quinn::Connection) -> Fut + 'static,
-    Fut: Future<Output = ()> + 'static,
-{
-    let serve = Rc::new(serve);
-    while let Some(incoming) = endpoint.accept().await {
-        let settings = worker.settings();
-        if worker.tcp_connections.get() >= settings.tcp_max_connections {
-            CoreMetrics::bump(&worker.metrics.tcp_refused);
-            incoming.refuse();
-            continue;
-        }
-        let mut server = (*config()).clone();
-        let mut transport = quinn::TransportConfig::default();
-        let idle = quinn::IdleTimeout::try_from(settings.tcp_idle_timeout)
-            .unwrap_or(quinn::IdleTimeout::from(VarInt::MAX));
-        transport
-            .max_concurrent_bidi_streams(VarInt::from_u32(
-                u32::try_from(settings.tcp_max_pipelined.max(1)).unwrap_or(u32::MAX),
-            ))
-            .max_concurrent_uni_streams(VarInt::from_u32(uni))
-            .max_idle_timeout(Some(idle));
-        server.transport_config(Arc::new(transport));
-        let deadline = Instant::now() + settings.tls_handshake_timeout;
-        drop(settings);
-        let connecting = match incoming.accept_with(Arc::new(server)) {
-            Ok(connecting) => connecting,
-            Err(e) => {
-                CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
-                tracing::debug!(error = %e, "QUIC connection not accepted");
-                continue;
-            }
-        };
-        worker.tcp_connections.set(worker.tcp_connections.get() + 1);
-        let (worker, serve) = (worker.clone(), serve.clone());
-        glommio::spawn_local(async move {
-            if let Some(connection) = handshake(&worker, connecting, deadline).await {
-                serve(worker.clone(), connection).await;
-            }
-            worker.tcp_connections.set(worker.tcp_connections.get() - 1);
-        })
-        .detach();
-    }
-}
-
-/// The server side of a QUIC handshake, bounded by `deadline`; `None` (connection dropped,
-/// which closes it) when it fails or takes too long.
-async fn handshake(
-    worker: &Worker,
-    connecting: quinn::Connecting,
-    deadline: Instant,
-) -> Option<quinn::Connection> {
-    match until(deadline, connecting).await {
-        Some(Ok(connection)) => {
-            CoreMetrics::bump(&worker.metrics.tls_handshakes);
-            Some(connection)
-        }
-        Some(Err(e)) => {
-            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
-            tracing::debug!(error = %e, "QUIC handshake failed");
-            None
-        }
-        None => {
-            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
-            tracing::debug!("QUIC handshake timed out");
-            None
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{IO_MEMORY_PER_CORE, RING_DEPTH};
+    use crate::sys::{IO_MEMORY_PER_CORE, RING_DEPTH};
     use glommio::{LocalExecutorBuilder, Placement};
 
     /// Polls `timer` to completion.

@@ -2,7 +2,8 @@
 //!
 //! Sockets are created and bound here with socket2 (SO_REUSEPORT, IPV6_V6ONLY, buffer sizes),
 //! then handed to glommio by file descriptor: glommio 0.9 is built on socket2 0.4, so the
-//! `From<socket2::Socket>` conversions do not accept our socket2 0.6 sockets.
+//! `From<socket2::Socket>` conversions do not accept our socket2 0.6 sockets. The io_uring sizes
+//! every executor is built with live here too, beside the RLIMIT_MEMLOCK they count against.
 
 use std::io;
 use std::net::SocketAddr;
@@ -153,6 +154,12 @@ pub fn glommio_tcp_listener(fd: OwnedFd) -> glommio::net::TcpListener {
     // SAFETY: `fd` is an owned, open, listening TCP socket; ownership moves into glommio.
     unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) }
 }
+
+/// Memory glommio registers for I/O per core. Small on purpose: with SO_REUSEPORT sockets the
+/// data path mostly bypasses these buffers, and registration counts against RLIMIT_MEMLOCK.
+pub const IO_MEMORY_PER_CORE: usize = 1 << 20;
+/// Submission queue entries per io_uring ring (glommio makes three rings per core).
+pub const RING_DEPTH: usize = 256;
 
 /// The soft RLIMIT_MEMLOCK in bytes (`None` when unlimited).
 pub fn memlock_limit() -> Option<u64> {

@@ -13,7 +13,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,13 +20,12 @@ use std::time::Instant;
 
 use glommio::channels::channel_mesh::Senders;
 use glommio::channels::local_channel::{self, LocalSender};
-use kudurru_core::{Cache, CacheKey, CachedAnswer, Limiter, Selector, UpstreamSpec};
+use kudurru_core::{Cache, CacheKey, CachedAnswer, Limiter};
 
+use crate::deadline;
 use crate::metrics::CoreMetrics;
-use crate::pool::UdpPool;
 use crate::settings::{Settings, SharedSettings};
-use crate::tcp_pool::TcpPool;
-use crate::upstream;
+use crate::upstream::Upstreams;
 
 /// Extra time a core waits for an owner core beyond `upstream.resolveTimeout`.
 const OWNER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -85,9 +83,8 @@ pub(crate) struct Worker {
     cache: RefCell<Cache>,
     l1: RefCell<Cache>,
     inflight: RefCell<HashMap<CacheKey, Waiters>>,
-    selector: RefCell<(Vec<UpstreamSpec>, Selector)>,
-    pools: RefCell<HashMap<(usize, SocketAddr), Rc<UdpPool>>>,
-    tcp_pools: RefCell<HashMap<(usize, SocketAddr), Rc<TcpPool>>>,
+    /// The upstream set, its selector and this core's sockets to each upstream.
+    upstreams: Upstreams,
     peers: Option<Peers>,
     /// This core's token buckets (clients are steered so each prefix has one core).
     pub(crate) limiter: RefCell<Limiter>,
@@ -109,8 +106,7 @@ impl Worker {
     ) -> Self {
         let snapshot = settings.load();
         let cores = ownership.cores;
-        let upstreams = snapshot.upstreams.clone();
-        let selector = Selector::new(upstreams.len(), rand::random());
+        let upstreams = Upstreams::new(settings.clone(), metrics.clone(), &snapshot);
         Self {
             shard,
             ownership,
@@ -127,9 +123,7 @@ impl Worker {
                 Instant::now(),
             )),
             lameduck,
-            selector: RefCell::new((upstreams, selector)),
-            pools: RefCell::new(HashMap::new()),
-            tcp_pools: RefCell::new(HashMap::new()),
+            upstreams,
             peers: senders.map(|senders| Peers {
                 senders,
                 pending: RefCell::new(HashMap::new()),
@@ -197,7 +191,7 @@ impl Worker {
                 // owner that went away (shutdown) with this lookup queued.
                 let deadline = Instant::now() + self.settings().resolve_timeout + OWNER_GRACE;
                 let answer = if peers.senders.send_to(owner, message).await.is_ok() {
-                    upstream::until(deadline, rx.recv()).await.flatten()
+                    deadline::until(deadline, rx.recv()).await.flatten()
                 } else {
                     None
                 };
@@ -277,7 +271,7 @@ impl Worker {
         };
         // Boxed so the tasks that wait on a miss stay small enough for the allocator's
         // thread cache (under 1 KiB); the upstream exchange allocates on its own.
-        let (answer, now) = Box::pin(upstream::forward(self, key)).await;
+        let (answer, now) = Box::pin(self.upstreams.forward(key)).await;
         let answer = Arc::new(answer);
         self.cache.borrow_mut().insert(key, answer.clone(), now);
         guard.answer = Some(answer.clone());
@@ -291,41 +285,6 @@ impl Worker {
             Instant::now(),
             &self.settings().ttl,
         ))
-    }
-
-    /// The upstream set and selector, rebuilt when the snapshot's upstream set changed.
-    pub(crate) fn with_selector<T>(
-        &self,
-        f: impl FnOnce(&[UpstreamSpec], &mut Selector) -> T,
-    ) -> T {
-        let settings = self.settings();
-        let mut state = self.selector.borrow_mut();
-        if state.0 != settings.upstreams {
-            *state = (
-                settings.upstreams.clone(),
-                Selector::new(settings.upstreams.len(), rand::random()),
-            );
-        }
-        let (upstreams, selector) = &mut *state;
-        f(upstreams, selector)
-    }
-
-    /// The UDP socket pool for upstream `index` at `addr`.
-    pub(crate) fn udp_pool(&self, index: usize, addr: SocketAddr) -> Rc<UdpPool> {
-        self.pools
-            .borrow_mut()
-            .entry((index, addr))
-            .or_insert_with(|| Rc::new(UdpPool::new(addr, self.metrics.clone(), index)))
-            .clone()
-    }
-
-    /// The connection to TCP upstream `index` at `addr`.
-    pub(crate) fn tcp_pool(&self, index: usize, addr: SocketAddr) -> Rc<TcpPool> {
-        self.tcp_pools
-            .borrow_mut()
-            .entry((index, addr))
-            .or_insert_with(|| Rc::new(TcpPool::new(addr, self.metrics.clone(), index)))
-            .clone()
     }
 
     /// Applies capacity changes and copies cache counters into the metrics; run once a second.

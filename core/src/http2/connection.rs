@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use hashbrown::HashMap;
 
 use super::frame::{self, ErrorCode, Header, flag, kind, setting};
-use super::head::{self, HeadBuilder, Method};
 use super::hpack;
+use crate::http::head::{self, HeadBuilder};
+use crate::http::{BodyError, Method};
 
 /// Stream errors this side may send on one connection before it gives up on the client.
 pub const MAX_LOCAL_RESETS: u32 = 1024;
@@ -48,21 +49,6 @@ pub struct Request {
     pub content_type: Option<Vec<u8>>,
     /// The body, or why there is none to answer from.
     pub body: Result<Vec<u8>, BodyError>,
-}
-
-/// Why a request has no usable body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum BodyError {
-    /// The field section is over [`Config::max_head`] (answer 431).
-    #[error("request head too large")]
-    HeadTooLarge,
-    /// The body is, or says it will be, over [`Config::max_body`] (answer 413).
-    #[error("request body too large")]
-    TooLarge,
-    /// The body did not end in time (answer 408); see [`Connection::expire`].
-    #[error("request body timed out")]
-    TimedOut,
 }
 
 /// A connection error (RFC 9113 §5.4.1): GOAWAY with this code and reason is in the output,

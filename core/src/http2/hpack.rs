@@ -24,8 +24,8 @@
 
 use std::collections::VecDeque;
 
-use super::huffman::{self, HuffmanError};
-use super::integer::{self, IntegerError};
+use crate::http::huffman::{self, HuffmanError};
+use crate::http::integer::{self, IntegerError};
 
 /// SETTINGS_HEADER_TABLE_SIZE until a peer says otherwise: each side's dynamic table starts at
 /// this maximum (RFC 9113 §6.5.2).
@@ -689,7 +689,7 @@ impl Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http2::hex;
+    use crate::http::hex;
 
     /// A small xorshift generator: deterministic test data without extra crates.
     struct XorShift(u64);

@@ -32,28 +32,14 @@
 
 mod connection;
 pub mod frame;
-pub(crate) mod head;
 pub mod hpack;
-pub(crate) mod huffman;
-pub mod integer;
 
+pub use crate::http::{BodyError, Malformed, Method};
 pub use connection::{
-    BodyError, Config, Connection, ConnectionError, Field, IDLE_FRAME_ALLOWANCE, MAX_LOCAL_RESETS,
+    Config, Connection, ConnectionError, Field, IDLE_FRAME_ALLOWANCE, MAX_LOCAL_RESETS,
     RESET_ALLOWANCE, Request,
 };
 pub use frame::ErrorCode;
-pub use head::{Malformed, Method};
 
 #[cfg(test)]
 mod tests;
-
-/// Octets from hex digits, ignoring anything else (spaces, separators): the RFC examples as
-/// they are printed.
-#[cfg(test)]
-pub(crate) fn hex(text: &str) -> Vec<u8> {
-    let digits: Vec<u8> = text.bytes().filter(u8::is_ascii_hexdigit).collect();
-    digits
-        .chunks(2)
-        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap())
-        .collect()
-}

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use super::frame::{self, ErrorCode, Header, flag, kind, setting};
 use super::hpack::Decoder;
 use super::*;
+use crate::http::integer;
 
 const CONFIG: Config = Config {
     max_streams: 4,

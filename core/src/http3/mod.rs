@@ -19,8 +19,8 @@
 
 pub mod qpack;
 
-use crate::http2::BodyError;
-use crate::http2::head::{self, HeadBuilder, Method};
+use crate::http::head::{self, HeadBuilder};
+use crate::http::{BodyError, Method};
 
 /// HTTP/3 and QPACK error codes (RFC 9114 §8.1, RFC 9204 §6).
 pub mod code {

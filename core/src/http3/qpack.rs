@@ -6,8 +6,8 @@
 //! are encoded the same way (static references, raw literals): they never wait for, or depend
 //! on, anything the client's decoder holds.
 
-use crate::http2::huffman;
-use crate::http2::integer::{self, IntegerError};
+use crate::http::huffman;
+use crate::http::integer::{self, IntegerError};
 
 /// Why a field section could not be decoded: QPACK_DECOMPRESSION_FAILED (RFC 9204 §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -1,5 +1,6 @@
-//! Request heads: the fields of a HEADERS block checked against RFC 9113 §8.2 and §8.3 while
-//! they are decoded, keeping only what DNS over HTTPS needs.
+//! Request heads: the fields of a request's field section (an HTTP/2 HEADERS block, an HTTP/3
+//! HEADERS frame) checked against RFC 9113 §8.2 and §8.3 (RFC 9114 §4.2 and §4.3 repeat them)
+//! while they are decoded, keeping only what DNS over HTTPS needs.
 
 /// The request method, as far as DNS over HTTPS cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +67,7 @@ pub enum Malformed {
     PseudoInTrailers,
 }
 
-/// A request head being decoded. Fields are offered one at a time, as HPACK yields them; past
+/// A request head being decoded. Fields are offered one at a time, as HPACK or QPACK yields them; past
 /// `max_size` bytes (RFC 9113 §6.5.2 sizes: name + value + 32 each) nothing more is kept, but
 /// every field is still looked at so the block's checks complete.
 #[derive(Debug)]

@@ -1,4 +1,5 @@
-//! The HPACK Huffman code (RFC 7541 §5.2, Appendix B): decoding for string literals a peer sends.
+//! The HPACK Huffman code (RFC 7541 §5.2, Appendix B), which QPACK reuses (RFC 9204 §4.1.2):
+//! decoding for string literals a peer sends.
 //!
 //! Clients Huffman-code nearly every string they send, the `:path` of each DNS-over-HTTPS GET
 //! included, so decoding is on the hot path and runs from a lookup table instead of walking the
@@ -304,7 +305,7 @@ pub(crate) fn decode(input: &[u8], output: &mut Vec<u8>) -> Result<(), HuffmanEr
 
 /// Huffman-codes `input`, appending to `output` (tests only: kudurru sends raw strings).
 #[cfg(test)]
-pub(super) fn encode(input: &[u8], output: &mut Vec<u8>) {
+pub(crate) fn encode(input: &[u8], output: &mut Vec<u8>) {
     let mut bits = 0u64;
     let mut count = 0u32;
     for &octet in input {
@@ -325,7 +326,7 @@ pub(super) fn encode(input: &[u8], output: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http2::hex;
+    use crate::http::hex;
 
     /// RFC 7541 Appendix B as printed: (code, length in bits) of octets 0..=255, then EOS.
     const RFC_CODES: [(u32, u8); SYMBOL_COUNT] = [

@@ -29,11 +29,11 @@ use kudurru_core::CacheKey;
 use kudurru_core::framing::FrameBuffer;
 use kudurru_core::wire::write_upstream_query;
 
+use super::waiters::{Registration, Waiters};
+use crate::deadline::within;
 use crate::metrics::CoreMetrics;
-use crate::pool::{Registration, Waiters};
-use crate::tcp::Outbox;
-use crate::upstream::within;
-use crate::worker::Worker;
+use crate::outbox::Outbox;
+use crate::settings::SharedSettings;
 
 /// A connection nothing was asked on for this long is closed (upstreams close idle ones too:
 /// Unbound after 30 s by default); the next query opens a new one.
@@ -47,6 +47,8 @@ pub(crate) struct TcpPool {
     /// instead of opening their own (a burst of misses would open one each).
     opening: Semaphore,
     metrics: Arc<CoreMetrics>,
+    /// Read only when a write has to wait (`tcp.idleTimeout`, see [`Outbox::flush`]).
+    settings: SharedSettings,
     index: usize,
 }
 
@@ -115,22 +117,24 @@ impl TcpExchange {
 
 impl TcpPool {
     /// No connection yet; it opens on first use.
-    pub(crate) fn new(addr: SocketAddr, metrics: Arc<CoreMetrics>, index: usize) -> Self {
+    pub(crate) fn new(
+        addr: SocketAddr,
+        metrics: Arc<CoreMetrics>,
+        settings: SharedSettings,
+        index: usize,
+    ) -> Self {
         Self {
             addr,
             connection: Slot::default(),
             opening: Semaphore::new(1),
             metrics,
+            settings,
             index,
         }
     }
 
     /// Sends a query for `key` on the upstream's connection (opened first if there is none).
-    pub(crate) async fn send(
-        &self,
-        worker: &Rc<Worker>,
-        key: &CacheKey,
-    ) -> io::Result<TcpExchange> {
+    pub(crate) async fn send(&self, key: &CacheKey) -> io::Result<TcpExchange> {
         let connection = match self.current() {
             Some(connection) => connection,
             // Boxed: opening is rare and its state would widen every query's future.
@@ -140,7 +144,7 @@ impl TcpPool {
         let mut query = Vec::with_capacity(key.question().len() + 24);
         write_upstream_query(key, registration.id(), &mut query);
         connection.outbox.push_frame(&query);
-        Outbox::flush(&connection.outbox, worker);
+        Outbox::flush(&connection.outbox, &self.metrics, &self.settings);
         Ok(TcpExchange {
             connection,
             slot: self.connection.clone(),

@@ -1,4 +1,4 @@
-//! The DNS-over-HTTP/3 listener of one core: RFC 8484 over HTTP/3 (RFC 9114), with the same
+//! The DNS-over-HTTP/3 listener of one core (DoH3): RFC 8484 over HTTP/3 (RFC 9114), with the same
 //! request rules, statuses and bodies as DoH over HTTP/2.
 //!
 //! ```text
@@ -25,12 +25,12 @@ use kudurru_core::doh;
 use kudurru_core::http3::{self, CriticalStreams, Scope, UniKind, UniStream, code};
 use quinn::VarInt;
 
+use super::endpoint::{Answer, Endpoint, Reply, ResponseHead, classify};
+use crate::accept;
 use crate::answer::{answer_miss, inline_or_queued};
-use crate::doh::{Answer, Endpoint, Reply, ResponseHead, classify};
+use crate::deadline::within;
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
-use crate::quic;
-use crate::runtime::TlsConfig;
-use crate::upstream::within;
+use crate::tls::TlsConfig;
 use crate::worker::{Active, Worker};
 
 /// Unidirectional streams an HTTP/3 client opens: control, QPACK encoder and decoder (RFC 9114
@@ -49,7 +49,7 @@ pub(crate) async fn serve(
     path: Arc<str>,
 ) {
     let path: Rc<str> = Rc::from(&*path);
-    quic::accept_loop(
+    accept::quic(
         worker,
         endpoint,
         move || tls.load().h3.clone(),

@@ -1,0 +1,56 @@
+//! `kudurru-core`'s modules in floors: each uses only modules on floors below its own, so no
+//! import points up and the crate has no import cycle. A new module gets a floor here.
+
+#[path = "support/layers.rs"]
+mod layers;
+
+/// Bottom first.
+const FLOORS: &[&[&str]] = &[
+    // Leaves: no other module of the crate.
+    &["key", "framing", "limiter", "upstream", "http"],
+    // The wire format (on the cache key), and both HTTP versions (on `http`).
+    &["wire", "http2", "http3"],
+    // What the wire format serves: answers, local names, DoH and DoQ rules.
+    &["answer", "local", "doh", "doq"],
+    // The cache (of answers) and the query pipeline (over local names and the limiter).
+    &["cache", "pipeline"],
+];
+
+#[test]
+fn modules_use_only_lower_floors() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let problems = layers::check(&src, FLOORS);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The scanner sees grouped, nested and `super` paths, leaves inline modules first, and skips
+/// comments and literals: a scanner that saw nothing would pass every table.
+#[test]
+fn the_scanner_resolves_crate_and_super_paths() {
+    let text = r#"
+        //! Docs naming crate::ignored.
+        use crate::{a, b::{c, d as e}};
+        use super::sibling::Item;
+        const S: &str = "crate::not_a_path";
+        const C: char = '"';
+        fn f<'a>(x: &'a crate::f::G) { let _ = super::super::top::T; }
+        #[cfg(test)]
+        mod tests {
+            use super::*;
+            use crate::g;
+        }
+    "#;
+    assert_eq!(
+        layers::references_in("x::y", text),
+        [
+            "a",
+            "b::c",
+            "b::d",
+            "x::sibling::Item",
+            "f::G",
+            "top::T",
+            "x::y",
+            "g"
+        ]
+    );
+}
