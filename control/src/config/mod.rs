@@ -5,22 +5,31 @@
 //! Parse, don't validate: [`Config`] is the raw layered document; [`Config::validate`] turns it
 //! into the typed values the data plane runs on, or an error naming the key.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kudurru_core::upstream::parse_host_port;
 use kudurru_core::{LocalNames, Prefix, RateLimit, ServerIdentity, TtlPolicy, UpstreamSpec};
-use kudurru_transports::{ListenerSpec, Protocol, Settings};
+use kudurru_transports::{ListenerSpec, Settings};
 use serde::{Deserialize, Serialize};
+
+mod error;
+mod key;
+mod listener;
+
+pub use error::ConfigError;
+pub use key::{KeyInfo, Scope};
+pub use listener::{DEFAULT_DOH_PATH, parse_listener};
+
+use key::{
+    key, parse_cpus, parse_num, parse_string, parse_strings, show_list, show_num, show_string,
+};
 
 /// Default client listeners: DNS over UDP and TCP on port 5353 of both loopbacks.
 pub const DEFAULT_LISTEN: &[&str] = &["127.0.0.1:5353", "[::1]:5353"];
 /// Default upstreams: well-known public resolvers (Cloudflare, Quad9), over UDP.
 pub const DEFAULT_UPSTREAMS: &[&str] = &["udp://1.1.1.1:53", "udp://9.9.9.9:53"];
-/// Path of a DNS-over-HTTPS listener given without one (RFC 8484 §3 example).
-pub const DEFAULT_DOH_PATH: &str = "/dns-query";
 /// Default ops listener (health, metrics); no authentication, so loopback only.
 pub const DEFAULT_OPS_ADDRESS: &str = "127.0.0.1:8081";
 /// Default HTTP API listener; token-authenticated, loopback by default.
@@ -384,636 +393,431 @@ impl Default for LogSection {
     }
 }
 
-/// Where a key may be set: on one node, or the same for the whole cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    /// Per node (addresses, cores).
-    Node,
-    /// Shared by every node of a cluster.
-    Cluster,
-}
-
-/// One configuration key's metadata and accessors.
-pub struct KeyInfo {
-    /// Dotted camelCase path.
-    pub key: &'static str,
-    /// Value type, for docs.
-    pub kind: &'static str,
-    /// Node or cluster.
-    pub scope: Scope,
-    /// Only meaningful on the host itself (never shared through cluster settings).
-    pub host_only: bool,
-    /// Takes effect only after a restart.
-    pub restart_required: bool,
-    /// One line for docs.
-    pub description: &'static str,
-    set: fn(&mut Config, &str) -> Result<(), String>,
-    get: fn(&Config) -> String,
-    copy: fn(&mut Config, &Config),
-}
-
-impl fmt::Debug for KeyInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyInfo")
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
-}
-
-impl KeyInfo {
-    /// The key's value in `config`, as text.
-    pub fn get(&self, config: &Config) -> String {
-        (self.get)(config)
-    }
-
-    /// Sets the key from text (environment, flags).
-    pub fn set(&self, config: &mut Config, value: &str) -> Result<(), ConfigError> {
-        (self.set)(config, value).map_err(|reason| ConfigError::Value {
-            key: self.key,
-            value: value.to_owned(),
-            reason,
-        })
-    }
-
-    /// Copies this key's value from `from` into `config` (layering).
-    pub fn copy(&self, config: &mut Config, from: &Config) {
-        (self.copy)(config, from);
-    }
-
-    /// The environment variable that sets this key.
-    pub fn env_var(&self) -> String {
-        format!(
-            "KUDURRU_{}",
-            self.key.replace('.', "__").to_ascii_uppercase()
-        )
-    }
-}
-
-fn parse_num<T: std::str::FromStr>(value: &str) -> Result<T, String>
-where
-    T::Err: fmt::Display,
-{
-    value.trim().parse::<T>().map_err(|e| e.to_string())
-}
-
-fn parse_list(value: &str) -> Vec<String> {
-    value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-fn join<T: ToString>(values: &[T]) -> String {
-    values
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-macro_rules! key {
-    ($key:literal, $kind:literal, $scope:ident, $host_only:literal, $restart:literal, $desc:literal,
-     |$c:ident| $field:expr, $parse:expr, $show:expr) => {
-        KeyInfo {
-            key: $key,
-            kind: $kind,
-            scope: Scope::$scope,
-            host_only: $host_only,
-            restart_required: $restart,
-            description: $desc,
-            set: |$c, v| {
-                $field = $parse(v)?;
-                Ok(())
-            },
-            get: |$c| $show(&$field),
-            copy: |$c, src| {
-                let value = {
-                    let $c = src;
-                    $field.clone()
-                };
-                $field = value;
-            },
-        }
-    };
-}
-
-#[allow(clippy::ptr_arg)] // the key! macro passes `&field`
-fn show_string(s: &String) -> String {
-    s.to_owned()
-}
-
-fn show_num<T: ToString>(v: &T) -> String {
-    v.to_string()
-}
-
-fn parse_string(v: &str) -> Result<String, String> {
-    Ok(v.to_owned())
-}
-
-fn parse_strings(v: &str) -> Result<Vec<String>, String> {
-    Ok(parse_list(v))
-}
-
-fn parse_cpus(v: &str) -> Result<Vec<usize>, String> {
-    parse_list(v).iter().map(|s| parse_num(s)).collect()
-}
-
 /// Every configuration key, in documentation order.
 pub static KEYS: &[KeyInfo] = &[
-    key!(
-        "settingsFile",
-        "path",
-        Node,
-        true,
-        true,
-        "settings file of cluster-scope keys, watched and reloaded; empty = none; KUDURRU_SETTINGS_FILE overrides",
-        |c| c.settings_file,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "server.listen",
-        "list of URLs",
-        Node,
-        true,
-        true,
-        "client listeners: udp://H:P, tcp://H:P, H:P for both, tls://H:P for DNS over TLS (port 853), https://H:P/path for DNS over HTTPS (port 443, path /dns-query), quic://H:P for DNS over QUIC (UDP port 853), h3://H:P/path for DNS over HTTP/3 (UDP port 443, path /dns-query); IPv4 or [IPv6]",
-        |c| c.server.listen,
-        parse_strings,
-        |v: &Vec<String>| join(v)
-    ),
-    key!(
-        "server.cores",
-        "integer",
-        Node,
-        true,
-        true,
-        "executors to run, one pinned per CPU; 0 = every CPU this process may use",
-        |c| c.server.cores,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "server.cpus",
-        "list of integers",
-        Node,
-        true,
-        true,
-        "CPUs to pin the executors to (overrides server.cores when set)",
-        |c| c.server.cpus,
-        parse_cpus,
-        |v: &Vec<usize>| join(v)
-    ),
-    key!(
-        "server.identity",
-        "string",
-        Cluster,
-        false,
-        true,
-        "TXT answer to CH id.server and hostname.bind (RFC 4892); empty = REFUSED",
-        |c| c.server.identity,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "server.version",
-        "string",
-        Cluster,
-        false,
-        true,
-        "TXT answer to CH version.server and version.bind; empty = REFUSED",
-        |c| c.server.version,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "server.shutdownGrace",
-        "duration",
-        Node,
-        false,
-        true,
-        "how long SIGTERM/SIGINT waits for in-flight queries before exiting",
-        |c| c.server.shutdown_grace,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "shutdown.drainDelay",
-        "duration",
-        Node,
-        false,
-        true,
-        "on SIGTERM, time in lameduck (health name SERVFAIL, readiness 503) before listeners close; 0s = none",
-        |c| c.shutdown.drain_delay,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "upstreams",
-        "list of URLs",
-        Cluster,
-        false,
-        false,
-        "upstream resolvers: udp://IP:P (TCP on truncation) or tcp://IP:P",
-        |c| c.upstreams,
-        parse_strings,
-        |v: &Vec<String>| join(v)
-    ),
-    key!(
-        "upstream.timeout",
-        "duration",
-        Cluster,
-        false,
-        true,
-        "one attempt at one upstream; then the next upstream is tried",
-        |c| c.upstream.timeout,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "upstream.resolveTimeout",
-        "duration",
-        Cluster,
-        false,
-        true,
-        "bound on all attempts for one query; then SERVFAIL (cached for cache.servfailTTL)",
-        |c| c.upstream.resolve_timeout,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "cache.maxEntries",
-        "integer",
-        Cluster,
-        false,
-        false,
-        "answers cached across all cores (each core owns maxEntries/cores; each L1 adds 1/8 of that)",
-        |c| c.cache.max_entries,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "cache.minTTL",
-        "seconds",
-        Cluster,
-        false,
-        false,
-        "positive TTLs are raised to at least this",
-        |c| c.cache.min_ttl,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "cache.maxTTL",
-        "seconds",
-        Cluster,
-        false,
-        false,
-        "positive TTLs are capped at this",
-        |c| c.cache.max_ttl,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "cache.negativeMaxTTL",
-        "seconds",
-        Cluster,
-        false,
-        false,
-        "negative answers (RFC 2308: min of SOA TTL and MINIMUM) are cached at most this long",
-        |c| c.cache.negative_max_ttl,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "cache.servfailTTL",
-        "seconds",
-        Cluster,
-        false,
-        false,
-        "resolution failures are cached this long (RFC 9520: at least 1, at most 300)",
-        |c| c.cache.servfail_ttl,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "edns.udpPayload",
-        "integer",
-        Cluster,
-        false,
-        true,
-        "EDNS UDP payload advertised and the largest UDP answer sent (512-4096)",
-        |c| c.edns.udp_payload,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "tcp.idleTimeout",
-        "duration",
-        Cluster,
-        false,
-        true,
-        "a client TCP, DoT, DoH, DoQ or DoH3 connection idle this long is closed (RFC 7766 §6.2.3; HTTP/2 with GOAWAY, QUIC by its idle timeout)",
-        |c| c.tcp.idle_timeout,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "tcp.maxConnectionsPerCore",
-        "integer",
-        Node,
-        false,
-        true,
-        "client TCP, DoT, DoH, DoQ and DoH3 connections each core accepts (together); more are closed at once (QUIC: CONNECTION_REFUSED)",
-        |c| c.tcp.max_connections_per_core,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "tcp.maxPipelined",
-        "integer",
-        Cluster,
-        false,
-        true,
-        "queries in flight on one TCP or DoT connection (past this kudurru stops reading it), and concurrent streams on one DoH (HTTP/2), DoQ or DoH3 connection",
-        |c| c.tcp.max_pipelined,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "tls.certFile",
-        "path",
-        Node,
-        true,
-        true,
-        "PEM certificate chain (leaf first) for tls://, https://, quic:// and h3:// listeners; the file is re-read when it changes",
-        |c| c.tls.cert_file,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "tls.keyFile",
-        "path",
-        Node,
-        true,
-        true,
-        "PEM private key for tls.certFile; re-read when it changes (a bad pair keeps the old one)",
-        |c| c.tls.key_file,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "tls.handshakeTimeout",
-        "duration",
-        Cluster,
-        false,
-        true,
-        "a DoT, DoH, DoQ or DoH3 client that has not finished its TLS (or QUIC) handshake after this long is closed",
-        |c| c.tls.handshake_timeout,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "ratelimit.qps",
-        "integer",
-        Cluster,
-        false,
-        false,
-        "queries per second each client prefix may send; 0 = limiter off",
-        |c| c.ratelimit.qps,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "ratelimit.burst",
-        "integer",
-        Cluster,
-        false,
-        false,
-        "token bucket size: queries a quiet client may send at once",
-        |c| c.ratelimit.burst,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "ratelimit.slip",
-        "integer",
-        Cluster,
-        false,
-        false,
-        "every Nth limited UDP query gets an empty TC=1 answer (retry over TCP); 0 = drop all, 1 = truncate all",
-        |c| c.ratelimit.slip,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "ratelimit.ipv4Prefix",
-        "integer",
-        Cluster,
-        false,
-        true,
-        "IPv4 addresses sharing this prefix length are one client",
-        |c| c.ratelimit.ipv4_prefix,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "ratelimit.ipv6Prefix",
-        "integer",
-        Cluster,
-        false,
-        true,
-        "IPv6 addresses sharing this prefix length are one client",
-        |c| c.ratelimit.ipv6_prefix,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "ratelimit.allowlist",
-        "list of prefixes",
-        Cluster,
-        false,
-        false,
-        "client prefixes never limited (ADDR/LEN or ADDR; at most 256)",
-        |c| c.ratelimit.allowlist,
-        parse_strings,
-        |v: &Vec<String>| join(v)
-    ),
-    key!(
-        "ratelimit.tableSize",
-        "integer",
-        Node,
-        false,
-        true,
-        "token buckets per core (32 bytes each); a full table displaces its fullest buckets",
-        |c| c.ratelimit.table_size,
-        parse_num,
-        show_num
-    ),
-    key!(
-        "ops.address",
-        "address",
-        Node,
-        true,
-        true,
-        "ops listener (/healthz/live, /healthz/ready, /metrics); unauthenticated, keep it on loopback",
-        |c| c.ops.address,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "api.address",
-        "address",
-        Node,
-        true,
-        true,
-        "HTTP API listener (/api/v1, bearer tokens); empty = no API",
-        |c| c.api.address,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "api.tlsCert",
-        "path",
-        Node,
-        true,
-        true,
-        "PEM certificate chain (leaf first) to serve the API over HTTPS; set with api.tlsKey; empty = plain HTTP; the file is re-read when it changes",
-        |c| c.api.tls_cert,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "api.tlsKey",
-        "path",
-        Node,
-        true,
-        true,
-        "PEM private key for api.tlsCert",
-        |c| c.api.tls_key,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "storage.dataDir",
-        "path",
-        Node,
-        true,
-        true,
-        "data directory: tokens.json (0600) now, databases later; created 0700",
-        |c| c.storage.data_dir,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "auth.tokens.maxLifetime",
-        "duration",
-        Cluster,
-        false,
-        true,
-        "the longest an API token lives, whatever --ttl it was created with",
-        |c| c.auth.tokens.max_lifetime,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "log.level",
-        "string",
-        Node,
-        false,
-        false,
-        "a level (off, error, warn, info, debug, trace) or LEVEL/TARGET=LEVEL directives, comma-separated; no span or field filters",
-        |c| c.log.level,
-        parse_string,
-        show_string
-    ),
-    key!(
-        "log.format",
-        "string",
-        Node,
-        false,
-        true,
-        "text or json",
-        |c| c.log.format,
-        parse_string,
-        show_string
-    ),
+    key! {
+        key: "settingsFile",
+        kind: "path",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.settings_file,
+        parse: parse_string,
+        show: show_string,
+        description: "settings file of cluster-scope keys, watched and reloaded; empty = none; KUDURRU_SETTINGS_FILE overrides",
+    },
+    key! {
+        key: "server.listen",
+        kind: "list of URLs",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.server.listen,
+        parse: parse_strings,
+        show: show_list,
+        description: "client listeners: udp://H:P, tcp://H:P, H:P for both, tls://H:P for DNS over TLS (port 853), https://H:P/path for DNS over HTTPS (port 443, path /dns-query), quic://H:P for DNS over QUIC (UDP port 853), h3://H:P/path for DNS over HTTP/3 (UDP port 443, path /dns-query); IPv4 or [IPv6]",
+    },
+    key! {
+        key: "server.cores",
+        kind: "integer",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.server.cores,
+        parse: parse_num,
+        show: show_num,
+        description: "executors to run, one pinned per CPU; 0 = every CPU this process may use",
+    },
+    key! {
+        key: "server.cpus",
+        kind: "list of integers",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.server.cpus,
+        parse: parse_cpus,
+        show: show_list,
+        description: "CPUs to pin the executors to (overrides server.cores when set)",
+    },
+    key! {
+        key: "server.identity",
+        kind: "string",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.server.identity,
+        parse: parse_string,
+        show: show_string,
+        description: "TXT answer to CH id.server and hostname.bind (RFC 4892); empty = REFUSED",
+    },
+    key! {
+        key: "server.version",
+        kind: "string",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.server.version,
+        parse: parse_string,
+        show: show_string,
+        description: "TXT answer to CH version.server and version.bind; empty = REFUSED",
+    },
+    key! {
+        key: "server.shutdownGrace",
+        kind: "duration",
+        scope: Node,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.server.shutdown_grace,
+        parse: parse_string,
+        show: show_string,
+        description: "how long SIGTERM/SIGINT waits for in-flight queries before exiting",
+    },
+    key! {
+        key: "shutdown.drainDelay",
+        kind: "duration",
+        scope: Node,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.shutdown.drain_delay,
+        parse: parse_string,
+        show: show_string,
+        description: "on SIGTERM, time in lameduck (health name SERVFAIL, readiness 503) before listeners close; 0s = none",
+    },
+    key! {
+        key: "upstreams",
+        kind: "list of URLs",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.upstreams,
+        parse: parse_strings,
+        show: show_list,
+        description: "upstream resolvers: udp://IP:P (TCP on truncation) or tcp://IP:P",
+    },
+    key! {
+        key: "upstream.timeout",
+        kind: "duration",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.upstream.timeout,
+        parse: parse_string,
+        show: show_string,
+        description: "one attempt at one upstream; then the next upstream is tried",
+    },
+    key! {
+        key: "upstream.resolveTimeout",
+        kind: "duration",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.upstream.resolve_timeout,
+        parse: parse_string,
+        show: show_string,
+        description: "bound on all attempts for one query; then SERVFAIL (cached for cache.servfailTTL)",
+    },
+    key! {
+        key: "cache.maxEntries",
+        kind: "integer",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.cache.max_entries,
+        parse: parse_num,
+        show: show_num,
+        description: "answers cached across all cores (each core owns maxEntries/cores; each L1 adds 1/8 of that)",
+    },
+    key! {
+        key: "cache.minTTL",
+        kind: "seconds",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.cache.min_ttl,
+        parse: parse_num,
+        show: show_num,
+        description: "positive TTLs are raised to at least this",
+    },
+    key! {
+        key: "cache.maxTTL",
+        kind: "seconds",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.cache.max_ttl,
+        parse: parse_num,
+        show: show_num,
+        description: "positive TTLs are capped at this",
+    },
+    key! {
+        key: "cache.negativeMaxTTL",
+        kind: "seconds",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.cache.negative_max_ttl,
+        parse: parse_num,
+        show: show_num,
+        description: "negative answers (RFC 2308: min of SOA TTL and MINIMUM) are cached at most this long",
+    },
+    key! {
+        key: "cache.servfailTTL",
+        kind: "seconds",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.cache.servfail_ttl,
+        parse: parse_num,
+        show: show_num,
+        description: "resolution failures are cached this long (RFC 9520: at least 1, at most 300)",
+    },
+    key! {
+        key: "edns.udpPayload",
+        kind: "integer",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.edns.udp_payload,
+        parse: parse_num,
+        show: show_num,
+        description: "EDNS UDP payload advertised and the largest UDP answer sent (512-4096)",
+    },
+    key! {
+        key: "tcp.idleTimeout",
+        kind: "duration",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.tcp.idle_timeout,
+        parse: parse_string,
+        show: show_string,
+        description: "a client TCP, DoT, DoH, DoQ or DoH3 connection idle this long is closed (RFC 7766 §6.2.3; HTTP/2 with GOAWAY, QUIC by its idle timeout)",
+    },
+    key! {
+        key: "tcp.maxConnectionsPerCore",
+        kind: "integer",
+        scope: Node,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.tcp.max_connections_per_core,
+        parse: parse_num,
+        show: show_num,
+        description: "client TCP, DoT, DoH, DoQ and DoH3 connections each core accepts (together); more are closed at once (QUIC: CONNECTION_REFUSED)",
+    },
+    key! {
+        key: "tcp.maxPipelined",
+        kind: "integer",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.tcp.max_pipelined,
+        parse: parse_num,
+        show: show_num,
+        description: "queries in flight on one TCP or DoT connection (past this kudurru stops reading it), and concurrent streams on one DoH (HTTP/2), DoQ or DoH3 connection",
+    },
+    key! {
+        key: "tls.certFile",
+        kind: "path",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.tls.cert_file,
+        parse: parse_string,
+        show: show_string,
+        description: "PEM certificate chain (leaf first) for tls://, https://, quic:// and h3:// listeners; the file is re-read when it changes",
+    },
+    key! {
+        key: "tls.keyFile",
+        kind: "path",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.tls.key_file,
+        parse: parse_string,
+        show: show_string,
+        description: "PEM private key for tls.certFile; re-read when it changes (a bad pair keeps the old one)",
+    },
+    key! {
+        key: "tls.handshakeTimeout",
+        kind: "duration",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.tls.handshake_timeout,
+        parse: parse_string,
+        show: show_string,
+        description: "a DoT, DoH, DoQ or DoH3 client that has not finished its TLS (or QUIC) handshake after this long is closed",
+    },
+    key! {
+        key: "ratelimit.qps",
+        kind: "integer",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.ratelimit.qps,
+        parse: parse_num,
+        show: show_num,
+        description: "queries per second each client prefix may send; 0 = limiter off",
+    },
+    key! {
+        key: "ratelimit.burst",
+        kind: "integer",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.ratelimit.burst,
+        parse: parse_num,
+        show: show_num,
+        description: "token bucket size: queries a quiet client may send at once",
+    },
+    key! {
+        key: "ratelimit.slip",
+        kind: "integer",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.ratelimit.slip,
+        parse: parse_num,
+        show: show_num,
+        description: "every Nth limited UDP query gets an empty TC=1 answer (retry over TCP); 0 = drop all, 1 = truncate all",
+    },
+    key! {
+        key: "ratelimit.ipv4Prefix",
+        kind: "integer",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.ratelimit.ipv4_prefix,
+        parse: parse_num,
+        show: show_num,
+        description: "IPv4 addresses sharing this prefix length are one client",
+    },
+    key! {
+        key: "ratelimit.ipv6Prefix",
+        kind: "integer",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.ratelimit.ipv6_prefix,
+        parse: parse_num,
+        show: show_num,
+        description: "IPv6 addresses sharing this prefix length are one client",
+    },
+    key! {
+        key: "ratelimit.allowlist",
+        kind: "list of prefixes",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.ratelimit.allowlist,
+        parse: parse_strings,
+        show: show_list,
+        description: "client prefixes never limited (ADDR/LEN or ADDR; at most 256)",
+    },
+    key! {
+        key: "ratelimit.tableSize",
+        kind: "integer",
+        scope: Node,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.ratelimit.table_size,
+        parse: parse_num,
+        show: show_num,
+        description: "token buckets per core (32 bytes each); a full table displaces its fullest buckets",
+    },
+    key! {
+        key: "ops.address",
+        kind: "address",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.ops.address,
+        parse: parse_string,
+        show: show_string,
+        description: "ops listener (/healthz/live, /healthz/ready, /metrics); unauthenticated, keep it on loopback",
+    },
+    key! {
+        key: "api.address",
+        kind: "address",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.api.address,
+        parse: parse_string,
+        show: show_string,
+        description: "HTTP API listener (/api/v1, bearer tokens); empty = no API",
+    },
+    key! {
+        key: "api.tlsCert",
+        kind: "path",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.api.tls_cert,
+        parse: parse_string,
+        show: show_string,
+        description: "PEM certificate chain (leaf first) to serve the API over HTTPS; set with api.tlsKey; empty = plain HTTP; the file is re-read when it changes",
+    },
+    key! {
+        key: "api.tlsKey",
+        kind: "path",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.api.tls_key,
+        parse: parse_string,
+        show: show_string,
+        description: "PEM private key for api.tlsCert",
+    },
+    key! {
+        key: "storage.dataDir",
+        kind: "path",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.storage.data_dir,
+        parse: parse_string,
+        show: show_string,
+        description: "data directory: tokens.json (0600) now, databases later; created 0700",
+    },
+    key! {
+        key: "auth.tokens.maxLifetime",
+        kind: "duration",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.auth.tokens.max_lifetime,
+        parse: parse_string,
+        show: show_string,
+        description: "the longest an API token lives, whatever --ttl it was created with",
+    },
+    key! {
+        key: "log.level",
+        kind: "string",
+        scope: Node,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.log.level,
+        parse: parse_string,
+        show: show_string,
+        description: "a level (off, error, warn, info, debug, trace) or LEVEL/TARGET=LEVEL directives, comma-separated; no span or field filters",
+    },
+    key! {
+        key: "log.format",
+        kind: "string",
+        scope: Node,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.log.format,
+        parse: parse_string,
+        show: show_string,
+        description: "text or json",
+    },
 ];
 
 /// Looks a key up by its dotted path (case-insensitive).
 pub fn find_key(key: &str) -> Option<&'static KeyInfo> {
     KEYS.iter().find(|k| k.key.eq_ignore_ascii_case(key))
-}
-
-/// Why a configuration was rejected.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The node file could not be read.
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The node file is not valid TOML or has unknown keys or wrong types (the message carries
-    /// the line, column and key).
-    #[error("invalid config file {path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// toml's message, with line and column.
-        message: String,
-    },
-    /// The settings file sets a key that is node-scope or host-only.
-    #[error(
-        "settings file {path}: {key} is a node-scope or host-only key; the settings file may hold cluster-scope keys only (see docs/configuration.md)"
-    )]
-    NotSharable {
-        /// The file.
-        path: PathBuf,
-        /// The key.
-        key: &'static str,
-    },
-    /// An environment variable names no key.
-    #[error("unknown configuration variable {var}: no key {key:?} (see docs/configuration.md)")]
-    UnknownEnv {
-        /// The variable.
-        var: String,
-        /// The key it would set.
-        key: String,
-    },
-    /// A value is invalid for its key.
-    #[error("invalid value {value:?} for {key}: {reason}")]
-    Value {
-        /// The key.
-        key: &'static str,
-        /// The value as given.
-        value: String,
-        /// Why.
-        reason: String,
-    },
-    /// A value from an environment variable was invalid.
-    #[error("environment variable {var}: {source}")]
-    Env {
-        /// The variable.
-        var: String,
-        /// The key's error.
-        source: Box<Self>,
-    },
-}
-
-impl ConfigError {
-    fn value(key: &'static str, value: impl ToString, reason: impl ToString) -> Self {
-        Self::Value {
-            key,
-            value: value.to_string(),
-            reason: reason.to_string(),
-        }
-    }
 }
 
 /// Longest `log.level` accepted; real filters are a few directives.
@@ -1407,53 +1211,6 @@ impl RateLimitSection {
     }
 }
 
-/// Parses a listener URL: `udp://H:P`, `tcp://H:P`, `H:P` (both; port 53 by default),
-/// `tls://H:P` (853), `https://H:P/path` (443, `/dns-query`), `quic://H:P` (853, UDP) or
-/// `h3://H:P/path` (443, UDP, `/dns-query`).
-pub fn parse_listener(url: &str) -> Option<ListenerSpec> {
-    let listener = |addr, protocol| Some(ListenerSpec { addr, protocol });
-    if let Some(rest) = url.strip_prefix("tls://") {
-        return listener(parse_host_port(rest, 853)?, Protocol::Tls);
-    }
-    if let Some(rest) = url.strip_prefix("quic://") {
-        return listener(parse_host_port(rest, 853)?, Protocol::Quic);
-    }
-    if let Some(rest) = url.strip_prefix("https://") {
-        let (addr, path) = parse_http_target(rest)?;
-        return listener(addr, Protocol::Https { path });
-    }
-    if let Some(rest) = url.strip_prefix("h3://") {
-        let (addr, path) = parse_http_target(rest)?;
-        return listener(addr, Protocol::H3 { path });
-    }
-    let (udp, tcp, rest) = if let Some(rest) = url.strip_prefix("udp://") {
-        (true, false, rest)
-    } else if let Some(rest) = url.strip_prefix("tcp://") {
-        (false, true, rest)
-    } else if let Some(rest) = url.strip_prefix("dns://") {
-        (true, true, rest)
-    } else {
-        (true, true, url)
-    };
-    listener(parse_host_port(rest, 53)?, Protocol::Dns { udp, tcp })
-}
-
-/// `H:P/path` of an HTTPS or HTTP/3 listener (port 443, path `/dns-query` by default): the path
-/// starts at the first slash (IPv6 hosts are bracketed, no slash) and has no query or fragment.
-fn parse_http_target(rest: &str) -> Option<(SocketAddr, String)> {
-    let (host, path) = match rest.find('/') {
-        Some(at) => rest.split_at(at),
-        None => (rest, DEFAULT_DOH_PATH),
-    };
-    if !path
-        .bytes()
-        .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#')
-    {
-        return None;
-    }
-    Some((parse_host_port(host, 443)?, path.to_owned()))
-}
-
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
@@ -1493,6 +1250,8 @@ pub fn render_key_table() -> String {
 
 #[cfg(test)]
 mod tests {
+    use kudurru_transports::Protocol;
+
     use super::*;
 
     #[test]
@@ -1506,91 +1265,6 @@ mod tests {
             }
             && l.addr.port() == 5353));
         assert_eq!(v.settings.upstreams.len(), 2);
-    }
-
-    #[test]
-    fn listener_urls_name_their_transports_ports_and_paths() {
-        let l = |url: &str| parse_listener(url);
-        let path = |p: &str| p.to_owned();
-        let plain = l("127.0.0.1:53").unwrap();
-        assert_eq!(
-            plain.protocol,
-            Protocol::Dns {
-                udp: true,
-                tcp: true
-            }
-        );
-        assert!(!plain.needs_certificate());
-        assert_eq!(
-            l("udp://127.0.0.1").unwrap().protocol,
-            Protocol::Dns {
-                udp: true,
-                tcp: false
-            }
-        );
-        let dot = l("tls://[::1]").unwrap();
-        assert_eq!(
-            (dot.addr, dot.protocol),
-            ("[::1]:853".parse().unwrap(), Protocol::Tls)
-        );
-        let doq = l("quic://127.0.0.1").unwrap();
-        assert_eq!(
-            (doq.addr, doq.protocol),
-            ("127.0.0.1:853".parse().unwrap(), Protocol::Quic)
-        );
-        let doh = l("https://127.0.0.1").unwrap();
-        assert_eq!(doh.addr, "127.0.0.1:443".parse().unwrap());
-        assert_eq!(
-            doh.protocol,
-            Protocol::Https {
-                path: path(DEFAULT_DOH_PATH)
-            }
-        );
-        assert!(doh.needs_certificate());
-        let doh = l("https://[::1]:8443/resolve").unwrap();
-        assert_eq!(doh.addr, "[::1]:8443".parse().unwrap());
-        assert_eq!(
-            doh.protocol,
-            Protocol::Https {
-                path: path("/resolve")
-            }
-        );
-        assert_eq!(
-            l("https://127.0.0.1/").unwrap().protocol,
-            Protocol::Https { path: path("/") }
-        );
-        let h3 = l("h3://127.0.0.1").unwrap();
-        assert_eq!(h3.addr, "127.0.0.1:443".parse().unwrap());
-        assert_eq!(
-            h3.protocol,
-            Protocol::H3 {
-                path: path(DEFAULT_DOH_PATH)
-            }
-        );
-        assert_eq!(
-            l("h3://[::1]:8443/q").unwrap().protocol,
-            Protocol::H3 { path: path("/q") }
-        );
-        for bad in [
-            "https://127.0.0.1/a b",
-            "https://127.0.0.1/q?x=1",
-            "https://example.com/dns-query",
-            "https://127.0.0.1:99999",
-            "h3://127.0.0.1/q#x",
-            "quic://127.0.0.1/path",
-        ] {
-            assert!(l(bad).is_none(), "{bad}");
-        }
-        let e = Config {
-            server: ServerSection {
-                listen: vec!["https://127.0.0.1:8443".into()],
-                ..ServerSection::default()
-            },
-            ..Config::default()
-        }
-        .validate()
-        .unwrap_err();
-        assert!(e.to_string().contains("needs a certificate"), "{e}");
     }
 
     #[test]
