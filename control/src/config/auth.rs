@@ -4,6 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use super::key::{KeyInfo, key, parse_string, show_string};
 
+/// Default longest lifetime of an API token.
+pub const DEFAULT_TOKEN_MAX_LIFETIME: &str = "90d";
+
 /// `auth.*`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -23,7 +26,7 @@ pub struct TokensSection {
 impl Default for TokensSection {
     fn default() -> Self {
         Self {
-            max_lifetime: "90d".into(),
+            max_lifetime: DEFAULT_TOKEN_MAX_LIFETIME.into(),
         }
     }
 }

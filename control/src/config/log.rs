@@ -5,6 +5,11 @@ use serde::{Deserialize, Serialize};
 
 use super::key::{KeyInfo, key, parse_string, show_string};
 
+/// Default level filter.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+/// Default log format.
+pub const DEFAULT_LOG_FORMAT: &str = "text";
+
 /// `log.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -18,8 +23,8 @@ pub struct LogSection {
 impl Default for LogSection {
     fn default() -> Self {
         Self {
-            level: "info".into(),
-            format: "text".into(),
+            level: DEFAULT_LOG_LEVEL.into(),
+            format: DEFAULT_LOG_FORMAT.into(),
         }
     }
 }

@@ -37,22 +37,27 @@ mod validate;
 use serde::{Deserialize, Serialize};
 
 pub use api::{ApiSection, DEFAULT_API_ADDRESS};
-pub use auth::{AuthSection, TokensSection};
+pub use auth::{AuthSection, DEFAULT_TOKEN_MAX_LIFETIME, TokensSection};
 pub use cache::{CacheSection, DEFAULT_CACHE_MAX_ENTRIES};
 pub use docs::render_key_table;
 pub use edns::EdnsSection;
 pub use error::ConfigError;
 pub use key::{KeyInfo, Scope};
 pub use listener::{DEFAULT_DOH_PATH, parse_listener};
-pub use log::LogSection;
+pub use log::{DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL, LogSection};
 pub use ops::{DEFAULT_OPS_ADDRESS, OpsSection};
 pub use ratelimit::{DEFAULT_RATELIMIT_TABLE_SIZE, MAX_ALLOWLIST, RateLimitSection};
-pub use server::{DEFAULT_LISTEN, ServerSection};
-pub use shutdown::ShutdownSection;
+pub use server::{DEFAULT_LISTEN, DEFAULT_SHUTDOWN_GRACE, ServerSection};
+pub use shutdown::{DEFAULT_DRAIN_DELAY, ShutdownSection};
 pub use storage::{DEFAULT_DATA_DIR, StorageSection};
-pub use tcp::TcpSection;
-pub use tls::TlsSection;
-pub use upstream::{DEFAULT_UPSTREAMS, UpstreamSection};
+pub use tcp::{
+    DEFAULT_TCP_IDLE_TIMEOUT, DEFAULT_TCP_MAX_CONNECTIONS_PER_CORE, DEFAULT_TCP_MAX_PIPELINED,
+    TcpSection,
+};
+pub use tls::{DEFAULT_TLS_HANDSHAKE_TIMEOUT, TlsSection};
+pub use upstream::{
+    DEFAULT_RESOLVE_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_UPSTREAMS, UpstreamSection,
+};
 pub use validate::Validated;
 
 use key::{key, parse_string, show_string};

@@ -9,6 +9,8 @@ use super::key::{
 
 /// Default client listeners: DNS over UDP and TCP on port 5353 of both loopbacks.
 pub const DEFAULT_LISTEN: &[&str] = &["127.0.0.1:5353", "[::1]:5353"];
+/// Default wait for in-flight queries on SIGTERM or SIGINT.
+pub const DEFAULT_SHUTDOWN_GRACE: &str = "5s";
 
 /// `server.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,7 +38,7 @@ impl Default for ServerSection {
             cpus: Vec::new(),
             identity: String::new(),
             version: format!("kudurru {}", env!("CARGO_PKG_VERSION")),
-            shutdown_grace: "5s".into(),
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE.into(),
         }
     }
 }

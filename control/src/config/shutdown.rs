@@ -4,6 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use super::key::{KeyInfo, key, parse_string, show_string};
 
+/// Default lameduck time: none, the listeners close at once.
+pub const DEFAULT_DRAIN_DELAY: &str = "0s";
+
 /// `shutdown.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -15,7 +18,7 @@ pub struct ShutdownSection {
 impl Default for ShutdownSection {
     fn default() -> Self {
         Self {
-            drain_delay: "0s".into(),
+            drain_delay: DEFAULT_DRAIN_DELAY.into(),
         }
     }
 }

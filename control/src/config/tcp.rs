@@ -4,6 +4,13 @@ use serde::{Deserialize, Serialize};
 
 use super::key::{KeyInfo, key, parse_num, parse_string, show_num, show_string};
 
+/// Default idle time before a client connection is closed.
+pub const DEFAULT_TCP_IDLE_TIMEOUT: &str = "10s";
+/// Default client connections per core.
+pub const DEFAULT_TCP_MAX_CONNECTIONS_PER_CORE: usize = 1024;
+/// Default queries in flight (or streams) per client connection.
+pub const DEFAULT_TCP_MAX_PIPELINED: usize = 64;
+
 /// `tcp.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -19,9 +26,9 @@ pub struct TcpSection {
 impl Default for TcpSection {
     fn default() -> Self {
         Self {
-            idle_timeout: "10s".into(),
-            max_connections_per_core: 1024,
-            max_pipelined: 64,
+            idle_timeout: DEFAULT_TCP_IDLE_TIMEOUT.into(),
+            max_connections_per_core: DEFAULT_TCP_MAX_CONNECTIONS_PER_CORE,
+            max_pipelined: DEFAULT_TCP_MAX_PIPELINED,
         }
     }
 }

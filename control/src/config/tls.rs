@@ -4,6 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use super::key::{KeyInfo, key, parse_string, show_string};
 
+/// Default deadline for a client's TLS (or QUIC) handshake.
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT: &str = "5s";
+
 /// `tls.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -21,7 +24,7 @@ impl Default for TlsSection {
         Self {
             cert_file: String::new(),
             key_file: String::new(),
-            handshake_timeout: "5s".into(),
+            handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT.into(),
         }
     }
 }

@@ -6,6 +6,10 @@ use super::key::{KeyInfo, key, parse_string, parse_strings, show_list, show_stri
 
 /// Default upstreams: well-known public resolvers (Cloudflare, Quad9), over UDP.
 pub const DEFAULT_UPSTREAMS: &[&str] = &["udp://1.1.1.1:53", "udp://9.9.9.9:53"];
+/// Default wait for one attempt at one upstream.
+pub const DEFAULT_UPSTREAM_TIMEOUT: &str = "1500ms";
+/// Default bound on all attempts for one query.
+pub const DEFAULT_RESOLVE_TIMEOUT: &str = "4s";
 
 /// `upstream.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -20,8 +24,8 @@ pub struct UpstreamSection {
 impl Default for UpstreamSection {
     fn default() -> Self {
         Self {
-            timeout: "1500ms".into(),
-            resolve_timeout: "4s".into(),
+            timeout: DEFAULT_UPSTREAM_TIMEOUT.into(),
+            resolve_timeout: DEFAULT_RESOLVE_TIMEOUT.into(),
         }
     }
 }
