@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::config::{ConfigError, KEYS, KeyInfo, Scope, find_key};
+use crate::config::{self, ConfigError, KeyInfo, Scope, find_key};
 use crate::files::write_atomically;
 use crate::http::{Handler, HttpError, Request as HttpRequest, Response};
 use crate::layers::{FileLayer, Layer};
@@ -187,7 +187,7 @@ impl Api {
         let mut sources = Map::new();
         let mut restart = Vec::new();
         let full = serde_json::to_value(&running.config).unwrap_or(Value::Null);
-        for key in KEYS.iter().filter(|k| k.scope == scope) {
+        for key in config::keys().filter(|k| k.scope == scope) {
             insert_path(
                 &mut values,
                 key.key,
@@ -285,7 +285,7 @@ impl Api {
             format!(
                 "listeners from {}; {} keys set outside the defaults",
                 node.label(),
-                KEYS.iter()
+                config::keys()
                     .filter(|k| running.sources.of(k.key) != Layer::Default)
                     .count()
             ),
@@ -669,7 +669,7 @@ fn patched_keys(patch: &Map<String, Value>, scope: Scope) -> Result<Vec<&'static
             match (find_key(&path), value) {
                 (Some(key), _) => keys.push(key),
                 (None, Value::Object(inner))
-                    if KEYS.iter().any(|k| k.key.starts_with(&format!("{path}."))) =>
+                    if config::keys().any(|k| k.key.starts_with(&format!("{path}."))) =>
                 {
                     stack.push((path, inner));
                 }

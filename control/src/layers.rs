@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::files::sha256;
 
 use crate::cli::ServeArgs;
-use crate::config::{Config, ConfigError, KEYS, KeyInfo, Scope, find_key};
+use crate::config::{self, Config, ConfigError, KeyInfo, Scope, find_key};
 
 /// The variable that names the settings file, over the `settingsFile` key.
 pub const SETTINGS_FILE_ENV: &str = "KUDURRU_SETTINGS_FILE";
@@ -101,7 +101,7 @@ impl FileLayer {
         let table: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| parse_error(e.to_string()))?;
-        let keys = KEYS.iter().filter(|k| is_set(&table, k.key)).collect();
+        let keys = config::keys().filter(|k| is_set(&table, k.key)).collect();
         Ok(Self {
             path: path.to_owned(),
             config,
@@ -316,7 +316,7 @@ pub fn render_get(config: &Config, sources: &Sources, key: Option<&str>) -> Resu
         Some(name) => vec![
             find_key(name).ok_or_else(|| format!("no key {name:?} (see `kudurru config keys`)"))?,
         ],
-        None => KEYS.iter().collect(),
+        None => config::keys().collect(),
     };
     let mut out = String::new();
     for k in keys {

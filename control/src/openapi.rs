@@ -5,7 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::api::ROUTES;
-use crate::config::{KEYS, KeyInfo, Scope};
+use crate::config::{self, KeyInfo, Scope};
 
 /// Documented ranges of keys whose validation is a plain range (the validator is the authority;
 /// cross-key rules such as minTTL <= maxTTL cannot be written in a schema).
@@ -197,8 +197,7 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             "Change cluster-scope settings: validated whole, persisted to the settings file, applied",
             patch_result(),
             Some(keys_schema(
-                KEYS.iter()
-                    .filter(|k| k.scope == Scope::Cluster && !k.host_only),
+                config::keys().filter(|k| k.scope == Scope::Cluster && !k.host_only),
             )),
         ),
         ("GET", "/api/v1/node/config") => (
@@ -210,8 +209,7 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             "Change node-scope keys in memory (host-only keys refused)",
             patch_result(),
             Some(keys_schema(
-                KEYS.iter()
-                    .filter(|k| k.scope == Scope::Node && !k.host_only),
+                config::keys().filter(|k| k.scope == Scope::Node && !k.host_only),
             )),
         ),
         ("GET", "/api/v1/upstreams") => (

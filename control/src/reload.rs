@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::config::{Config, ConfigError, KEYS, Validated};
+use crate::config::{self, Config, ConfigError, Validated};
 use crate::layers::{FileLayer, Inputs, Sources};
 
 /// Keys that apply without a restart; every other key is `restartRequired`. Each has a
@@ -192,7 +192,7 @@ impl Reloadable {
         config.validate()?;
         let mut hot = Vec::new();
         let mut pending = Vec::new();
-        for key in KEYS {
+        for key in config::keys() {
             if same_value(key, &key.get(&config), &key.get(&old.config)) {
                 continue;
             }
@@ -209,7 +209,7 @@ impl Reloadable {
                 hot.push(key.key);
             }
         }
-        for key in KEYS.iter().filter(|k| k.restart_required) {
+        for key in config::keys().filter(|k| k.restart_required) {
             sources = sources.with(key.key, old.sources.of(key.key));
         }
         let validated = config.validate()?;
@@ -250,7 +250,7 @@ impl Reloadable {
 }
 
 /// Whether two texts of `key` mean the same value (`0s` and `0ms` are one duration).
-fn same_value(key: &crate::config::KeyInfo, a: &str, b: &str) -> bool {
+fn same_value(key: &config::KeyInfo, a: &str, b: &str) -> bool {
     if a == b {
         return true;
     }
@@ -271,11 +271,11 @@ mod tests {
 
     #[test]
     fn equal_durations_written_differently_are_no_change() {
-        let key = crate::config::find_key("shutdown.drainDelay").unwrap();
+        let key = config::find_key("shutdown.drainDelay").unwrap();
         assert!(same_value(key, "0s", "0ms"));
         assert!(same_value(key, "1m", "60s"));
         assert!(!same_value(key, "1s", "2s"));
-        let other = crate::config::find_key("server.version").unwrap();
+        let other = config::find_key("server.version").unwrap();
         assert!(
             !same_value(other, "1s", "1000ms"),
             "only durations are normalised"
@@ -284,8 +284,7 @@ mod tests {
 
     #[test]
     fn the_hot_keys_are_exactly_the_keys_not_marked_restart_required() {
-        let mut hot: Vec<&str> = KEYS
-            .iter()
+        let mut hot: Vec<&str> = config::keys()
             .filter(|k| !k.restart_required)
             .map(|k| k.key)
             .collect();

@@ -1,0 +1,114 @@
+//! `server.*`: the node's listeners, its cores and how it names itself.
+
+use serde::{Deserialize, Serialize};
+
+use super::key::{
+    KeyInfo, key, parse_cpus, parse_num, parse_string, parse_strings, show_list, show_num,
+    show_string,
+};
+
+/// Default client listeners: DNS over UDP and TCP on port 5353 of both loopbacks.
+pub const DEFAULT_LISTEN: &[&str] = &["127.0.0.1:5353", "[::1]:5353"];
+/// Default wait for in-flight queries on SIGTERM or SIGINT.
+pub const DEFAULT_SHUTDOWN_GRACE: &str = "5s";
+
+/// `server.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServerSection {
+    /// Listener URLs.
+    pub listen: Vec<String>,
+    /// Number of cores; 0 means every available CPU.
+    pub cores: usize,
+    /// CPUs to pin to (overrides `cores` when non-empty).
+    pub cpus: Vec<usize>,
+    /// `id.server` answer; empty refuses it.
+    pub identity: String,
+    /// `version.server` answer; empty refuses it.
+    pub version: String,
+    /// How long shutdown waits for in-flight queries.
+    pub shutdown_grace: String,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.iter().map(|s| (*s).to_owned()).collect(),
+            cores: 0,
+            cpus: Vec::new(),
+            identity: String::new(),
+            version: format!("kudurru {}", env!("CARGO_PKG_VERSION")),
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE.into(),
+        }
+    }
+}
+
+/// The `server.*` keys, in documentation order.
+pub(super) const KEYS: &[KeyInfo] = &[
+    key! {
+        key: "server.listen",
+        kind: "list of URLs",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.server.listen,
+        parse: parse_strings,
+        show: show_list,
+        description: "client listeners: udp://H:P, tcp://H:P, H:P for both, tls://H:P for DNS over TLS (port 853), https://H:P/path for DNS over HTTPS (port 443, path /dns-query), quic://H:P for DNS over QUIC (UDP port 853), h3://H:P/path for DNS over HTTP/3 (UDP port 443, path /dns-query); IPv4 or [IPv6]",
+    },
+    key! {
+        key: "server.cores",
+        kind: "integer",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.server.cores,
+        parse: parse_num,
+        show: show_num,
+        description: "executors to run, one pinned per CPU; 0 = every CPU this process may use",
+    },
+    key! {
+        key: "server.cpus",
+        kind: "list of integers",
+        scope: Node,
+        host_only: true,
+        restart_required: true,
+        field: |c| c.server.cpus,
+        parse: parse_cpus,
+        show: show_list,
+        description: "CPUs to pin the executors to (overrides server.cores when set)",
+    },
+    key! {
+        key: "server.identity",
+        kind: "string",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.server.identity,
+        parse: parse_string,
+        show: show_string,
+        description: "TXT answer to CH id.server and hostname.bind (RFC 4892); empty = REFUSED",
+    },
+    key! {
+        key: "server.version",
+        kind: "string",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.server.version,
+        parse: parse_string,
+        show: show_string,
+        description: "TXT answer to CH version.server and version.bind; empty = REFUSED",
+    },
+    key! {
+        key: "server.shutdownGrace",
+        kind: "duration",
+        scope: Node,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.server.shutdown_grace,
+        parse: parse_string,
+        show: show_string,
+        description: "how long SIGTERM/SIGINT waits for in-flight queries before exiting",
+    },
+];

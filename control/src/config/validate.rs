@@ -1,0 +1,312 @@
+//! Parse, don't validate: [`Config::validate`] checks every value of the raw document and builds
+//! the typed [`Validated`] values the data plane runs on, or names the first key at fault. The
+//! checks run in a fixed order, so a document with several faults always reports the same one.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kudurru_core::upstream::parse_host_port;
+use kudurru_core::{LocalNames, ServerIdentity, TtlPolicy, UpstreamSpec};
+use kudurru_transports::{ListenerSpec, Settings};
+
+use super::log::check_log_filter;
+use super::{Config, ConfigError, parse_listener};
+
+impl Config {
+    /// Checks every value and builds what the data plane runs on.
+    pub fn validate(&self) -> Result<Validated, ConfigError> {
+        let listeners = self
+            .server
+            .listen
+            .iter()
+            .map(|url| {
+                parse_listener(url).ok_or_else(|| {
+                    ConfigError::value(
+                        "server.listen",
+                        url,
+                        "expected udp://H:P, tcp://H:P, tls://H:P, https://H:P/path, quic://H:P, h3://H:P/path or H:P with an IP address",
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if listeners.is_empty() {
+            return Err(ConfigError::value(
+                "server.listen",
+                "",
+                "at least one listener is needed",
+            ));
+        }
+        let upstreams = self
+            .upstreams
+            .iter()
+            .map(|url| {
+                url.parse::<UpstreamSpec>()
+                    .map_err(|e| ConfigError::value("upstreams", url, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if upstreams.is_empty() {
+            return Err(ConfigError::value(
+                "upstreams",
+                "",
+                "at least one upstream is needed",
+            ));
+        }
+        let available = kudurru_transports::sys::available_cpus();
+        let cpus = if !self.server.cpus.is_empty() {
+            if let Some(bad) = self.server.cpus.iter().find(|c| !available.contains(c)) {
+                return Err(ConfigError::value(
+                    "server.cpus",
+                    bad,
+                    format!("not among the CPUs this process may use: {available:?}"),
+                ));
+            }
+            self.server.cpus.clone()
+        } else if self.server.cores == 0 {
+            available.clone()
+        } else if self.server.cores > available.len() {
+            return Err(ConfigError::value(
+                "server.cores",
+                self.server.cores,
+                format!(
+                    "only {} CPUs are available to this process",
+                    available.len()
+                ),
+            ));
+        } else {
+            available[..self.server.cores].to_vec()
+        };
+        let duration = |key: &'static str, text: &str| -> Result<Duration, ConfigError> {
+            let d =
+                humantime::parse_duration(text).map_err(|e| ConfigError::value(key, text, e))?;
+            if d.is_zero() {
+                return Err(ConfigError::value(key, text, "must be more than zero"));
+            }
+            Ok(d)
+        };
+        let upstream_timeout = duration("upstream.timeout", &self.upstream.timeout)?;
+        let resolve_timeout = duration("upstream.resolveTimeout", &self.upstream.resolve_timeout)?;
+        let tcp_idle_timeout = duration("tcp.idleTimeout", &self.tcp.idle_timeout)?;
+        let tls_handshake_timeout = duration("tls.handshakeTimeout", &self.tls.handshake_timeout)?;
+        if listeners.iter().any(ListenerSpec::needs_certificate) {
+            for (key, path) in [
+                ("tls.certFile", &self.tls.cert_file),
+                ("tls.keyFile", &self.tls.key_file),
+            ] {
+                if path.is_empty() {
+                    return Err(ConfigError::value(
+                        key,
+                        "",
+                        "a tls://, https://, quic:// or h3:// listener needs a certificate: set tls.certFile and tls.keyFile (kudurru cert generate writes a self-signed pair)",
+                    ));
+                }
+            }
+        }
+        let shutdown_grace = duration("server.shutdownGrace", &self.server.shutdown_grace)?;
+        let drain_delay = humantime::parse_duration(&self.shutdown.drain_delay).map_err(|e| {
+            ConfigError::value("shutdown.drainDelay", &self.shutdown.drain_delay, e)
+        })?;
+        let ratelimit = self.ratelimit.validate()?;
+        let token_max_lifetime =
+            duration("auth.tokens.maxLifetime", &self.auth.tokens.max_lifetime)?;
+        let api_address = if self.api.address.is_empty() {
+            None
+        } else {
+            Some(parse_host_port(&self.api.address, 8080).ok_or_else(|| {
+                ConfigError::value(
+                    "api.address",
+                    &self.api.address,
+                    "expected IP:PORT or empty",
+                )
+            })?)
+        };
+        let api_tls = match (self.api.tls_cert.as_str(), self.api.tls_key.as_str()) {
+            ("", "") => None,
+            ("", _) => {
+                return Err(ConfigError::value(
+                    "api.tlsCert",
+                    "",
+                    "api.tlsKey is set: set api.tlsCert too, or neither",
+                ));
+            }
+            (_, "") => {
+                return Err(ConfigError::value(
+                    "api.tlsKey",
+                    "",
+                    "api.tlsCert is set: set api.tlsKey too, or neither",
+                ));
+            }
+            (cert, key) => Some((PathBuf::from(cert), PathBuf::from(key))),
+        };
+        let c = &self.cache;
+        if c.max_entries == 0 {
+            return Err(ConfigError::value(
+                "cache.maxEntries",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if c.min_ttl > c.max_ttl {
+            return Err(ConfigError::value(
+                "cache.minTTL",
+                c.min_ttl,
+                format!("larger than cache.maxTTL ({})", c.max_ttl),
+            ));
+        }
+        if !(1..=300).contains(&c.servfail_ttl) {
+            return Err(ConfigError::value(
+                "cache.servfailTTL",
+                c.servfail_ttl,
+                "RFC 9520 asks for 1 to 300 seconds",
+            ));
+        }
+        if !(512..=4096).contains(&self.edns.udp_payload) {
+            return Err(ConfigError::value(
+                "edns.udpPayload",
+                self.edns.udp_payload,
+                "must be 512 to 4096",
+            ));
+        }
+        for (key, value) in [
+            (
+                "tcp.maxConnectionsPerCore",
+                self.tcp.max_connections_per_core,
+            ),
+            ("tcp.maxPipelined", self.tcp.max_pipelined),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::value(key, value, "must be at least 1"));
+            }
+        }
+        let ops_address = parse_host_port(&self.ops.address, 8081).ok_or_else(|| {
+            ConfigError::value("ops.address", &self.ops.address, "expected IP:PORT")
+        })?;
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return Err(ConfigError::value(
+                "log.format",
+                &self.log.format,
+                "expected text or json",
+            ));
+        }
+        check_log_filter(&self.log.level)
+            .map_err(|reason| ConfigError::value("log.level", &self.log.level, reason))?;
+        tracing_subscriber::EnvFilter::try_new(&self.log.level)
+            .map_err(|e| ConfigError::value("log.level", &self.log.level, e))?;
+        let identity = if self.server.identity.is_empty() {
+            hostname()
+        } else {
+            self.server.identity.clone()
+        };
+        let settings = Settings {
+            upstreams,
+            ttl: TtlPolicy {
+                min_ttl: c.min_ttl,
+                max_ttl: c.max_ttl,
+                negative_max_ttl: c.negative_max_ttl,
+                servfail_ttl: c.servfail_ttl,
+            },
+            cache_max_entries: c.max_entries,
+            local: LocalNames::new(ServerIdentity {
+                identity,
+                version: self.server.version.clone(),
+            }),
+            edns_payload: self.edns.udp_payload,
+            upstream_timeout,
+            resolve_timeout,
+            tcp_idle_timeout,
+            tcp_max_connections: self.tcp.max_connections_per_core,
+            tcp_max_pipelined: self.tcp.max_pipelined,
+            tls_handshake_timeout,
+            shutdown_grace,
+            ratelimit,
+            ratelimit_table_size: self.ratelimit.table_size,
+        };
+        Ok(Validated {
+            settings,
+            listeners,
+            cpus,
+            ops_address,
+            drain_delay,
+            api_address,
+            api_tls,
+            data_dir: PathBuf::from(&self.storage.data_dir),
+            token_max_lifetime,
+        })
+    }
+}
+
+/// A configuration that passed validation.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    /// The data plane's settings snapshot.
+    pub settings: Settings,
+    /// Client listeners.
+    pub listeners: Vec<ListenerSpec>,
+    /// CPUs to pin executors to.
+    pub cpus: Vec<usize>,
+    /// Ops listener address.
+    pub ops_address: SocketAddr,
+    /// Lameduck time on SIGTERM (`shutdown.drainDelay`).
+    pub drain_delay: Duration,
+    /// HTTP API listener (`api.address`); `None` = no API.
+    pub api_address: Option<SocketAddr>,
+    /// HTTPS on the API: certificate and key files (`api.tlsCert`, `api.tlsKey`).
+    pub api_tls: Option<(PathBuf, PathBuf)>,
+    /// `storage.dataDir`.
+    pub data_dir: PathBuf,
+    /// `auth.tokens.maxLifetime`.
+    pub token_max_lifetime: Duration,
+}
+
+/// The host's name, the `server.identity` answer when none is set.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "kudurru".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use kudurru_transports::Protocol;
+
+    use super::*;
+
+    #[test]
+    fn defaults_validate() {
+        let v = Config::default().validate().expect("defaults are valid");
+        assert_eq!(v.listeners.len(), 2);
+        assert!(v.listeners.iter().all(|l| l.protocol
+            == Protocol::Dns {
+                udp: true,
+                tcp: true
+            }
+            && l.addr.port() == 5353));
+        assert_eq!(v.settings.upstreams.len(), 2);
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut c = Config::default();
+        c.cache.min_ttl = 10;
+        c.cache.max_ttl = 5;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("cache.minTTL")
+        );
+        let c = Config {
+            upstreams: vec!["tls://1.1.1.1".into()],
+            ..Config::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("upstreams"));
+        let mut c = Config::default();
+        c.upstream.timeout = "soon".into();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("upstream.timeout")
+        );
+    }
+}
