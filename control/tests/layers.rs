@@ -1,0 +1,35 @@
+//! `kudurru-control`'s modules in floors: each uses only modules on floors below its own, so
+//! no import points up and the crate has no import cycle. A new module (block lists, zones,
+//! the query log, the cluster) gets a floor here.
+
+#[path = "../../core/tests/support/layers.rs"]
+mod layers;
+
+/// Bottom first. A folder (`config`, `http`) is one unit: its files may use each other.
+const FLOORS: &[&[&str]] = &[
+    // Pieces that use no other module: atomic files and hashes, the configuration document
+    // and its keys, the HTTP layer.
+    &["files", "config", "http"],
+    // The command line (its defaults come from config); tokens and the file watcher (on files).
+    &["cli", "tokens", "watch"],
+    // The layers (defaults → files → env → flags, from the command line); certificates (loaded
+    // and watched); the lameduck client.
+    &["layers", "certs", "lameduck"],
+    // The effective configuration and its subscribers.
+    &["reload"],
+    // The ops listener; the API on top of it (counters, readiness); the OpenAPI document of
+    // the API's routes.
+    &["ops"],
+    &["api"],
+    &["openapi"],
+    // The control thread, then the binary.
+    &["serve"],
+    &["main"],
+];
+
+#[test]
+fn modules_use_only_lower_floors() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let problems = layers::check(&src, FLOORS);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
