@@ -273,7 +273,7 @@ fn apply_flags(config: &mut Config, args: &ServeArgs) -> Result<Vec<&'static str
         put("server.cores", cores.to_string())?;
     }
     if let Some(cpus) = &args.cpus {
-        put("server.cpus", join(cpus))?;
+        put("server.cpus", crate::config::show_list(cpus))?;
     }
     if !args.listen.is_empty() {
         put("server.listen", args.listen.join(","))?;
@@ -302,20 +302,16 @@ fn apply_flags(config: &mut Config, args: &ServeArgs) -> Result<Vec<&'static str
     Ok(set)
 }
 
-fn join<T: ToString>(values: &[T]) -> String {
-    values
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// `kudurru settings get [KEY]`: one line per key, `R` marking restart-bound keys.
-pub fn render_get(config: &Config, sources: &Sources, key: Option<&str>) -> Result<String, String> {
+pub fn render_get(
+    config: &Config,
+    sources: &Sources,
+    key: Option<&str>,
+) -> Result<String, ConfigError> {
     let keys: Vec<&KeyInfo> = match key {
-        Some(name) => vec![
-            find_key(name).ok_or_else(|| format!("no key {name:?} (see `kudurru config keys`)"))?,
-        ],
+        Some(name) => vec![find_key(name).ok_or_else(|| ConfigError::UnknownKey {
+            key: name.to_owned(),
+        })?],
         None => config::keys().collect(),
     };
     let mut out = String::new();

@@ -60,6 +60,12 @@ pub enum ConfigError {
         /// The key's error.
         source: Box<Self>,
     },
+    /// A key asked for by name (`kudurru settings get KEY`) does not exist.
+    #[error("no key {key:?} (see `kudurru config keys`)")]
+    UnknownKey {
+        /// The name as given.
+        key: String,
+    },
 }
 
 impl ConfigError {

@@ -146,7 +146,8 @@ pub(super) fn show_num<T: ToString>(v: &T) -> String {
     v.to_string()
 }
 
-pub(super) fn show_list<T: ToString>(values: &[T]) -> String {
+/// Values joined with commas, as the environment and flags write lists.
+pub fn show_list<T: ToString>(values: &[T]) -> String {
     values
         .iter()
         .map(ToString::to_string)
