@@ -273,7 +273,7 @@ fn apply_flags(config: &mut Config, args: &ServeArgs) -> Result<Vec<&'static str
         put("server.cores", cores.to_string())?;
     }
     if let Some(cpus) = &args.cpus {
-        put("server.cpus", crate::config::show_list(cpus))?;
+        put("server.cpus", config::show_list(cpus))?;
     }
     if !args.listen.is_empty() {
         put("server.listen", args.listen.join(","))?;
