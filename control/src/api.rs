@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::config::{self, ConfigError, KeyInfo, Scope, find_key};
+use crate::config::{self, ConfigError, KeyInfo, Scope, find_key, find_key_exact};
 use crate::files::write_atomically;
 use crate::http::{Handler, HttpError, Request as HttpRequest, Response};
 use crate::layers::{FileLayer, Layer};
@@ -138,11 +138,7 @@ impl Api {
             });
         };
         let max_lifetime = self.reloadable.current().validated.token_max_lifetime;
-        let token = request
-            .authorization
-            .as_deref()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim);
+        let token = request.authorization.as_deref().and_then(bearer_token);
         let Some(token) = token else {
             return Err(error(
                 401,
@@ -492,9 +488,7 @@ impl Api {
             },
             None => current.map(|layer| to_table(&layer)).unwrap_or_default(),
         };
-        if let Err(reply) = merge(&mut document, patch, "") {
-            return reply;
-        }
+        merge(&mut document, patch, "");
         let text = toml::to_string(&document).unwrap_or_default();
         let file_path = path.clone().unwrap_or_else(|| "(api)".into());
         let layer = match FileLayer::parse_settings(&file_path, &text) {
@@ -542,9 +536,7 @@ impl Api {
         }
         let (_, node) = self.reloadable.overlays();
         let mut document = node.map(|layer| to_table(&layer)).unwrap_or_default();
-        if let Err(reply) = merge(&mut document, patch, "") {
-            return reply;
-        }
+        merge(&mut document, patch, "");
         let text = toml::to_string(&document).unwrap_or_default();
         let layer = match FileLayer::parse(Path::new("(api node config)"), &text) {
             Ok(layer) => layer,
@@ -657,7 +649,7 @@ fn json_body(request: &Request) -> Result<Map<String, Value>, Reply> {
 /// The keys a patch sets (leaves of nested objects, or dotted names at the top level), each
 /// checked against `scope`.
 fn patched_keys(patch: &Map<String, Value>, scope: Scope) -> Result<Vec<&'static KeyInfo>, Reply> {
-    let mut keys = Vec::new();
+    let mut keys: Vec<&'static KeyInfo> = Vec::new();
     let mut stack: Vec<(String, &Map<String, Value>)> = vec![(String::new(), patch)];
     while let Some((prefix, map)) = stack.pop() {
         for (name, value) in map {
@@ -666,20 +658,31 @@ fn patched_keys(patch: &Map<String, Value>, scope: Scope) -> Result<Vec<&'static
             } else {
                 format!("{prefix}.{name}")
             };
-            match (find_key(&path), value) {
-                (Some(key), _) => keys.push(key),
+            match (find_key_exact(&path), value) {
+                (Some(key), _) if keys.iter().any(|k| k.key == key.key) => {
+                    return Err(error(
+                        400,
+                        "duplicate_key",
+                        format!("{} is set twice in one patch (dotted and nested)", key.key),
+                    )
+                    .with_key(key.key));
+                }
+                (Some(key), value) => {
+                    check_value(key, value)?;
+                    keys.push(key);
+                }
                 (None, Value::Object(inner))
                     if config::keys().any(|k| k.key.starts_with(&format!("{path}."))) =>
                 {
                     stack.push((path, inner));
                 }
                 (None, _) => {
-                    return Err(error(
-                        400,
-                        "unknown_key",
-                        format!("no key {path:?} (see docs/configuration.md)"),
-                    )
-                    .with_key(&path));
+                    let hint = find_key(&path)
+                        .map(|k| format!("; keys are case-sensitive: did you mean {}?", k.key))
+                        .unwrap_or_else(|| " (see docs/configuration.md)".into());
+                    return Err(
+                        error(400, "unknown_key", format!("no key {path:?}{hint}")).with_key(&path)
+                    );
                 }
             }
         }
@@ -720,6 +723,55 @@ fn patched_keys(patch: &Map<String, Value>, scope: Scope) -> Result<Vec<&'static
     Ok(keys)
 }
 
+/// The credentials of an `Authorization: Bearer <token>` header; the scheme is matched
+/// case-insensitively (RFC 9110 §11.1).
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Checks one patched value against its key's type, so a wrong type is an error naming the
+/// key rather than a parse error of the merged document.
+fn check_value(key: &'static KeyInfo, value: &Value) -> Result<(), Reply> {
+    let invalid =
+        |why: String| error(400, "invalid_value", format!("{}: {why}", key.key)).with_key(key.key);
+    let toml_value =
+        to_toml(value).ok_or_else(|| invalid("null and nested values are not settings".into()))?;
+    let mut document = toml::Table::new();
+    insert_toml(&mut document, key.key, toml_value);
+    let text = toml::to_string(&document).unwrap_or_default();
+    match FileLayer::parse(Path::new("(api)"), &text) {
+        Ok(_) => Ok(()),
+        Err(ConfigError::Parse { message, .. }) => {
+            // toml's message ends with serde's reason (`invalid type: string "abc", expected
+            // u32`) after the excerpt of the one-line document.
+            let reason = message.lines().last().unwrap_or(&message).trim().to_owned();
+            Err(invalid(format!("{reason} (got {value})")))
+        }
+        Err(e) => Err(invalid(e.to_string())),
+    }
+}
+
+/// Sets the dotted `key` in `table`, creating the sections on the way.
+fn insert_toml(table: &mut toml::Table, key: &str, value: toml::Value) {
+    let mut segments: Vec<&str> = key.split('.').collect();
+    let last = segments.pop().unwrap_or(key);
+    let mut current = table;
+    for segment in segments {
+        let entry = current
+            .entry(segment)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        let toml::Value::Table(inner) = entry else {
+            unreachable!("made a table just above")
+        };
+        current = inner;
+    }
+    current.insert(last.to_owned(), value);
+}
+
 impl Reply {
     fn with_key(mut self, key: &str) -> Self {
         self.body["key"] = key.into();
@@ -727,48 +779,26 @@ impl Reply {
     }
 }
 
-/// Merges a JSON patch into a TOML document; dotted names at any level are split.
-fn merge(table: &mut toml::Table, patch: &Map<String, Value>, prefix: &str) -> Result<(), Reply> {
+/// Merges a JSON patch, already checked by [`patched_keys`], into a TOML document; dotted
+/// names at any level are split.
+fn merge(table: &mut toml::Table, patch: &Map<String, Value>, prefix: &str) {
     for (name, value) in patch {
         let path = if prefix.is_empty() {
             name.clone()
         } else {
             format!("{prefix}.{name}")
         };
-        if let (None, Value::Object(inner)) = (find_key(&path), value) {
-            merge(table, inner, &path)?;
-            continue;
-        }
-        let key = find_key(&path).map_or(path.as_str(), |k| k.key);
-        let toml_value = to_toml(value).ok_or_else(|| {
-            error(
-                400,
-                "invalid_value",
-                format!("{key}: null and nested values are not settings"),
-            )
-            .with_key(key)
-        })?;
-        let mut segments: Vec<&str> = key.split('.').collect();
-        let last = segments.pop().unwrap_or(key);
-        let mut current = &mut *table;
-        for segment in segments {
-            current = match current
-                .entry(segment)
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-            {
-                toml::Value::Table(inner) => inner,
-                other => {
-                    *other = toml::Value::Table(toml::Table::new());
-                    match other {
-                        toml::Value::Table(inner) => inner,
-                        _ => unreachable!("just replaced by a table"),
-                    }
+        match (find_key_exact(&path), value) {
+            (Some(key), value) => {
+                if let Some(value) = to_toml(value) {
+                    insert_toml(table, key.key, value);
                 }
-            };
+            }
+            (None, Value::Object(inner)) => merge(table, inner, &path),
+            // Refused by `patched_keys` before anything is merged.
+            (None, _) => {}
         }
-        current.insert(last.to_owned(), toml_value);
     }
-    Ok(())
 }
 
 fn to_toml(value: &Value) -> Option<toml::Value> {
@@ -797,17 +827,7 @@ fn to_table(layer: &FileLayer) -> toml::Table {
             value = value.and_then(|v| v.get(segment));
         }
         if let Some(value) = value {
-            let mut segments: Vec<&str> = key.key.split('.').collect();
-            let last = segments.pop().unwrap_or(key.key);
-            let mut current = &mut out;
-            for segment in segments {
-                current = current
-                    .entry(segment)
-                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-                    .as_table_mut()
-                    .expect("sections are tables");
-            }
-            current.insert(last.to_owned(), value.clone());
+            insert_toml(&mut out, key.key, value.clone());
         }
     }
     out
@@ -902,5 +922,82 @@ impl Reply {
     /// The HTTP response: status, JSON body, `Allow` on a 405.
     pub fn into_response(self) -> Response {
         crate::http::json_allowing(self.status, &self.body, self.allow.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc9110_11_1_the_auth_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer kdr_a_b"), Some("kdr_a_b"));
+        assert_eq!(bearer_token("bearer kdr_a_b"), Some("kdr_a_b"));
+        assert_eq!(bearer_token("BEARER   kdr_a_b "), Some("kdr_a_b"));
+        assert_eq!(bearer_token("Basic a2RyOmI="), None);
+        assert_eq!(bearer_token("Bearer"), None);
+    }
+
+    fn patch(json: &str) -> Map<String, Value> {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn refused(json: &str) -> (u16, String, String) {
+        let reply = patched_keys(&patch(json), Scope::Cluster).unwrap_err();
+        (
+            reply.status,
+            reply.body["code"].as_str().unwrap().to_owned(),
+            reply.body["key"].as_str().unwrap_or_default().to_owned(),
+        )
+    }
+
+    #[test]
+    fn patched_keys_are_exact_single_and_typed_with_the_key_named() {
+        let keys = patched_keys(
+            &patch(r#"{"cache":{"maxTTL":60},"ratelimit.qps":5}"#),
+            Scope::Cluster,
+        )
+        .unwrap();
+        let mut names: Vec<&str> = keys.iter().map(|k| k.key).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["cache.maxTTL", "ratelimit.qps"]);
+        assert_eq!(
+            refused(r#"{"cache.maxTTL":86400,"cache.maxttl":5}"#),
+            (400, "unknown_key".into(), "cache.maxttl".into())
+        );
+        assert_eq!(
+            refused(r#"{"cache.maxTTL":86400,"cache":{"maxTTL":5}}"#),
+            (400, "duplicate_key".into(), "cache.maxTTL".into())
+        );
+        assert_eq!(
+            refused(r#"{"cache":{"maxTTL":"abc"}}"#),
+            (400, "invalid_value".into(), "cache.maxTTL".into())
+        );
+        let reply =
+            patched_keys(&patch(r#"{"cache":{"maxTTL":"abc"}}"#), Scope::Cluster).unwrap_err();
+        let message = reply.body["message"].as_str().unwrap();
+        assert!(
+            message.contains("expected") && message.contains("\"abc\""),
+            "{message}"
+        );
+        assert!(!message.contains("TOML parse error"), "{message}");
+        assert_eq!(
+            refused(r#"{"cache":{"maxTTL":null}}"#),
+            (400, "invalid_value".into(), "cache.maxTTL".into())
+        );
+    }
+
+    #[test]
+    fn merge_writes_each_checked_key_once_at_its_documented_path() {
+        let mut document = toml::Table::new();
+        merge(
+            &mut document,
+            &patch(r#"{"cache":{"maxTTL":60},"ratelimit.qps":5}"#),
+            "",
+        );
+        assert_eq!(
+            toml::to_string(&document).unwrap(),
+            "[cache]\nmaxTTL = 60\n\n[ratelimit]\nqps = 5\n"
+        );
     }
 }

@@ -82,6 +82,8 @@ pub struct Reloadable {
     /// Held while a change is layered, swapped in and told: a file reload and an API change
     /// arrive on different threads of the blocking pool and must not interleave.
     applying: Mutex<()>,
+    /// Restart-bound keys and the values already logged as waiting for a restart.
+    announced: Mutex<Vec<(&'static str, String)>>,
     subscribers: Mutex<Vec<(&'static str, Subscriber)>>,
     /// Counters.
     pub stats: Arc<ReloadStats>,
@@ -103,6 +105,7 @@ impl Reloadable {
             }),
             overlays: Mutex::new((settings, None)),
             applying: Mutex::new(()),
+            announced: Mutex::new(Vec::new()),
             subscribers: Mutex::new(Vec::new()),
             stats: Arc::default(),
         })
@@ -192,17 +195,25 @@ impl Reloadable {
         config.validate()?;
         let mut hot = Vec::new();
         let mut pending = Vec::new();
+        let mut announced = lock(&self.announced);
+        let mut still_announced = Vec::new();
         for key in config::keys() {
             if same_value(key, &key.get(&config), &key.get(&old.config)) {
                 continue;
             }
             if key.restart_required {
-                tracing::warn!(
-                    key = key.key,
-                    value = %key.get(&config),
-                    running = %key.get(&old.config),
-                    "setting changed; it takes effect after a restart"
-                );
+                let wanted = (key.key, key.get(&config));
+                // Said once per key and value: the running value stays until a restart, so
+                // every later reload sees the same difference.
+                if !announced.contains(&wanted) {
+                    tracing::warn!(
+                        key = key.key,
+                        value = %wanted.1,
+                        running = %key.get(&old.config),
+                        "setting changed; it takes effect after a restart"
+                    );
+                }
+                still_announced.push(wanted);
                 key.copy(&mut config, &old.config);
                 pending.push(key.key);
             } else {
@@ -213,6 +224,8 @@ impl Reloadable {
             sources = sources.with(key.key, old.sources.of(key.key));
         }
         let validated = config.validate()?;
+        *announced = still_announced;
+        drop(announced);
         *lock(&self.stats.pending_restart) = pending;
         let new = Arc::new(Running {
             config,

@@ -156,9 +156,16 @@ pub fn keys() -> impl Iterator<Item = &'static KeyInfo> + Clone {
     SECTIONS.iter().flat_map(|section| section.iter())
 }
 
-/// Looks a key up by its dotted path (case-insensitive).
+/// Looks a key up by its dotted path, case-insensitively (environment variables are upper
+/// case; the command line forgives case).
 pub fn find_key(key: &str) -> Option<&'static KeyInfo> {
     keys().find(|k| k.key.eq_ignore_ascii_case(key))
+}
+
+/// Looks a key up by its dotted path exactly as documented (camelCase): the API's JSON keys,
+/// where `cache.maxttl` beside `cache.maxTTL` must not silently win.
+pub fn find_key_exact(key: &str) -> Option<&'static KeyInfo> {
+    keys().find(|k| k.key == key)
 }
 
 #[cfg(test)]
