@@ -4,7 +4,12 @@
 //!
 //! A query reads one snapshot from ingress to its answer, so a reload never splits a query
 //! between two settings.
+//!
+//! Parts that are large or compiled are `Arc`s of their own (today the upstream set), so
+//! cloning a snapshot to change one part shares the others instead of copying them. The
+//! compiled policy index and the zones will join them the same way, as `Arc` fields here.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::answer::TtlPolicy;
@@ -12,11 +17,13 @@ use crate::limiter::RateLimit;
 use crate::local::LocalNames;
 use crate::upstream::UpstreamSpec;
 
-/// What the data plane needs from the effective configuration.
+/// What the data plane needs from the effective configuration: one immutable snapshot, read
+/// once per query.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Upstreams to forward to (`upstreams`).
-    pub upstreams: Vec<UpstreamSpec>,
+    /// Upstreams to forward to (`upstreams`), in the configured order (a selector's indexes
+    /// point into it). Shared: a clone of the snapshot does not copy the list.
+    pub upstreams: Arc<[UpstreamSpec]>,
     /// TTL clamps and negative/failure caching (`cache.*TTL`).
     pub ttl: TtlPolicy,
     /// Total cached answers across all cores (`cache.maxEntries`).

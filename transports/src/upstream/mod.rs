@@ -40,7 +40,7 @@ use waiters::Registration;
 pub(crate) struct Upstreams {
     settings: SharedSettings,
     metrics: Arc<CoreMetrics>,
-    selector: RefCell<(Vec<UpstreamSpec>, Selector)>,
+    selector: RefCell<(Arc<[UpstreamSpec]>, Selector)>,
     udp: RefCell<HashMap<(usize, SocketAddr), Rc<UdpPool>>>,
     tcp: RefCell<HashMap<(usize, SocketAddr), Rc<TcpPool>>>,
 }
