@@ -56,12 +56,7 @@ pub(crate) fn answer_now(
     out: &mut Vec<u8>,
 ) -> Now {
     let settings = worker.settings();
-    let stage = Stage {
-        local: &settings.local,
-        options,
-        ratelimit: &settings.ratelimit,
-        lameduck: worker.lameduck(),
-    };
+    let stage = Stage::new(&settings, options, worker.lameduck());
     let now = Instant::now();
     let decision = ingress(
         message,

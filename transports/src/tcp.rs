@@ -97,12 +97,7 @@ where
             }
             _ => ReplyOptions::tcp(settings.edns_payload, settings.tcp_idle_timeout),
         };
-        let stage = Stage {
-            local: &settings.local,
-            options: &options,
-            ratelimit: &settings.ratelimit,
-            lameduck: worker.lameduck(),
-        };
+        let stage = Stage::new(&settings, &options, worker.lameduck());
         let decision = ingress(
             &message,
             &stage,

@@ -59,12 +59,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
         };
         let settings = worker.settings();
         let options = ReplyOptions::udp(settings.edns_payload);
-        let stage = Stage {
-            local: &settings.local,
-            options: &options,
-            ratelimit: &settings.ratelimit,
-            lameduck: worker.lameduck(),
-        };
+        let stage = Stage::new(&settings, &options, worker.lameduck());
         let now = Instant::now();
         {
             // Held for the batch only: nothing in it awaits.
