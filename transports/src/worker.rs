@@ -9,6 +9,10 @@
 //!                                              ─▶ Answer back to A ─▶ A stores in L1 ─▶ answer
 //! ```
 //! All state here is `!Sync` and touched only by the core that owns it.
+//!
+//! A miss carries the settings snapshot its query was admitted under (`Arc<Settings>`, taken
+//! once at ingress) through every await and across the mesh to the owner core: the upstream
+//! set, the timeouts and the TTL policy of one resolution all come from that one snapshot.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -37,6 +41,8 @@ pub(crate) enum ShardMessage {
         from: usize,
         token: u64,
         key: Box<CacheKey>,
+        /// The snapshot the query was admitted under: the owner resolves with it.
+        settings: Arc<Settings>,
     },
     /// The owner's answer to a `Lookup`.
     Answer {
@@ -136,7 +142,9 @@ impl Worker {
         }
     }
 
-    /// The current settings snapshot.
+    /// The current settings snapshot. A query loads it once, at ingress, and hands it down (a
+    /// miss as an `Arc`); connection-level values (idle timeout, pipelining, handshake timeout)
+    /// are read per connection or per read.
     pub(crate) fn settings(&self) -> arc_swap::Guard<Arc<Settings>> {
         self.settings.load()
     }
@@ -172,8 +180,13 @@ impl Worker {
         self.peers.is_none() || self.ownership.owner(key) == self.shard
     }
 
-    /// Resolves a key that missed [`Self::lookup_local`]: asks the owner core, or resolves here.
-    pub(crate) async fn resolve(self: &Rc<Self>, key: &CacheKey) -> Arc<CachedAnswer> {
+    /// Resolves a key that missed [`Self::serve_local`] under `settings`, the snapshot its query
+    /// was admitted under: asks the owner core (handing it the snapshot), or resolves here.
+    pub(crate) async fn resolve(
+        self: &Rc<Self>,
+        key: &CacheKey,
+        settings: &Arc<Settings>,
+    ) -> Arc<CachedAnswer> {
         let owner = self.ownership.owner(key);
         match &self.peers {
             Some(peers) if owner != self.shard => {
@@ -186,34 +199,40 @@ impl Worker {
                     from: self.shard,
                     token,
                     key: Box::new(*key),
+                    settings: settings.clone(),
                 };
-                // The owner answers within its resolve timeout; the bound only guards against an
+                // The owner answers within the resolve timeout; the bound only guards against an
                 // owner that went away (shutdown) with this lookup queued.
-                let deadline = Instant::now() + self.settings().resolve_timeout + OWNER_GRACE;
+                let deadline = Instant::now() + settings.resolve_timeout + OWNER_GRACE;
                 let answer = if peers.senders.send_to(owner, message).await.is_ok() {
                     deadline::until(deadline, rx.recv()).await.flatten()
                 } else {
                     None
                 };
                 peers.pending.borrow_mut().remove(&token);
-                let answer = answer.unwrap_or_else(|| self.failure(key));
+                let answer = answer.unwrap_or_else(|| failure(key, settings));
                 self.l1
                     .borrow_mut()
                     .insert(key, answer.clone(), Instant::now());
                 answer
             }
-            // `lookup_local` already missed the shard.
-            _ => self.resolve_owned(key, false).await,
+            // `serve_local` already missed the shard.
+            _ => self.resolve_owned(key, false, settings).await,
         }
     }
 
     /// Handles a message from another core.
     pub(crate) fn on_message(self: &Rc<Self>, message: ShardMessage) {
         match message {
-            ShardMessage::Lookup { from, token, key } => {
+            ShardMessage::Lookup {
+                from,
+                token,
+                key,
+                settings,
+            } => {
                 let worker = self.clone();
                 glommio::spawn_local(async move {
-                    let answer = worker.resolve_owned(&key, true).await;
+                    let answer = worker.resolve_owned(&key, true, &settings).await;
                     if let Some(peers) = &worker.peers {
                         // A closed peer is shutting down; nothing is waiting any more.
                         let _ = peers
@@ -236,11 +255,14 @@ impl Worker {
         }
     }
 
-    /// Resolves a key this core owns: shard, then in-flight coalescing, then upstream.
+    /// Resolves a key this core owns under `settings`: shard, then in-flight coalescing, then
+    /// upstream. A query that joins one in flight gets that one's answer, resolved under the
+    /// snapshot of the query that started it.
     async fn resolve_owned(
         self: &Rc<Self>,
         key: &CacheKey,
         check_shard: bool,
+        settings: &Settings,
     ) -> Arc<CachedAnswer> {
         if check_shard && let Some(hit) = self.cache.borrow_mut().get(key, Instant::now()) {
             return hit.clone();
@@ -261,30 +283,23 @@ impl Worker {
         };
         if let Some(rx) = waiting {
             CoreMetrics::bump(&self.metrics.coalesced);
-            return rx.recv().await.unwrap_or_else(|| self.failure(key));
+            return rx.recv().await.unwrap_or_else(|| failure(key, settings));
         }
         // If this task is dropped mid-flight the guard releases the waiters (they answer SERVFAIL).
         let mut guard = InflightGuard {
             worker: self,
             key,
+            settings,
             answer: None,
         };
         // Boxed so the tasks that wait on a miss stay small enough for the allocator's
         // thread cache (under 1 KiB); the upstream exchange allocates on its own.
-        let (answer, now) = Box::pin(self.upstreams.forward(key)).await;
+        let (answer, now) = Box::pin(self.upstreams.forward(key, settings)).await;
         let answer = Arc::new(answer);
         self.cache.borrow_mut().insert(key, answer.clone(), now);
         guard.answer = Some(answer.clone());
         drop(guard);
         answer
-    }
-
-    fn failure(&self, key: &CacheKey) -> Arc<CachedAnswer> {
-        Arc::new(CachedAnswer::failure(
-            key,
-            Instant::now(),
-            &self.settings().ttl,
-        ))
     }
 
     /// Applies capacity changes and copies cache counters into the metrics; run once a second.
@@ -321,9 +336,15 @@ impl Worker {
     }
 }
 
+/// A SERVFAIL for `key`, cached as `settings`' TTL policy says (RFC 9520).
+fn failure(key: &CacheKey, settings: &Settings) -> Arc<CachedAnswer> {
+    Arc::new(CachedAnswer::failure(key, Instant::now(), &settings.ttl))
+}
+
 struct InflightGuard<'a> {
     worker: &'a Worker,
     key: &'a CacheKey,
+    settings: &'a Settings,
     answer: Option<Arc<CachedAnswer>>,
 }
 
@@ -341,7 +362,7 @@ impl Drop for InflightGuard<'_> {
         let answer = self
             .answer
             .take()
-            .unwrap_or_else(|| self.worker.failure(self.key));
+            .unwrap_or_else(|| failure(self.key, self.settings));
         for tx in waiters {
             let _ = tx.try_send(answer.clone());
         }
