@@ -26,6 +26,7 @@ pub mod key;
 pub mod limiter;
 pub mod local;
 pub mod pipeline;
+pub mod settings;
 pub mod upstream;
 pub mod wire;
 
@@ -36,4 +37,5 @@ pub use key::CacheKey;
 pub use limiter::{Limiter, LimiterStats, Prefix, RateLimit, Verdict};
 pub use local::{LocalNames, ServerIdentity};
 pub use pipeline::{Client, Decision, HEALTH_NAME, Stage, ingress};
+pub use settings::Settings;
 pub use upstream::{Selector, UpstreamOrder, UpstreamProtocol, UpstreamSpec};

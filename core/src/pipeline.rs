@@ -17,6 +17,7 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use crate::limiter::{Limiter, RateLimit, Verdict};
+use crate::settings::Settings;
 use crate::wire::{self, Query, QueryError, ReplyOptions, class, rcode, rtype};
 use crate::{CacheKey, LocalNames};
 
@@ -49,6 +50,21 @@ pub struct Stage<'s> {
     pub ratelimit: &'s RateLimit,
     /// Whether the node is draining (the health name answers SERVFAIL).
     pub lameduck: bool,
+}
+
+impl<'s> Stage<'s> {
+    /// The stages as `settings` configures them, answering as `options` shape answers on the
+    /// transport: the one place a stage is built from a snapshot, so every transport reads the
+    /// same parts of it.
+    #[inline]
+    pub fn new(settings: &'s Settings, options: &'s ReplyOptions, lameduck: bool) -> Self {
+        Self {
+            local: &settings.local,
+            options,
+            ratelimit: &settings.ratelimit,
+            lameduck,
+        }
+    }
 }
 
 /// Who sent a message.

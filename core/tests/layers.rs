@@ -12,8 +12,11 @@ const FLOORS: &[&[&str]] = &[
     &["wire", "http2", "http3"],
     // What the wire format serves: answers, local names, DoH and DoQ rules.
     &["answer", "local", "doh", "doq"],
-    // The cache (of answers) and the query pipeline (over local names and the limiter).
-    &["cache", "pipeline"],
+    // The cache (of answers), and the settings snapshot (over answers' TTL policy, local names,
+    // the limiter's and the upstreams' settings).
+    &["cache", "settings"],
+    // The query pipeline: its stage is built from the settings snapshot.
+    &["pipeline"],
 ];
 
 #[test]

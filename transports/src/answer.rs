@@ -7,32 +7,45 @@
 //!                     ├ Drop ────────────────────────────────▶ None (the transport aborts)
 //!                     └ Resolve ─▶ hit on this core / resolve ─▶ Some(answer)
 //! ```
+//! The settings snapshot is loaded once per query, before ingress: a hit reads it through the
+//! `arc-swap` guard (no reference count), a miss takes it on as an `Arc` to resolve under.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Instant;
 
 use kudurru_core::wire::{self, ReplyOptions};
-use kudurru_core::{Client, Decision, Stage, ingress};
+use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 
 use crate::worker::{Active, Worker};
 
-/// Answers `message` from `client`; `None` when the pipeline drops it (nothing may be sent).
-/// Counts the response (or the drop) in the core's metrics.
-pub(crate) async fn answer(
-    worker: &Rc<Worker>,
-    message: &[u8],
-    client: Client,
-    options: &ReplyOptions,
-) -> Option<Vec<u8>> {
+/// Answers `message` from `client` under the current settings snapshot, loaded once; `None`
+/// when the pipeline drops it (nothing may be sent). Counts the response (or the drop) in the
+/// core's metrics.
+pub(crate) async fn answer(worker: &Rc<Worker>, message: &[u8], client: Client) -> Option<Vec<u8>> {
     let _active = Active::enter(worker);
     let mut out = Vec::with_capacity(512);
-    match answer_now(worker, message, client, options, &mut out) {
+    let settings = worker.settings();
+    match answer_now(worker, &settings, message, client, &mut out) {
         Now::Answered => Some(out),
         Now::Dropped => None,
-        // Boxed: a miss's state (the upstream exchange, a cross-core lookup) would otherwise
-        // widen every request's future, hits included, past the allocator's thread cache.
-        Now::Miss => Some(Box::pin(answer_miss(worker, message, options)).await),
+        Now::Miss => {
+            let settings = arc_swap::Guard::into_inner(settings);
+            // Boxed: a miss's state (the upstream exchange, a cross-core lookup) would otherwise
+            // widen every request's future, hits included, past the allocator's thread cache.
+            Some(Box::pin(answer_miss(worker, &settings, message)).await)
+        }
+    }
+}
+
+/// How answers on the one-message transports (DoH, DoH3, DoQ) are shaped under `settings`:
+/// padded when the query asks (RFC 8467), no TCP keepalive.
+pub(crate) fn reply_options(settings: &Settings) -> ReplyOptions {
+    ReplyOptions {
+        payload: settings.edns_payload,
+        tcp_keepalive: None,
+        padding: true,
     }
 }
 
@@ -46,22 +59,19 @@ pub(crate) enum Now {
     Miss,
 }
 
-/// The synchronous part of [`answer`]: ingress, then a hit on this core or a locally answered
-/// name, written to `out`. A connection loop calls it inline and spawns a task only for a miss.
+/// The synchronous part of [`answer`] under `settings`, the query's snapshot: ingress, then a
+/// hit on this core or a locally answered name, written to `out`. A connection loop calls it
+/// inline and spawns a task only for a miss, which [`answer_miss`] finishes under the same
+/// snapshot.
 pub(crate) fn answer_now(
     worker: &Worker,
+    settings: &Settings,
     message: &[u8],
     client: Client,
-    options: &ReplyOptions,
     out: &mut Vec<u8>,
 ) -> Now {
-    let settings = worker.settings();
-    let stage = Stage {
-        local: &settings.local,
-        options,
-        ratelimit: &settings.ratelimit,
-        lameduck: worker.lameduck(),
-    };
+    let options = &reply_options(settings);
+    let stage = Stage::new(settings, options, worker.lameduck());
     let now = Instant::now();
     let decision = ingress(
         message,
@@ -92,18 +102,19 @@ pub(crate) fn answer_now(
     Now::Answered
 }
 
-/// Resolves a query [`answer_now`] found missing on this core (it passed ingress there) and
-/// returns the counted answer.
+/// Resolves a query [`answer_now`] found missing on this core (it passed ingress there, under
+/// `settings`) and returns the counted answer.
 pub(crate) async fn answer_miss(
     worker: &Rc<Worker>,
+    settings: &Arc<Settings>,
     message: &[u8],
-    options: &ReplyOptions,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
     // Ingress accepted this message, so it parses.
     if let Ok(query) = wire::Query::parse(message) {
-        let answer = worker.resolve(query.key()).await;
-        answer.write_response(&query, Instant::now(), None, options, &mut out);
+        let answer = worker.resolve(query.key(), settings).await;
+        let options = reply_options(settings);
+        answer.write_response(&query, Instant::now(), None, &options, &mut out);
     }
     worker
         .metrics

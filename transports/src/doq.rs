@@ -19,7 +19,6 @@ use std::rc::Rc;
 use bytes::Bytes;
 use kudurru_core::Client;
 use kudurru_core::doq::{self, ErrorCode};
-use kudurru_core::wire::ReplyOptions;
 use quinn::VarInt;
 
 use crate::accept;
@@ -98,12 +97,7 @@ async fn stream(
         Err(e) => return protocol_error(worker, connection, e),
     };
     worker.metrics.query(Transport::Doq);
-    let options = ReplyOptions {
-        payload: worker.settings().edns_payload,
-        tcp_keepalive: None,
-        padding: true,
-    };
-    match answer(worker, message, client, &options).await {
+    match answer(worker, message, client).await {
         Some(out) => {
             // Handed to quinn as it is (`write_all` would copy it into a buffer of its own).
             // Errors mean the client reset the stream or the connection is gone.

@@ -1,57 +1,11 @@
-//! The settings snapshot the cores read: built by the control thread, published through
-//! `arc-swap`, never mutated in place.
+//! How the settings snapshot reaches the cores: the control thread builds a [`Settings`] (a
+//! `kudurru-core` type) and swaps it in through `arc-swap`; each core loads the current one.
+//! A query loads it once, at ingress, and carries that snapshot to its answer.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use kudurru_core::{LocalNames, RateLimit, TtlPolicy, UpstreamSpec};
-
-/// What the data plane needs from the effective configuration.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Upstreams to forward to (`upstreams`).
-    pub upstreams: Vec<UpstreamSpec>,
-    /// TTL clamps and negative/failure caching (`cache.*TTL`).
-    pub ttl: TtlPolicy,
-    /// Total cached answers across all cores (`cache.maxEntries`).
-    pub cache_max_entries: usize,
-    /// Locally answered names and CHAOS identity.
-    pub local: LocalNames,
-    /// The EDNS UDP payload size kudurru advertises and the most it sends (`edns.udpPayload`).
-    pub edns_payload: u16,
-    /// How long one upstream attempt may take (`upstream.timeout`).
-    pub upstream_timeout: Duration,
-    /// How long resolving one query may take over all attempts before SERVFAIL
-    /// (`upstream.resolveTimeout`).
-    pub resolve_timeout: Duration,
-    /// Idle time after which a client TCP connection is closed (`tcp.idleTimeout`, RFC 7766 §6.2.3).
-    pub tcp_idle_timeout: Duration,
-    /// Most client TCP connections per core (`tcp.maxConnectionsPerCore`).
-    pub tcp_max_connections: usize,
-    /// Most queries in flight on one TCP connection (`tcp.maxPipelined`).
-    pub tcp_max_pipelined: usize,
-    /// How long a DNS-over-TLS client may take to finish its handshake (`tls.handshakeTimeout`).
-    pub tls_handshake_timeout: Duration,
-    /// How long shutdown waits for in-flight queries (`server.shutdownGrace`).
-    pub shutdown_grace: Duration,
-    /// The per-client rate limiter (`ratelimit.*`).
-    pub ratelimit: RateLimit,
-    /// Token buckets per core (`ratelimit.tableSize`; restart-bound).
-    pub ratelimit_table_size: usize,
-}
-
-impl Settings {
-    /// Capacity of one core's shard.
-    pub fn shard_capacity(&self, cores: usize) -> usize {
-        (self.cache_max_entries / cores.max(1)).max(1)
-    }
-
-    /// Capacity of one core's L1 of answers owned by other cores: an eighth of a shard.
-    pub fn l1_capacity(&self, cores: usize) -> usize {
-        (self.shard_capacity(cores) / 8).max(64)
-    }
-}
+pub use kudurru_core::Settings;
 
 /// The published snapshot, swapped atomically by the control thread.
 pub type SharedSettings = Arc<ArcSwap<Settings>>;

@@ -18,6 +18,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures_lite::AsyncReadExt;
@@ -64,8 +65,9 @@ where
         datagram: false,
     };
     let (mut reader, writer) = futures_lite::io::split(stream);
-    let settings = worker.settings();
-    let pipelined = settings.tcp_max_pipelined.max(1) as u64;
+    // A connection-level value, read once per connection (the idle timeout, once per read);
+    // each query reads the snapshot for itself below.
+    let pipelined = worker.settings().tcp_max_pipelined.max(1) as u64;
     let outbox = Rc::new(Outbox::new(writer));
     let permits = Rc::new(Semaphore::new(pipelined));
     let mut frames = FrameReader::new();
@@ -90,6 +92,7 @@ where
         let Ok(permit) = permits.acquire_static_permit(1).await else {
             break;
         };
+        // The query's snapshot, read once: a miss takes it on as an `Arc`.
         let settings = worker.settings();
         let options = match transport {
             Transport::Dot => {
@@ -97,12 +100,7 @@ where
             }
             _ => ReplyOptions::tcp(settings.edns_payload, settings.tcp_idle_timeout),
         };
-        let stage = Stage {
-            local: &settings.local,
-            options: &options,
-            ratelimit: &settings.ratelimit,
-            lameduck: worker.lameduck(),
-        };
+        let stage = Stage::new(&settings, &options, worker.lameduck());
         let decision = ingress(
             &message,
             &stage,
@@ -127,13 +125,14 @@ where
                     continue;
                 }
                 let (worker, outbox) = (worker.clone(), outbox.clone());
+                let settings = Arc::clone(&settings);
                 glommio::spawn_local(async move {
                     let _active = Active::enter(&worker);
                     let _permit = permit;
                     let Ok(query) = Query::parse(&message) else {
                         return;
                     };
-                    let answer = worker.resolve(query.key()).await;
+                    let answer = worker.resolve(query.key(), &settings).await;
                     let mut out = Vec::with_capacity(1024);
                     answer.write_response(&query, Instant::now(), None, &options, &mut out);
                     outbox.push(&worker.metrics, &out);

@@ -9,11 +9,12 @@
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use glommio::net::{Readiness, UdpSocket};
 use kudurru_core::wire::{self, Query, ReplyOptions};
-use kudurru_core::{Client, Decision, Stage, ingress};
+use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 
 use crate::metrics::Transport;
 use crate::sys::{self, MmsgBatch};
@@ -57,17 +58,13 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                 continue;
             }
         };
-        let settings = worker.settings();
-        let options = ReplyOptions::udp(settings.edns_payload);
-        let stage = Stage {
-            local: &settings.local,
-            options: &options,
-            ratelimit: &settings.ratelimit,
-            lameduck: worker.lameduck(),
-        };
-        let now = Instant::now();
         {
-            // Held for the batch only: nothing in it awaits.
+            // The snapshot every query of the batch is admitted under (a miss takes it on as an
+            // `Arc`), and the limiter: held for the batch only, nothing in it awaits.
+            let settings = worker.settings();
+            let options = ReplyOptions::udp(settings.edns_payload);
+            let stage = Stage::new(&settings, &options, worker.lameduck());
+            let now = Instant::now();
             let mut limiter = worker.limiter.borrow_mut();
             for i in 0..n {
                 worker.metrics.query(Transport::Udp);
@@ -94,6 +91,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                             None => {
                                 let task = resolve_and_reply(
                                     worker.clone(),
+                                    Arc::clone(&settings),
                                     socket.clone(),
                                     message.to_vec(),
                                     peer,
@@ -186,8 +184,11 @@ async fn flush(socket: &UdpSocket, replies: &mut MmsgBatch) {
     replies.clear();
 }
 
+/// Resolves a miss under `settings`, the snapshot the receive loop admitted it under, and sends
+/// the answer.
 async fn resolve_and_reply(
     worker: Rc<Worker>,
+    settings: Arc<Settings>,
     socket: Rc<UdpSocket>,
     message: Vec<u8>,
     peer: SocketAddr,
@@ -197,8 +198,7 @@ async fn resolve_and_reply(
     let Ok(query) = Query::parse(&message) else {
         return;
     };
-    let answer = worker.resolve(query.key()).await;
-    let settings = worker.settings();
+    let answer = worker.resolve(query.key(), &settings).await;
     let mut out = Vec::with_capacity(1232);
     let limit = query.udp_limit(settings.edns_payload);
     answer.write_response(

@@ -14,7 +14,7 @@ use kudurru_transports::{ListenerSpec, Protocol, ServerSpec, Settings};
 
 fn settings(ratelimit: RateLimit) -> Settings {
     Settings {
-        upstreams: vec!["udp://127.0.0.1:9".parse().unwrap()],
+        upstreams: vec!["udp://127.0.0.1:9".parse().unwrap()].into(),
         ttl: TtlPolicy::default(),
         cache_max_entries: 1000,
         local: LocalNames::new(ServerIdentity {

@@ -198,7 +198,7 @@ impl Config {
             self.server.identity.clone()
         };
         let settings = Settings {
-            upstreams,
+            upstreams: upstreams.into(),
             ttl: TtlPolicy {
                 min_ttl: c.min_ttl,
                 max_ttl: c.max_ttl,

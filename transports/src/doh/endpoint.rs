@@ -6,12 +6,12 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
-use kudurru_core::Client;
 use kudurru_core::doh::{self, Request, RequestError, Status};
 use kudurru_core::http::{BodyError, Method};
-use kudurru_core::wire::ReplyOptions;
+use kudurru_core::{Client, Settings};
 
 use crate::answer::{Now, answer, answer_now};
 use crate::metrics::Transport;
@@ -63,22 +63,12 @@ impl Endpoint {
         }
     }
 
-    /// How answers to this endpoint's queries are written: padded when asked (RFC 8467).
-    pub(crate) fn reply_options(&self) -> ReplyOptions {
-        ReplyOptions {
-            payload: self.worker.settings().edns_payload,
-            tcp_keepalive: None,
-            padding: true,
-        }
-    }
-
     /// Answers one DNS message that a valid request carried.
     pub(crate) async fn resolve(&self, message: &[u8]) -> Reply {
         if let Err(e) = doh::check_message(message) {
             return Reply::Error(e.into());
         }
-        let options = self.reply_options();
-        match answer(&self.worker, message, self.client, &options).await {
+        match answer(&self.worker, message, self.client).await {
             Some(out) => Reply::Answer(out),
             None => Reply::Abort,
         }
@@ -110,10 +100,10 @@ pub(crate) fn date() -> Rc<str> {
     })
 }
 
-/// A request answered at once, or a miss to resolve.
+/// A request answered at once, or a miss to resolve under the snapshot it was admitted under.
 pub(crate) enum Answer {
     Ready(Reply),
-    Miss(Vec<u8>),
+    Miss(Vec<u8>, Arc<Settings>),
 }
 
 /// Classifies one HTTP/2 or HTTP/3 request (counted as a query on `transport`) and answers it
@@ -147,18 +137,18 @@ pub(crate) fn classify(
     if let Err(e) = doh::check_message(&message) {
         return Answer::Ready(Reply::Error(e.into()));
     }
-    let options = endpoint.reply_options();
+    let settings = endpoint.worker.settings();
     let mut out = Vec::with_capacity(512);
     match answer_now(
         &endpoint.worker,
+        &settings,
         &message,
         endpoint.client,
-        &options,
         &mut out,
     ) {
         Now::Answered => Answer::Ready(Reply::Answer(out)),
         Now::Dropped => Answer::Ready(Reply::Abort),
-        Now::Miss => Answer::Miss(message),
+        Now::Miss => Answer::Miss(message, arc_swap::Guard::into_inner(settings)),
     }
 }
 

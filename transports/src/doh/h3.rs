@@ -239,10 +239,9 @@ async fn request(
     );
     let reply = match answer {
         Answer::Ready(reply) => reply,
-        Answer::Miss(message) => {
-            let options = endpoint.reply_options();
+        Answer::Miss(message, settings) => {
             // Boxed, as in `answer::answer`: a miss's state would widen every request's future.
-            Reply::Answer(Box::pin(answer_miss(&endpoint.worker, &message, &options)).await)
+            Reply::Answer(Box::pin(answer_miss(&endpoint.worker, &settings, &message)).await)
         }
     };
     let Some(out) = encode(endpoint, reply) else {

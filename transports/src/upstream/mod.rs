@@ -25,7 +25,8 @@ use std::time::Instant;
 
 use kudurru_core::wire::write_upstream_query;
 use kudurru_core::{
-    CacheKey, CachedAnswer, ReplyError, Selector, TtlPolicy, UpstreamProtocol, UpstreamSpec,
+    CacheKey, CachedAnswer, ReplyError, Selector, TtlPolicy, UpstreamOrder, UpstreamProtocol,
+    UpstreamSpec,
 };
 
 use crate::deadline::{until, within};
@@ -35,12 +36,15 @@ use tcp::TcpPool;
 use udp::UdpPool;
 use waiters::Registration;
 
-/// One core's upstream client: the upstream set and its selector, rebuilt when the snapshot's
-/// set changes, and this core's sockets and connections to each upstream, opened on first use.
+/// One core's upstream client: the upstream set and its selector, rebuilt when the published
+/// snapshot's set changes, and this core's sockets and connections to each upstream, opened on
+/// first use.
 pub(crate) struct Upstreams {
+    /// The published snapshot: only to tell whether a query's snapshot is the current one
+    /// (the selector follows the current set), and the TCP connections' write timeout.
     settings: SharedSettings,
     metrics: Arc<CoreMetrics>,
-    selector: RefCell<(Vec<UpstreamSpec>, Selector)>,
+    selector: RefCell<(Arc<[UpstreamSpec]>, Selector)>,
     udp: RefCell<HashMap<(usize, SocketAddr), Rc<UdpPool>>>,
     tcp: RefCell<HashMap<(usize, SocketAddr), Rc<TcpPool>>>,
 }
@@ -63,14 +67,18 @@ impl Upstreams {
         }
     }
 
-    /// Resolves `key` over the upstream set: fastest healthy first, next one on failure, around
+    /// Resolves `key` over the upstream set of `settings` (the query's snapshot, which also gives
+    /// the timeouts and the TTL policy): fastest healthy first, next one on failure, around
     /// again up to [`PASSES`] times, SERVFAIL (cached briefly, RFC 9520) when every attempt failed or
     /// `upstream.resolveTimeout` passed.
-    pub(crate) async fn forward(&self, key: &CacheKey) -> (CachedAnswer, Instant) {
-        let settings = self.settings.load();
+    pub(crate) async fn forward(
+        &self,
+        key: &CacheKey,
+        settings: &Settings,
+    ) -> (CachedAnswer, Instant) {
         let start = Instant::now();
         let deadline = start + settings.resolve_timeout;
-        let order = self.with_selector(|_, selector| selector.order(start));
+        let order = self.order(settings, start);
         let attempts = order.len() * PASSES;
         // An upstream that answered with a failure is not asked again for this query; one that
         // timed out may have lost a datagram and is.
@@ -87,8 +95,7 @@ impl Upstreams {
             if refused.contains(&index) {
                 continue;
             }
-            // The order came from the selector of this snapshot's upstream set (or, after a
-            // reload in between, a newer one, which the check after the attempt notices).
+            // The order indexes this snapshot's upstream set.
             let Some(&spec) = settings.upstreams.get(index) else {
                 continue;
             };
@@ -102,15 +109,16 @@ impl Upstreams {
             };
             let rtt = ended.saturating_duration_since(now);
             now = ended;
-            self.with_selector(|current, selector| {
-                if current.get(index) != Some(&spec) {
-                    return; // the upstream set was replaced meanwhile
+            {
+                let (current, selector) = &mut *self.selector.borrow_mut();
+                // Not when the selector follows another set (a reload since the order was taken).
+                if current.get(index) == Some(&spec) {
+                    match &result {
+                        Ok(_) => selector.on_success(index, rtt),
+                        Err(_) => selector.on_failure(index, ended, settings.upstream_timeout),
+                    }
                 }
-                match &result {
-                    Ok(_) => selector.on_success(index, rtt),
-                    Err(_) => selector.on_failure(index, ended, settings.upstream_timeout),
-                }
-            });
+            }
             match result {
                 Ok(answer) => {
                     counters.observe(rtt);
@@ -130,18 +138,27 @@ impl Upstreams {
         (CachedAnswer::failure(key, now, &settings.ttl), now)
     }
 
-    /// The upstream set and selector, rebuilt when the snapshot's upstream set changed.
-    fn with_selector<T>(&self, f: impl FnOnce(&[UpstreamSpec], &mut Selector) -> T) -> T {
-        let settings = self.settings.load();
+    /// The order in which to try the upstreams of `settings` at `now`: the core's selector's,
+    /// rebuilt for a new set when `settings` is the published snapshot. A query admitted before
+    /// a reload that changed the set keeps its own set, in a fresh selector's order, and leaves
+    /// the core's selector to the current set (no rebuilding back and forth while such queries
+    /// drain).
+    fn order(&self, settings: &Settings, now: Instant) -> UpstreamOrder {
         let mut state = self.selector.borrow_mut();
-        if state.0 != settings.upstreams {
-            *state = (
-                settings.upstreams.clone(),
-                Selector::new(settings.upstreams.len(), rand::random()),
-            );
+        if !Arc::ptr_eq(&state.0, &settings.upstreams) {
+            if *state.0 == *settings.upstreams {
+                // The same set from another snapshot: compare by pointer from now on.
+                state.0 = settings.upstreams.clone();
+            } else if std::ptr::eq(settings, &**self.settings.load()) {
+                *state = (
+                    settings.upstreams.clone(),
+                    Selector::new(settings.upstreams.len(), rand::random()),
+                );
+            } else {
+                return Selector::new(settings.upstreams.len(), rand::random()).order(now);
+            }
         }
-        let (upstreams, selector) = &mut *state;
-        f(upstreams, selector)
+        state.1.order(now)
     }
 
     /// The UDP socket pool for upstream `index` at `addr`.

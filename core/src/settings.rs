@@ -1,0 +1,66 @@
+//! The settings snapshot: what the data plane reads of the effective configuration. The control
+//! thread builds one, the shell publishes it to every core (`kudurru-transports`' `settings`
+//! module), and nothing mutates it in place: a reload builds a new one.
+//!
+//! A query reads one snapshot from ingress to its answer, so a reload never splits a query
+//! between two settings.
+//!
+//! Parts that are large or compiled are `Arc`s of their own (today the upstream set), so
+//! cloning a snapshot to change one part shares the others instead of copying them. The
+//! compiled policy index and the zones will join them the same way, as `Arc` fields here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::answer::TtlPolicy;
+use crate::limiter::RateLimit;
+use crate::local::LocalNames;
+use crate::upstream::UpstreamSpec;
+
+/// What the data plane needs from the effective configuration: one immutable snapshot, read
+/// once per query.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Upstreams to forward to (`upstreams`), in the configured order (a selector's indexes
+    /// point into it). Shared: a clone of the snapshot does not copy the list.
+    pub upstreams: Arc<[UpstreamSpec]>,
+    /// TTL clamps and negative/failure caching (`cache.*TTL`).
+    pub ttl: TtlPolicy,
+    /// Total cached answers across all cores (`cache.maxEntries`).
+    pub cache_max_entries: usize,
+    /// Locally answered names and CHAOS identity.
+    pub local: LocalNames,
+    /// The EDNS UDP payload size kudurru advertises and the most it sends (`edns.udpPayload`).
+    pub edns_payload: u16,
+    /// How long one upstream attempt may take (`upstream.timeout`).
+    pub upstream_timeout: Duration,
+    /// How long resolving one query may take over all attempts before SERVFAIL
+    /// (`upstream.resolveTimeout`).
+    pub resolve_timeout: Duration,
+    /// Idle time after which a client TCP connection is closed (`tcp.idleTimeout`, RFC 7766 §6.2.3).
+    pub tcp_idle_timeout: Duration,
+    /// Most client TCP connections per core (`tcp.maxConnectionsPerCore`).
+    pub tcp_max_connections: usize,
+    /// Most queries in flight on one TCP connection (`tcp.maxPipelined`).
+    pub tcp_max_pipelined: usize,
+    /// How long a DNS-over-TLS client may take to finish its handshake (`tls.handshakeTimeout`).
+    pub tls_handshake_timeout: Duration,
+    /// How long shutdown waits for in-flight queries (`server.shutdownGrace`).
+    pub shutdown_grace: Duration,
+    /// The per-client rate limiter (`ratelimit.*`).
+    pub ratelimit: RateLimit,
+    /// Token buckets per core (`ratelimit.tableSize`; restart-bound).
+    pub ratelimit_table_size: usize,
+}
+
+impl Settings {
+    /// Capacity of one core's shard.
+    pub fn shard_capacity(&self, cores: usize) -> usize {
+        (self.cache_max_entries / cores.max(1)).max(1)
+    }
+
+    /// Capacity of one core's L1 of answers owned by other cores: an eighth of a shard.
+    pub fn l1_capacity(&self, cores: usize) -> usize {
+        (self.shard_capacity(cores) / 8).max(64)
+    }
+}
