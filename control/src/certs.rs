@@ -117,8 +117,12 @@ pub fn api_server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig
     Ok(config)
 }
 
+/// Re-reads the pair now (what SIGHUP does besides the file watch).
+pub type Reload = Arc<dyn Fn() + Send + Sync>;
+
 /// Re-reads `cert` and `key` whenever either changes and hands a valid pair to `install`; an
 /// invalid pair is logged and the old one keeps serving. `what` names the listeners in logs.
+/// Returns the re-read itself, for SIGHUP.
 pub fn watch<T: Send + Sync + 'static>(
     watcher: &mut FileWatcher,
     what: &'static str,
@@ -126,7 +130,7 @@ pub fn watch<T: Send + Sync + 'static>(
     key: &Path,
     load: fn(&Path, &Path) -> Result<T, CertError>,
     install: impl Fn(T) + Send + Sync + 'static,
-) -> Result<(), WatchError> {
+) -> Result<Reload, WatchError> {
     let reload = {
         let (cert, key) = (cert.to_owned(), key.to_owned());
         Arc::new(move || match load(&cert, &key) {
@@ -140,9 +144,10 @@ pub fn watch<T: Send + Sync + 'static>(
         })
     };
     let hash = |path: &Path| std::fs::read(path).ok().map(|b| sha256(&b));
-    let on_cert = reload.clone();
+    let (on_cert, on_key) = (reload.clone(), reload.clone());
     watcher.follow(cert, hash(cert), move || on_cert())?;
-    watcher.follow(key, hash(key), move || reload())
+    watcher.follow(key, hash(key), move || on_key())?;
+    Ok(reload)
 }
 
 #[cfg(test)]

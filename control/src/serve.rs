@@ -174,11 +174,13 @@ async fn control(
     let config = &running.config;
     let validated = running.validated.clone();
     let mut watcher = FileWatcher::new()?;
+    // What SIGHUP re-reads: the certificates here, the settings file below.
+    let mut on_hangup: Vec<crate::certs::Reload> = Vec::new();
     let ops_listener = Listener::bind("ops", validated.ops_address, None, Limits::default())?;
     let api_listener = match validated.api_address {
         Some(addr) => {
             let tls = match &validated.api_tls {
-                Some((cert, key)) => Some(api_tls(&mut watcher, cert, key)?),
+                Some((cert, key)) => Some(api_tls(&mut watcher, &mut on_hangup, cert, key)?),
                 None => None,
             };
             Some(Listener::bind("api", addr, tls, Limits::default())?)
@@ -202,14 +204,14 @@ async fn control(
             crate::certs::server_configs(&cert, &key)?,
         ));
         let installed = tls.clone();
-        crate::certs::watch(
+        on_hangup.push(crate::certs::watch(
             &mut watcher,
             "dns",
             &cert,
             &key,
             crate::certs::server_configs,
             move |configs| installed.store(Arc::new(configs)),
-        )?;
+        )?);
         tracing::info!(cert = %cert.display(), key = %key.display(), "watching the TLS certificate");
         Some(tls)
     } else {
@@ -259,11 +261,19 @@ async fn control(
         settings.store(Arc::new(change.new.validated.settings.clone()));
     });
     if let Some(path) = reloadable.settings_path() {
+        let removed = crate::files::remove_stale_temporaries(&path);
+        if removed > 0 {
+            tracing::info!(file = %path.display(), removed, "removed temporary files a killed write left behind");
+        }
         let r = reloadable.clone();
         watcher.follow(&path, running.settings_sha256, move || {
             r.reload_settings();
         })?;
         tracing::info!(file = %path.display(), "watching the settings file");
+        let r = reloadable.clone();
+        on_hangup.push(Arc::new(move || {
+            r.reload_settings();
+        }));
     }
     let (stop_http, stopped) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
@@ -273,6 +283,7 @@ async fn control(
             crate::tokens::TokenStore::new(&validated.data_dir),
             state.clone(),
         ));
+        crate::files::remove_stale_temporaries(api.tokens.path());
         tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");
         tasks.spawn(http::serve(
             listener,
@@ -282,9 +293,14 @@ async fn control(
     }
     tasks.spawn(http::serve(ops_listener, ops::handler(state), stopped));
     let hangup = || {
-        tracing::info!("SIGHUP: re-reading the settings file");
-        let r = reloadable.clone();
-        tokio::task::spawn_blocking(move || r.reload_settings());
+        tracing::info!(
+            reloads = on_hangup.len(),
+            "SIGHUP: re-reading the settings file and the certificates"
+        );
+        for reload in &on_hangup {
+            let reload = reload.clone();
+            tokio::task::spawn_blocking(move || reload());
+        }
     };
     let signal = signals.stop(hangup).await;
     if signal == SignalKind::terminate() && !validated.drain_delay.is_zero() {
@@ -308,6 +324,7 @@ async fn control(
 /// like the DNS listeners' pair.
 fn api_tls(
     watcher: &mut FileWatcher,
+    on_hangup: &mut Vec<crate::certs::Reload>,
     cert: &std::path::Path,
     key: &std::path::Path,
 ) -> Result<http::TlsAcceptor, ServeError> {
@@ -315,14 +332,14 @@ fn api_tls(
         cert, key,
     )?));
     let installed = source.clone();
-    crate::certs::watch(
+    on_hangup.push(crate::certs::watch(
         watcher,
         "api",
         cert,
         key,
         crate::certs::api_server_config,
         move |config| installed.store(Arc::new(config)),
-    )?;
+    )?);
     tracing::info!(cert = %cert.display(), key = %key.display(), "HTTPS on the API; watching its certificate");
     Ok(http::TlsAcceptor::new(source))
 }

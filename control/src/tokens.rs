@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::files::{sha256, write_atomically};
+use crate::files::{create_private_dir, sha256, write_atomically};
 
 /// The token file's name inside the data directory.
 pub const FILE: &str = "tokens.json";
@@ -260,7 +260,7 @@ impl TokenStore {
 
     fn save(&self, entries: Vec<Entry>) -> Result<(), TokenError> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|source| TokenError::Write {
+        create_private_dir(dir).map_err(|source| TokenError::Write {
             path: dir.to_owned(),
             source,
         })?;

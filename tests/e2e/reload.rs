@@ -263,3 +263,64 @@ fn a_restart_bound_key_in_the_settings_file_waits_for_a_restart() {
     assert!(!big.flags.contains(&"tc".to_string()), "{}", big.raw);
     assert!(big.raw.contains("udp: 1232"), "{}", big.raw);
 }
+
+/// Sends SIGHUP to the server.
+fn hangup(k: &Kudurru) {
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &k.pid().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+/// Waits (at most 5 s) until the log holds `text` `count` times.
+fn logged(log: &Path, text: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let seen = std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .matches(text)
+            .count();
+        if seen >= count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{text:?} logged {seen} times, not {count}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sighup_rereads_the_settings_file_and_the_certificates_and_keeps_serving() {
+    let upstream = TestUpstream::start();
+    let dir = temp_dir("reload-hup");
+    let file = dir.join("settings.toml");
+    write(&file, &ttl_settings(100));
+    let (cert, key) = kudurru_e2e::cert_pair(&dir, "a");
+    let log = dir.join("kudurru.log");
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_SETTINGS_FILE", file.to_str().unwrap())
+        .tls(&cert, &key)
+        .log_level(Some("info"))
+        .stderr_to(&log)
+        .start();
+    assert_eq!(fresh_ttl(&k), 100);
+    // Nothing changed: SIGHUP still re-reads the certificate (a file watch would not), and
+    // the process serves on.
+    hangup(&k);
+    logged(&log, "SIGHUP: re-reading", 1);
+    logged(&log, "TLS certificate reloaded", 1);
+    assert_eq!(k.ops_get("/healthz/live").0, 200);
+    assert_eq!(fresh_ttl(&k), 100);
+    // A changed settings file is applied (by the watcher or the SIGHUP, whichever is first;
+    // exactly once either way).
+    write(&file, &ttl_settings(40));
+    hangup(&k);
+    exactly(&k, applied, 1.0, "applied");
+    assert_eq!(fresh_ttl(&k), 40);
+    logged(&log, "SIGHUP: re-reading", 2);
+    logged(&log, "TLS certificate reloaded", 2);
+    assert_eq!(k.ops_get("/healthz/ready").0, 200);
+}
