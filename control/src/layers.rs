@@ -177,10 +177,24 @@ fn is_set(table: &toml::Table, key: &str) -> bool {
 pub struct Inputs {
     /// The node file, if `--config` was given.
     pub node: Option<FileLayer>,
-    /// `KUDURRU_…` variables.
+    /// `KUDURRU_…` variables that are configuration.
     pub env: Vec<(String, String)>,
+    /// `KUDURRU_…` variables that are not (a Kubernetes Service named kudurru injects
+    /// `KUDURRU_PORT`, `KUDURRU_SERVICE_HOST`, …): names only, for one warning.
+    pub ignored_env: Vec<String>,
     /// Command-line flags.
     pub flags: ServeArgs,
+}
+
+/// Whether a `KUDURRU_…` variable is configuration: a reserved variable, a section key
+/// (`__` between levels; a misspelt one is still an error, not ignored), or a top-level key
+/// (`KUDURRU_UPSTREAMS`). Anything else (`KUDURRU_PORT`, `KUDURRU_PORT_53_UDP_ADDR`,
+/// `KUDURRU_SERVICE_HOST`) belongs to someone else.
+fn is_configuration(var: &str) -> bool {
+    let Some(path) = var.strip_prefix("KUDURRU_") else {
+        return false;
+    };
+    config::RESERVED_ENV.contains(&var) || path.contains("__") || find_key(path).is_some()
 }
 
 impl Inputs {
@@ -194,12 +208,14 @@ impl Inputs {
             .as_deref()
             .map(FileLayer::read_node)
             .transpose()?;
+        let (env, ignored): (Vec<_>, Vec<_>) = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("KUDURRU_"))
+            .partition(|(k, _)| is_configuration(k));
         Ok(Self {
             node,
-            env: env
-                .into_iter()
-                .filter(|(k, _)| k.starts_with("KUDURRU_"))
-                .collect(),
+            env,
+            ignored_env: ignored.into_iter().map(|(k, _)| k).collect(),
             flags: flags.clone(),
         })
     }
@@ -348,8 +364,40 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            ignored_env: Vec::new(),
             flags,
         }
+    }
+
+    #[test]
+    fn kudurru_variables_of_other_software_are_not_configuration() {
+        let env = [
+            ("KUDURRU_PORT", "tcp://10.0.0.7:53"),
+            ("KUDURRU_PORT_53_UDP_ADDR", "10.0.0.7"),
+            ("KUDURRU_SERVICE_HOST", "10.0.0.7"),
+            ("KUDURRU_UPSTREAMS", "udp://127.0.0.1:53"),
+            ("KUDURRU_CACHE__MINTTL", "7"),
+            ("KUDURRU_SETTINGS_FILE", ""),
+            ("HOME", "/root"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let inputs = Inputs::capture(&ServeArgs::default(), env).unwrap();
+        assert_eq!(
+            inputs.ignored_env,
+            [
+                "KUDURRU_PORT",
+                "KUDURRU_PORT_53_UDP_ADDR",
+                "KUDURRU_SERVICE_HOST"
+            ]
+        );
+        let (config, _) = inputs.layer(None).unwrap();
+        assert_eq!(config.cache.min_ttl, 7);
+        assert_eq!(config.upstreams, ["udp://127.0.0.1:53"]);
+        // A misspelt section key is still an error, not ignored.
+        let typo = [("KUDURRU_CACHE__MINTLL".to_owned(), "7".to_owned())];
+        let inputs = Inputs::capture(&ServeArgs::default(), typo).unwrap();
+        assert!(inputs.ignored_env.is_empty());
+        assert!(inputs.layer(None).is_err());
     }
 
     #[test]

@@ -113,8 +113,13 @@ const SHUTDOWN_BLOCKING: Duration = Duration::from_secs(5);
 /// tokio current-thread runtime running the ops and API listeners, the file watchers and the
 /// signal handlers as tasks, with a bounded pool for blocking work.
 pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
-    let reloadable = Arc::new(Reloadable::start(Inputs::capture(args, std::env::vars())?)?);
+    let inputs = Inputs::capture(args, std::env::vars())?;
+    let ignored_env = inputs.ignored_env.clone();
+    let reloadable = Arc::new(Reloadable::start(inputs)?);
     let log_handle = init_logging(&reloadable.current().config);
+    if !ignored_env.is_empty() {
+        tracing::warn!(variables = ?ignored_env, "ignoring KUDURRU_ variables that name no configuration key (a Kubernetes Service named kudurru sets such variables)");
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("kudurru-blocking")

@@ -216,3 +216,27 @@ fn ipv6_and_ipv4_listeners_serve_the_same_cache() {
         "one cache behind every listener and family"
     );
 }
+
+#[test]
+fn kubernetes_service_variables_are_ignored_with_one_warning() {
+    let upstream = TestUpstream::start();
+    let dir = std::env::temp_dir().join(format!("kudurru-k8s-env-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("kudurru.log");
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_PORT", "tcp://127.0.0.1:53")
+        .env("KUDURRU_PORT_53_UDP_PROTO", "udp")
+        .env("KUDURRU_SERVICE_HOST", "127.0.0.1")
+        .env("KUDURRU_CACHE__MAXTTL", "60")
+        .stderr_to(&log)
+        .start();
+    assert_eq!(dig(k.addr, &[&unique_name("k8s"), "A"]).answers[0].1, 60);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.matches("ignoring KUDURRU_ variables").count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains("KUDURRU_SERVICE_HOST"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

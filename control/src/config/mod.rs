@@ -49,6 +49,7 @@ pub use ops::{DEFAULT_OPS_ADDRESS, OpsSection};
 pub use ratelimit::{DEFAULT_RATELIMIT_TABLE_SIZE, MAX_ALLOWLIST, RateLimitSection};
 pub use server::{DEFAULT_LISTEN, DEFAULT_SHUTDOWN_GRACE, ServerSection};
 pub use shutdown::{DEFAULT_DRAIN_DELAY, ShutdownSection};
+pub use sources::RESERVED_ENV;
 pub use storage::{DEFAULT_DATA_DIR, StorageSection};
 pub use tcp::{
     DEFAULT_TCP_IDLE_TIMEOUT, DEFAULT_TCP_MAX_CONNECTIONS_PER_CORE, DEFAULT_TCP_MAX_PIPELINED,

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use super::{Config, ConfigError, find_key};
 
-/// Variables with the `KUDURRU_` prefix that are not configuration keys.
-const RESERVED_ENV: &[&str] = &["KUDURRU_SETTINGS_FILE", "KUDURRU_BIN"];
+/// Variables with the `KUDURRU_` prefix and a meaning of their own: never a key.
+pub const RESERVED_ENV: &[&str] = &["KUDURRU_SETTINGS_FILE", "KUDURRU_BIN"];
 
 impl Config {
     /// Reads the TOML node file at `path` over the defaults.
