@@ -745,7 +745,7 @@ fn check_value(key: &'static KeyInfo, value: &Value) -> Result<(), Reply> {
         Err(ConfigError::Parse { message, .. }) => {
             // toml's message ends with serde's reason (`invalid type: string "abc", expected
             // u32`) after the excerpt of the one-line document.
-            let reason = message.lines().last().unwrap_or(&message).trim().to_owned();
+            let reason = config::plain_reason(message.lines().last().unwrap_or(&message).trim());
             Err(invalid(format!("{reason} (got {value})")))
         }
         Err(e) => Err(invalid(e.to_string())),

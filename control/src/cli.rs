@@ -120,6 +120,16 @@ pub enum ConfigCommand {
     Keys,
     /// Print the effective configuration (defaults, file, environment, flags) as TOML.
     Show(ServeArgs),
+    /// Check the node file, the settings file, the environment and the flags: every problem
+    /// at once with its file and line; exit 0 when `serve` would start on them, 1 otherwise.
+    Check {
+        /// The settings file to check (default: the one the configuration names).
+        #[arg(long, value_name = "FILE")]
+        settings_file: Option<PathBuf>,
+        /// The node file and flags, as `serve` takes them.
+        #[command(flatten)]
+        args: ServeArgs,
+    },
 }
 
 /// Flags of `kudurru serve`; each overrides the key named in its help.

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod certs;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod files;

@@ -6,18 +6,53 @@ use clap::Parser;
 use kudurru_control::cli::{
     ApiCommand, CertCommand, Cli, Command, ConfigCommand, SettingsCommand, TokenCommand,
 };
-use kudurru_control::{certs, config, lameduck, layers, openapi, serve, tokens};
+use kudurru_control::{certs, check, config, lameduck, layers, openapi, serve, tokens};
 
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Serve(args) => match serve::run(&args) {
             Ok(()) => serve::exit::OK,
+            Err(e @ serve::ServeError::Config(_)) => {
+                // Every problem at once, as `kudurru config check` shows them.
+                let problems = check::check(&args, None, std::env::vars());
+                if problems.is_empty() {
+                    eprintln!("kudurru: {e}");
+                } else {
+                    for problem in &problems {
+                        eprintln!("kudurru: {problem}");
+                    }
+                }
+                e.exit_code()
+            }
             Err(e) => {
                 eprintln!("kudurru: {e}");
                 e.exit_code()
             }
         },
+        Command::Config {
+            command:
+                ConfigCommand::Check {
+                    settings_file,
+                    args,
+                },
+        } => {
+            let problems = check::check(&args, settings_file.as_deref(), std::env::vars());
+            for problem in &problems {
+                println!("{problem}");
+            }
+            if problems.is_empty() {
+                println!("ok");
+                serve::exit::OK
+            } else {
+                eprintln!(
+                    "kudurru config check: {} problem{}",
+                    problems.len(),
+                    if problems.len() == 1 { "" } else { "s" }
+                );
+                serve::exit::CONFIG
+            }
+        }
         Command::Lameduck(args) => match lameduck::run(&args) {
             Ok(state) => {
                 println!("{state}");

@@ -15,8 +15,8 @@ const FLOORS: &[&[&str]] = &[
     // The layers (defaults → files → env → flags, from the command line); certificates (loaded
     // and watched); the lameduck client.
     &["layers", "certs", "lameduck"],
-    // The effective configuration and its subscribers.
-    &["reload"],
+    // The effective configuration and its subscribers; `config check` over the layers.
+    &["reload", "check"],
     // The ops listener; the API on top of it (counters, readiness); the OpenAPI document of
     // the API's routes.
     &["ops"],

@@ -240,3 +240,71 @@ fn kubernetes_service_variables_are_ignored_with_one_warning() {
     assert!(text.contains("KUDURRU_SERVICE_HOST"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn config_check_prints_every_problem_with_its_file_and_line() {
+    let dir = std::env::temp_dir().join(format!("kudurru-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let node = dir.join("node.toml");
+    std::fs::write(
+        &node,
+        "[server]\nlisten = [\"udp://nowhere:53\"]\n\n[upstream]\ntimeout = \"10s\"\nresolveTimeout = \"1s\"\n\n[cache]\nminTTL = 100000\nmaxTTL = 60\n\n[edns]\nudpPayload = 100\n\n[log]\nformat = \"xml\"\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(kudurru_e2e::kudurru_bin())
+            .args(args)
+            .env_remove("KUDURRU_SETTINGS_FILE")
+            .output()
+            .expect("kudurru runs")
+    };
+    let node_arg = node.to_str().unwrap();
+    let out = run(&["config", "check", "--config", node_arg]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    let wanted = [
+        (2, "server.listen"),
+        (5, "upstream.timeout"),
+        (9, "cache.minTTL"),
+        (13, "edns.udpPayload"),
+        (16, "log.format"),
+    ];
+    assert_eq!(lines.len(), wanted.len(), "{text}");
+    for (line, (number, key)) in lines.iter().zip(wanted) {
+        assert!(
+            line.starts_with(&format!("{node_arg}:{number}: {key}: ")),
+            "{line}"
+        );
+    }
+    assert!(String::from_utf8_lossy(&out.stderr).contains("5 problems"));
+    // `serve` refuses the same file and names the same five.
+    let serve = run(&["serve", "--config", node_arg]);
+    assert_eq!(serve.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&serve.stderr).lines().count(), 5);
+    // A clean file: exit 0, and a settings file with a node-scope key is named.
+    std::fs::write(&node, "[cache]\nmaxTTL = 600\n").unwrap();
+    let settings = dir.join("settings.toml");
+    std::fs::write(&settings, "[server]\ncores = 1\n").unwrap();
+    assert_eq!(
+        run(&["config", "check", "--config", node_arg])
+            .status
+            .code(),
+        Some(0)
+    );
+    let out = run(&[
+        "config",
+        "check",
+        "--config",
+        node_arg,
+        "--settings-file",
+        settings.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("settings.toml:2: server.cores: a node-scope"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -113,7 +113,40 @@ pub(super) fn parse_num<T: std::str::FromStr>(value: &str) -> Result<T, String>
 where
     T::Err: fmt::Display,
 {
-    value.trim().parse::<T>().map_err(|e| e.to_string())
+    value
+        .trim()
+        .parse::<T>()
+        .map_err(|_| format!("expected a whole number from 0 to {}", max_of::<T>()))
+}
+
+/// The largest value of the integer type `T`, for messages (`u16`: 65535).
+fn max_of<T>() -> u64 {
+    match size_of::<T>() {
+        1 => u8::MAX.into(),
+        2 => u16::MAX.into(),
+        4 => u32::MAX.into(),
+        _ => u64::MAX,
+    }
+}
+
+/// serde's and toml's reasons in an operator's words: `invalid type: string "x", expected
+/// u32` becomes `invalid type: string "x", expected a whole number`.
+pub fn plain_reason(reason: &str) -> String {
+    let mut out = reason.to_owned();
+    for (rust, plain) in [
+        ("expected usize", "expected a whole number"),
+        ("expected u64", "expected a whole number"),
+        ("expected u32", "expected a whole number"),
+        ("expected u16", "expected a whole number"),
+        ("expected u8", "expected a whole number"),
+        ("expected a sequence", "expected a list"),
+        ("expected a boolean", "expected true or false"),
+        ("invalid type: sequence", "invalid type: a list"),
+        ("invalid type: map", "invalid type: a table"),
+    ] {
+        out = out.replace(rust, plain);
+    }
+    out
 }
 
 fn parse_list(value: &str) -> Vec<String> {

@@ -42,7 +42,7 @@ pub use cache::{CacheSection, DEFAULT_CACHE_MAX_ENTRIES};
 pub use docs::render_key_table;
 pub use edns::EdnsSection;
 pub use error::ConfigError;
-pub use key::{KeyInfo, Scope, show_list};
+pub use key::{KeyInfo, Scope, plain_reason, show_list};
 pub use listener::{DEFAULT_DOH_PATH, parse_listener};
 pub use log::{DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL, LogSection};
 pub use ops::{DEFAULT_OPS_ADDRESS, OpsSection};

@@ -1,6 +1,7 @@
-//! Parse, don't validate: [`Config::validate`] checks every value of the raw document and builds
-//! the typed [`Validated`] values the data plane runs on, or names the first key at fault. The
-//! checks run in a fixed order, so a document with several faults always reports the same one.
+//! Parse, don't validate: [`Config::check`] checks every value of the raw document and builds
+//! the typed [`Validated`] values the data plane runs on, or lists every key at fault;
+//! [`Config::validate`] reports the first. The checks run in a fixed order, so a document with
+//! several faults always reports the same first one.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,159 +14,210 @@ use kudurru_transports::{ListenerSpec, Settings};
 use super::log::check_log_filter;
 use super::{Config, ConfigError, parse_listener};
 
+/// The problems found so far; each check adds its own and the rest still run.
+#[derive(Default)]
+struct Problems(Vec<ConfigError>);
+
+impl Problems {
+    /// The value, or `None` with its error kept.
+    fn take<T>(&mut self, result: Result<T, ConfigError>) -> Option<T> {
+        result.map_err(|e| self.0.push(e)).ok()
+    }
+
+    fn push(&mut self, key: &'static str, value: impl ToString, reason: impl ToString) {
+        self.0.push(ConfigError::value(key, value, reason));
+    }
+}
+
+/// A positive duration, or an error naming `key`.
+fn duration(key: &'static str, text: &str) -> Result<Duration, ConfigError> {
+    let d = humantime::parse_duration(text).map_err(|e| ConfigError::value(key, text, e))?;
+    if d.is_zero() {
+        return Err(ConfigError::value(key, text, "must be more than zero"));
+    }
+    Ok(d)
+}
+
 impl Config {
-    /// Checks every value and builds what the data plane runs on.
+    /// Checks every value and builds what the data plane runs on; the error is the first
+    /// problem [`Config::check`] finds.
     pub fn validate(&self) -> Result<Validated, ConfigError> {
-        let listeners = self
+        self.check().map_err(|problems| {
+            problems
+                .into_iter()
+                .next()
+                .expect("check fails only with a problem recorded")
+        })
+    }
+
+    /// Checks every value, each key on its own and the keys that must agree with each other,
+    /// and reports every problem at once (`kudurru config check`), in a fixed order.
+    pub fn check(&self) -> Result<Validated, Vec<ConfigError>> {
+        let mut problems = Problems::default();
+        let listeners: Vec<ListenerSpec> = self
             .server
             .listen
             .iter()
-            .map(|url| {
-                parse_listener(url).ok_or_else(|| {
+            .filter_map(|url| {
+                problems.take(parse_listener(url).ok_or_else(|| {
                     ConfigError::value(
                         "server.listen",
                         url,
                         "expected udp://H:P, tcp://H:P, tls://H:P, https://H:P/path, quic://H:P, h3://H:P/path or H:P with an IP address",
                     )
-                })
+                }))
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        if listeners.is_empty() {
-            return Err(ConfigError::value(
-                "server.listen",
-                "",
-                "at least one listener is needed",
-            ));
+            .collect();
+        if self.server.listen.is_empty() {
+            problems.push("server.listen", "", "at least one listener is needed");
         }
-        let upstreams = self
+        let upstreams: Vec<UpstreamSpec> = self
             .upstreams
             .iter()
-            .map(|url| {
-                url.parse::<UpstreamSpec>()
-                    .map_err(|e| ConfigError::value("upstreams", url, e))
+            .filter_map(|url| {
+                problems.take(
+                    url.parse::<UpstreamSpec>()
+                        .map_err(|e| ConfigError::value("upstreams", url, e)),
+                )
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        if upstreams.is_empty() {
-            return Err(ConfigError::value(
-                "upstreams",
-                "",
-                "at least one upstream is needed",
-            ));
+            .collect();
+        if self.upstreams.is_empty() {
+            problems.push("upstreams", "", "at least one upstream is needed");
         }
         let available = kudurru_transports::sys::available_cpus();
         let cpus = if !self.server.cpus.is_empty() {
             if let Some(bad) = self.server.cpus.iter().find(|c| !available.contains(c)) {
-                return Err(ConfigError::value(
+                problems.push(
                     "server.cpus",
                     bad,
                     format!("not among the CPUs this process may use: {available:?}"),
-                ));
+                );
             }
             self.server.cpus.clone()
         } else if self.server.cores == 0 {
             available.clone()
         } else if self.server.cores > available.len() {
-            return Err(ConfigError::value(
+            problems.push(
                 "server.cores",
                 self.server.cores,
                 format!(
                     "only {} CPUs are available to this process",
                     available.len()
                 ),
-            ));
+            );
+            available.clone()
         } else {
             available[..self.server.cores].to_vec()
         };
-        let duration = |key: &'static str, text: &str| -> Result<Duration, ConfigError> {
-            let d =
-                humantime::parse_duration(text).map_err(|e| ConfigError::value(key, text, e))?;
-            if d.is_zero() {
-                return Err(ConfigError::value(key, text, "must be more than zero"));
-            }
-            Ok(d)
-        };
-        let upstream_timeout = duration("upstream.timeout", &self.upstream.timeout)?;
-        let resolve_timeout = duration("upstream.resolveTimeout", &self.upstream.resolve_timeout)?;
-        let tcp_idle_timeout = duration("tcp.idleTimeout", &self.tcp.idle_timeout)?;
-        let tls_handshake_timeout = duration("tls.handshakeTimeout", &self.tls.handshake_timeout)?;
+        let upstream_timeout = problems.take(duration("upstream.timeout", &self.upstream.timeout));
+        let resolve_timeout = problems.take(duration(
+            "upstream.resolveTimeout",
+            &self.upstream.resolve_timeout,
+        ));
+        if let (Some(attempt), Some(resolve)) = (upstream_timeout, resolve_timeout)
+            && attempt > resolve
+        {
+            problems.push(
+                "upstream.timeout",
+                &self.upstream.timeout,
+                format!(
+                    "longer than upstream.resolveTimeout ({}): no attempt could run its course",
+                    self.upstream.resolve_timeout
+                ),
+            );
+        }
+        let tcp_idle_timeout = problems.take(duration("tcp.idleTimeout", &self.tcp.idle_timeout));
+        let tls_handshake_timeout = problems.take(duration(
+            "tls.handshakeTimeout",
+            &self.tls.handshake_timeout,
+        ));
         if listeners.iter().any(ListenerSpec::needs_certificate) {
             for (key, path) in [
                 ("tls.certFile", &self.tls.cert_file),
                 ("tls.keyFile", &self.tls.key_file),
             ] {
                 if path.is_empty() {
-                    return Err(ConfigError::value(
+                    problems.push(
                         key,
                         "",
                         "a tls://, https://, quic:// or h3:// listener needs a certificate: set tls.certFile and tls.keyFile (kudurru cert generate writes a self-signed pair)",
-                    ));
+                    );
                 }
             }
         }
-        let shutdown_grace = duration("server.shutdownGrace", &self.server.shutdown_grace)?;
-        let drain_delay = humantime::parse_duration(&self.shutdown.drain_delay).map_err(|e| {
-            ConfigError::value("shutdown.drainDelay", &self.shutdown.drain_delay, e)
-        })?;
-        let ratelimit = self.ratelimit.validate()?;
-        let token_max_lifetime =
-            duration("auth.tokens.maxLifetime", &self.auth.tokens.max_lifetime)?;
+        let shutdown_grace = problems.take(duration(
+            "server.shutdownGrace",
+            &self.server.shutdown_grace,
+        ));
+        let drain_delay = problems.take(
+            humantime::parse_duration(&self.shutdown.drain_delay).map_err(|e| {
+                ConfigError::value("shutdown.drainDelay", &self.shutdown.drain_delay, e)
+            }),
+        );
+        let ratelimit = problems.take(self.ratelimit.validate());
+        let token_max_lifetime = problems.take(duration(
+            "auth.tokens.maxLifetime",
+            &self.auth.tokens.max_lifetime,
+        ));
         let api_address = if self.api.address.is_empty() {
-            None
+            Some(None)
         } else {
-            Some(parse_host_port(&self.api.address, 8080).ok_or_else(|| {
-                ConfigError::value(
-                    "api.address",
-                    &self.api.address,
-                    "expected IP:PORT or empty",
-                )
-            })?)
+            problems.take(
+                parse_host_port(&self.api.address, 8080)
+                    .map(Some)
+                    .ok_or_else(|| {
+                        ConfigError::value(
+                            "api.address",
+                            &self.api.address,
+                            "expected IP:PORT or empty",
+                        )
+                    }),
+            )
         };
         let api_tls = match (self.api.tls_cert.as_str(), self.api.tls_key.as_str()) {
             ("", "") => None,
             ("", _) => {
-                return Err(ConfigError::value(
+                problems.push(
                     "api.tlsCert",
                     "",
                     "api.tlsKey is set: set api.tlsCert too, or neither",
-                ));
+                );
+                None
             }
             (_, "") => {
-                return Err(ConfigError::value(
+                problems.push(
                     "api.tlsKey",
                     "",
                     "api.tlsCert is set: set api.tlsKey too, or neither",
-                ));
+                );
+                None
             }
             (cert, key) => Some((PathBuf::from(cert), PathBuf::from(key))),
         };
         let c = &self.cache;
         if c.max_entries == 0 {
-            return Err(ConfigError::value(
-                "cache.maxEntries",
-                0,
-                "must be at least 1",
-            ));
+            problems.push("cache.maxEntries", 0, "must be at least 1");
         }
         if c.min_ttl > c.max_ttl {
-            return Err(ConfigError::value(
+            problems.push(
                 "cache.minTTL",
                 c.min_ttl,
                 format!("larger than cache.maxTTL ({})", c.max_ttl),
-            ));
+            );
         }
         if !(1..=300).contains(&c.servfail_ttl) {
-            return Err(ConfigError::value(
+            problems.push(
                 "cache.servfailTTL",
                 c.servfail_ttl,
                 "RFC 9520 asks for 1 to 300 seconds",
-            ));
+            );
         }
         if !(512..=4096).contains(&self.edns.udp_payload) {
-            return Err(ConfigError::value(
+            problems.push(
                 "edns.udpPayload",
                 self.edns.udp_payload,
                 "must be 512 to 4096",
-            ));
+            );
         }
         for (key, value) in [
             (
@@ -175,23 +227,53 @@ impl Config {
             ("tcp.maxPipelined", self.tcp.max_pipelined),
         ] {
             if value == 0 {
-                return Err(ConfigError::value(key, value, "must be at least 1"));
+                problems.push(key, value, "must be at least 1");
             }
         }
-        let ops_address = parse_host_port(&self.ops.address, 8081).ok_or_else(|| {
-            ConfigError::value("ops.address", &self.ops.address, "expected IP:PORT")
-        })?;
+        let ops_address =
+            problems.take(parse_host_port(&self.ops.address, 8081).ok_or_else(|| {
+                ConfigError::value("ops.address", &self.ops.address, "expected IP:PORT")
+            }));
         if !matches!(self.log.format.as_str(), "text" | "json") {
-            return Err(ConfigError::value(
-                "log.format",
-                &self.log.format,
-                "expected text or json",
-            ));
+            problems.push("log.format", &self.log.format, "expected text or json");
         }
-        check_log_filter(&self.log.level)
-            .map_err(|reason| ConfigError::value("log.level", &self.log.level, reason))?;
-        tracing_subscriber::EnvFilter::try_new(&self.log.level)
-            .map_err(|e| ConfigError::value("log.level", &self.log.level, e))?;
+        match check_log_filter(&self.log.level) {
+            Err(reason) => problems.push("log.level", &self.log.level, reason),
+            Ok(()) => {
+                if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+                    problems.push("log.level", &self.log.level, e);
+                }
+            }
+        }
+        let (
+            Some(upstream_timeout),
+            Some(resolve_timeout),
+            Some(tcp_idle_timeout),
+            Some(tls_handshake_timeout),
+            Some(shutdown_grace),
+            Some(drain_delay),
+            Some(ratelimit),
+            Some(token_max_lifetime),
+            Some(api_address),
+            Some(ops_address),
+        ) = (
+            upstream_timeout,
+            resolve_timeout,
+            tcp_idle_timeout,
+            tls_handshake_timeout,
+            shutdown_grace,
+            drain_delay,
+            ratelimit,
+            token_max_lifetime,
+            api_address,
+            ops_address,
+        )
+        else {
+            return Err(problems.0);
+        };
+        if !problems.0.is_empty() {
+            return Err(problems.0);
+        }
         let identity = if self.server.identity.is_empty() {
             hostname()
         } else {
@@ -301,6 +383,14 @@ mod tests {
         };
         assert!(c.validate().unwrap_err().to_string().contains("upstreams"));
         let mut c = Config::default();
+        c.upstream.timeout = "10s".into();
+        c.upstream.resolve_timeout = "1s".into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("upstream.timeout") && e.contains("upstream.resolveTimeout (1s)"),
+            "{e}"
+        );
+        let mut c = Config::default();
         c.upstream.timeout = "soon".into();
         assert!(
             c.validate()
@@ -308,5 +398,36 @@ mod tests {
                 .to_string()
                 .contains("upstream.timeout")
         );
+    }
+
+    #[test]
+    fn check_reports_every_problem_in_order() {
+        let mut c = Config::default();
+        c.upstreams = vec!["ftp://x".into()];
+        c.upstream.timeout = "soon".into();
+        c.cache.min_ttl = 100_000;
+        c.cache.max_ttl = 60;
+        c.edns.udp_payload = 100;
+        c.log.format = "xml".into();
+        let keys: Vec<String> = c
+            .check()
+            .unwrap_err()
+            .iter()
+            .map(|e| match e {
+                ConfigError::Value { key, .. } => (*key).to_owned(),
+                other => other.to_string(),
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "upstreams",
+                "upstream.timeout",
+                "cache.minTTL",
+                "edns.udpPayload",
+                "log.format"
+            ]
+        );
+        assert!(c.validate().unwrap_err().to_string().contains("upstreams"));
     }
 }
