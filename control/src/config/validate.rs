@@ -402,8 +402,10 @@ mod tests {
 
     #[test]
     fn check_reports_every_problem_in_order() {
-        let mut c = Config::default();
-        c.upstreams = vec!["ftp://x".into()];
+        let mut c = Config {
+            upstreams: vec!["ftp://x".into()],
+            ..Config::default()
+        };
         c.upstream.timeout = "soon".into();
         c.cache.min_ttl = 100_000;
         c.cache.max_ttl = 60;
