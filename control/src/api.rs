@@ -148,7 +148,18 @@ impl Api {
         };
         let role = match self.tokens.verify(token, max_lifetime) {
             Ok(role) => role,
-            Err(Refusal::Unauthorized(why)) => return Err(error(401, "unauthorized", why)),
+            Err(Refusal::Unauthorized(why)) => {
+                // Say where this server looks: a token created for another data directory
+                // (`kudurru token create --data-dir …`) is the usual cause.
+                return Err(error(
+                    401,
+                    "unauthorized",
+                    format!(
+                        "{why} (this server reads tokens from {})",
+                        self.tokens.path().display()
+                    ),
+                ));
+            }
         };
         if !role.grants(permission) {
             return Err(error(

@@ -142,6 +142,9 @@ fn token(command: TokenCommand) -> Result<String, Failure> {
     };
     let (config, _) = serve::effective_config(args)?;
     let validated = config.validate()?;
+    if let Some(note) = &validated.data_dir_note {
+        eprintln!("kudurru token: {note}");
+    }
     let store = tokens::TokenStore::new(&validated.data_dir);
     match command {
         TokenCommand::Create { role, ttl, .. } => {
@@ -161,19 +164,24 @@ fn token(command: TokenCommand) -> Result<String, Failure> {
             store.revoke(&id)?;
             Ok(format!("revoked {id}\n"))
         }
-        TokenCommand::List { .. } => Ok(store
-            .list()?
-            .iter()
-            .map(|e| {
-                format!(
-                    "{} {} created {} expires {}\n",
-                    e.id,
-                    e.role.name(),
-                    e.created,
-                    e.expires
-                )
-            })
-            .collect()),
+        TokenCommand::List { .. } => {
+            let list = store.list()?;
+            if list.is_empty() {
+                eprintln!("kudurru token: no tokens in {}", store.path().display());
+            }
+            Ok(list
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} {} created {} expires {}\n",
+                        e.id,
+                        e.role.name(),
+                        e.created,
+                        e.expires
+                    )
+                })
+                .collect())
+        }
     }
 }
 

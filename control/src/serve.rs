@@ -176,6 +176,9 @@ async fn control(
 ) -> Result<Arc<kudurru_transports::Server>, ServeError> {
     let mut signals = Signals::install()?;
     let running = reloadable.current();
+    if let Some(note) = &running.validated.data_dir_note {
+        tracing::warn!("{note}");
+    }
     let config = &running.config;
     let validated = running.validated.clone();
     let mut watcher = FileWatcher::new()?;

@@ -82,7 +82,13 @@ fn the_api_with_tokens_roles_persistence_and_errors() {
     thread::sleep(Duration::from_millis(2100));
     let expired = curl(&k, "GET", "/api/v1/settings", Some(&short), None);
     assert_eq!(code(&expired), (401, "unauthorized"));
-    assert_eq!(expired.1["message"], "token expired");
+    assert_eq!(
+        expired.1["message"],
+        format!(
+            "token expired (this server reads tokens from {})",
+            k.data_dir.join("tokens.json").display()
+        )
+    );
 
     // GET: values, sources, the settings file.
     let (status, settings) = curl(&k, "GET", "/api/v1/settings", Some(&viewer), None);

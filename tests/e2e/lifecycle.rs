@@ -308,3 +308,86 @@ fn config_check_prints_every_problem_with_its_file_and_line() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Runs `kudurru ARGS` as the unprivileged user `nobody` with `home` as its home directory.
+fn as_nobody(home: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args([
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        "--",
+    ])
+    .arg(kudurru_e2e::kudurru_bin())
+    .args(args)
+    .env("HOME", home)
+    .env_remove("XDG_STATE_HOME")
+    .env_remove("KUDURRU_SETTINGS_FILE");
+    cmd
+}
+
+#[test]
+fn an_unprivileged_user_gets_one_data_directory_for_token_create_and_serve() {
+    let home = std::env::temp_dir().join(format!("kudurru-nobody-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let out = as_nobody(&home, &["token", "create", "--role", "viewer"])
+        .output()
+        .expect("setpriv runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be written by this user"),
+        "the fallback is said"
+    );
+    let (port, ops, api) = (
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let mut server = as_nobody(
+        &home,
+        &[
+            "serve",
+            "--cores",
+            "1",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--ops-address",
+            &format!("127.0.0.1:{ops}"),
+            "--api-address",
+            &format!("127.0.0.1:{api}"),
+            "--upstream",
+            "udp://127.0.0.1:9",
+            "--log-level",
+            "error",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("serve starts");
+    let ops_addr: std::net::SocketAddr = ([127, 0, 0, 1], ops).into();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(ops_addr).is_err() {
+        assert!(std::time::Instant::now() < deadline, "serve did not start");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!("http://127.0.0.1:{api}/api/v1/settings"))
+        .output()
+        .expect("curl runs");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    let _ = std::fs::remove_dir_all(&home);
+}

@@ -1,5 +1,7 @@
 //! `storage.*`: where the node keeps its files.
 
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
 
 use super::key::{KeyInfo, key, parse_string, show_string};
@@ -33,5 +35,54 @@ pub(super) const KEYS: &[KeyInfo] = &[key! {
     field: |c| c.storage.data_dir,
     parse: parse_string,
     show: show_string,
-    description: "data directory: tokens.json (0600) now, databases later; created 0700",
+    description: "data directory: tokens.json (0600) now, databases later; created 0700; a user who cannot write the default gets $XDG_STATE_HOME/kudurru (else ~/.local/state/kudurru), said at start",
 }];
+
+/// The data directory to use, and a note when it is not the configured one. The built-in
+/// default (`/var/lib/kudurru`) needs root to create; a user who did not configure one gets
+/// their state directory (`$XDG_STATE_HOME/kudurru`, else `~/.local/state/kudurru`) instead,
+/// so `kudurru token create` and `kudurru serve` meet without a flag. A configured directory
+/// is used as given.
+pub(super) fn resolve_data_dir(configured: &str) -> (PathBuf, Option<String>) {
+    let path = PathBuf::from(configured);
+    if configured != DEFAULT_DATA_DIR || writable(&path) {
+        return (path, None);
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state")));
+    match state {
+        Some(state) => {
+            let fallback = state.join("kudurru");
+            let note = format!(
+                "{DEFAULT_DATA_DIR} cannot be written by this user; using {} (set storage.dataDir or --data-dir to choose)",
+                fallback.display()
+            );
+            (fallback, Some(note))
+        }
+        None => (path, None),
+    }
+}
+
+/// Whether this process can write in `dir`, or create it: a probe file, removed at once.
+fn writable(dir: &Path) -> bool {
+    let probe_in = if dir.exists() {
+        dir
+    } else {
+        match dir.parent() {
+            Some(parent) if parent.exists() => parent,
+            _ => return false,
+        }
+    };
+    let probe = probe_in.join(format!(".kudurru-probe-{}", std::process::id()));
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .is_ok();
+    if created {
+        let _ = std::fs::remove_file(&probe);
+    }
+    created
+}

@@ -274,6 +274,7 @@ impl Config {
         if !problems.0.is_empty() {
             return Err(problems.0);
         }
+        let (data_dir, data_dir_note) = super::storage::resolve_data_dir(&self.storage.data_dir);
         let identity = if self.server.identity.is_empty() {
             hostname()
         } else {
@@ -311,7 +312,8 @@ impl Config {
             drain_delay,
             api_address,
             api_tls,
-            data_dir: PathBuf::from(&self.storage.data_dir),
+            data_dir,
+            data_dir_note,
             token_max_lifetime,
         })
     }
@@ -334,8 +336,10 @@ pub struct Validated {
     pub api_address: Option<SocketAddr>,
     /// HTTPS on the API: certificate and key files (`api.tlsCert`, `api.tlsKey`).
     pub api_tls: Option<(PathBuf, PathBuf)>,
-    /// `storage.dataDir`.
+    /// `storage.dataDir`, or the user's state directory when the default cannot be written.
     pub data_dir: PathBuf,
+    /// Why `data_dir` is not the configured directory, for the log.
+    pub data_dir_note: Option<String>,
     /// `auth.tokens.maxLifetime`.
     pub token_max_lifetime: Duration,
 }
