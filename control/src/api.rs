@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::{self, ConfigError, KeyInfo, Scope, find_key, find_key_exact};
 use crate::files::write_atomically;
+use crate::health::upstream_totals;
 use crate::http::{Handler, HttpError, Request as HttpRequest, Response};
 use crate::layers::{FileLayer, Layer};
 use crate::ops::OpsState;
@@ -407,6 +408,37 @@ impl Api {
             status,
             format!("{} messages (GET /api/v1/info/messages)", messages.len()),
         );
+        for t in upstream_totals(&self.ops) {
+            let (status, message) = if t.queries == 0 {
+                ("ok", "no queries sent yet".to_owned())
+            } else if !t.healthy() {
+                (
+                    "fail",
+                    format!("{} of {} attempts failed", t.errors, t.queries),
+                )
+            } else if t.errors * 10 >= t.queries {
+                (
+                    "warn",
+                    format!(
+                        "{} of {} attempts failed; mean latency {:.1} ms",
+                        t.errors,
+                        t.queries,
+                        t.mean_latency_ms()
+                    ),
+                )
+            } else {
+                (
+                    "ok",
+                    format!(
+                        "{} queries, {} failed; mean latency {:.1} ms",
+                        t.queries,
+                        t.errors,
+                        t.mean_latency_ms()
+                    ),
+                )
+            };
+            check(&format!("upstream {}", t.upstream), status, message);
+        }
         let ready = (self.ops.ready)();
         let lameduck = self.ops.lameduck.load(std::sync::atomic::Ordering::Relaxed);
         match (ready, lameduck) {
@@ -424,34 +456,19 @@ impl Api {
     }
 
     fn upstreams(&self) -> Reply {
-        use std::sync::atomic::Ordering::Relaxed;
-        let settings = self.ops.settings.load();
-        let m = &self.ops.metrics;
-        let list: Vec<Value> = settings
-            .upstreams
+        let list: Vec<Value> = upstream_totals(&self.ops)
             .iter()
-            .take(kudurru_transports::metrics::MAX_UPSTREAMS)
-            .enumerate()
-            .map(|(i, spec)| {
-                let sum = |f: &dyn Fn(&kudurru_transports::CoreMetrics) -> u64| -> u64 {
-                    m.iter().map(|c| f(c)).sum()
-                };
-                let queries = sum(&|c| c.upstreams[i].queries.load(Relaxed));
-                let errors = sum(&|c| c.upstreams[i].errors.iter().map(|e| e.load(Relaxed)).sum());
-                let answered: u64 = sum(&|c| {
-                    c.upstreams[i].latency_buckets.iter().map(|b| b.load(Relaxed)).sum()
-                });
-                let latency_us = sum(&|c| c.upstreams[i].latency_sum_us.load(Relaxed));
+            .map(|t| {
                 json!({
-                    "upstream": spec.to_string(),
-                    "queries": queries,
-                    "errors": errors,
-                    "answered": answered,
-                    "mismatchedReplies": sum(&|c| c.upstreams[i].mismatched.load(Relaxed)),
-                    "tcpRetries": sum(&|c| c.upstreams[i].tcp_retries.load(Relaxed)),
-                    "tcpConnections": sum(&|c| c.upstreams[i].tcp_connections.load(Relaxed)),
-                    "meanLatencyMs": if answered > 0 { latency_us as f64 / answered as f64 / 1000.0 } else { 0.0 },
-                    "healthy": queries == 0 || errors * 2 < queries,
+                    "upstream": t.upstream,
+                    "queries": t.queries,
+                    "errors": t.errors,
+                    "answered": t.answered,
+                    "mismatchedReplies": t.mismatched,
+                    "tcpRetries": t.tcp_retries,
+                    "tcpConnections": t.tcp_connections,
+                    "meanLatencyMs": t.mean_latency_ms(),
+                    "healthy": t.healthy(),
                 })
             })
             .collect();

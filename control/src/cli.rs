@@ -45,6 +45,8 @@ pub enum Command {
         #[command(subcommand)]
         command: CertCommand,
     },
+    /// Upstreams of a running server: queries, errors, latency, health (GET /api/v1/upstreams).
+    Upstreams(ClientArgs),
     /// Effective settings and where they come from.
     Settings {
         /// What to do.
@@ -168,6 +170,30 @@ pub struct ServeArgs {
     /// PEM private key for tls:// listeners (tls.keyFile).
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<String>,
+}
+
+/// How a command reaches a running server's API.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClientArgs {
+    /// The API, http://HOST:PORT or https://HOST:PORT (default: from the configuration's
+    /// api.address, https when api.tlsCert is set).
+    #[arg(long, value_name = "URL")]
+    pub api: Option<String>,
+    /// API token (default: KUDURRU_TOKEN, else --token-file).
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// File whose first line is the API token.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) to trust for an HTTPS API (default: the system's roots).
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// TOML node file to find the API's address in.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `kudurru token …`: API tokens in the data directory (the server picks changes up at once).

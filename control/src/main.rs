@@ -4,9 +4,10 @@
 
 use clap::Parser;
 use kudurru_control::cli::{
-    ApiCommand, CertCommand, Cli, Command, ConfigCommand, SettingsCommand, TokenCommand,
+    ApiCommand, CertCommand, Cli, ClientArgs, Command, ConfigCommand, ServeArgs, SettingsCommand,
+    TokenCommand,
 };
-use kudurru_control::{certs, check, config, lameduck, layers, openapi, serve, tokens};
+use kudurru_control::{certs, check, client, config, lameduck, layers, openapi, serve, tokens};
 
 fn main() {
     let cli = Cli::parse();
@@ -28,6 +29,16 @@ fn main() {
             Err(e) => {
                 eprintln!("kudurru: {e}");
                 e.exit_code()
+            }
+        },
+        Command::Upstreams(args) => match upstreams(&args) {
+            Ok(text) => {
+                print!("{text}");
+                serve::exit::OK
+            }
+            Err(e) => {
+                eprintln!("kudurru upstreams: {e}");
+                serve::exit::CONFIG
             }
         },
         Command::Config {
@@ -183,6 +194,64 @@ fn token(command: TokenCommand) -> Result<String, Failure> {
                 .collect())
         }
     }
+}
+
+/// The API client `args` describe: the URL from `--api` or the configuration.
+fn api_client(args: &ClientArgs) -> Result<client::ApiClient, Failure> {
+    let url = match &args.api {
+        Some(url) => url.clone(),
+        None => {
+            let serve_args = ServeArgs {
+                config: args.config.clone(),
+                ..ServeArgs::default()
+            };
+            let validated = serve::effective_config(&serve_args)?.0.validate()?;
+            let address = validated
+                .api_address
+                .ok_or("the configuration runs no API (api.address is empty); pass --api")?;
+            let scheme = if validated.api_tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            format!("{scheme}://{address}")
+        }
+    };
+    let token = client::token(
+        args.token.as_deref(),
+        std::env::var("KUDURRU_TOKEN").ok(),
+        args.token_file.as_deref(),
+    )?;
+    Ok(client::ApiClient::new(&url, token, args.ca.as_deref())?)
+}
+
+/// `kudurru upstreams`: the server's upstream counters as a table (or its JSON).
+fn upstreams(args: &ClientArgs) -> Result<String, Failure> {
+    let api = api_client(args)?;
+    let answer = api.call("GET", "/api/v1/upstreams", None)?;
+    if answer.status != 200 {
+        let message = answer.body["message"].as_str().unwrap_or("");
+        return Err(format!("{} answered {}: {message}", api.url(), answer.status).into());
+    }
+    if args.json {
+        return Ok(format!("{:#}\n", answer.body));
+    }
+    let mut out = format!(
+        "{:<32} {:>10} {:>8} {:>10} {:>9} {}\n",
+        "UPSTREAM", "QUERIES", "ERRORS", "ANSWERED", "MEAN ms", "HEALTHY"
+    );
+    for u in answer.body["upstreams"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<32} {:>10} {:>8} {:>10} {:>9.2} {}\n",
+            u["upstream"].as_str().unwrap_or("?"),
+            u["queries"].as_u64().unwrap_or(0),
+            u["errors"].as_u64().unwrap_or(0),
+            u["answered"].as_u64().unwrap_or(0),
+            u["meanLatencyMs"].as_f64().unwrap_or(0.0),
+            if u["healthy"] == true { "yes" } else { "no" },
+        ));
+    }
+    Ok(out)
 }
 
 /// Writes a self-signed pair: the key with mode 0600, created fresh (never through a link).

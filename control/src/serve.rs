@@ -299,6 +299,8 @@ async fn control(
             stopped.clone(),
         ));
     }
+    // Not in `tasks`: it never ends on its own, and the runtime's end stops it.
+    tokio::spawn(crate::health::watch(state.clone()));
     tasks.spawn(http::serve(ops_listener, ops::handler(state), stopped));
     let hangup = || {
         tracing::info!(

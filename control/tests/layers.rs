@@ -8,8 +8,8 @@ mod layers;
 /// Bottom first. A folder (`config`, `http`) is one unit: its files may use each other.
 const FLOORS: &[&[&str]] = &[
     // Pieces that use no other module: atomic files and hashes, the configuration document
-    // and its keys, the HTTP layer.
-    &["files", "config", "http"],
+    // and its keys, the HTTP layer, the API client of the command line.
+    &["files", "config", "http", "client"],
     // The command line (its defaults come from config); tokens and the file watcher (on files).
     &["cli", "tokens", "watch"],
     // The layers (defaults → files → env → flags, from the command line); certificates (loaded
@@ -20,6 +20,8 @@ const FLOORS: &[&[&str]] = &[
     // The ops listener; the API on top of it (counters, readiness); the OpenAPI document of
     // the API's routes.
     &["ops"],
+    // Upstream health over the ops counters, and its watcher.
+    &["health"],
     &["api"],
     &["openapi"],
     // The control thread, then the binary.

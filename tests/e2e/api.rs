@@ -439,3 +439,73 @@ fn doctor_and_messages_report_what_an_operator_must_fix() {
         .collect();
     assert!(codes.contains(&"no_settings_file"), "{codes:?}");
 }
+
+#[test]
+fn a_dead_upstream_is_logged_once_failed_by_doctor_and_shown_by_kudurru_upstreams() {
+    let dir = std::env::temp_dir().join(format!("kudurru-dead-up-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("kudurru.log");
+    // Nothing listens on port 9 (discard): every attempt fails at once (ICMP unreachable).
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .stderr_to(&log)
+        .start();
+    for i in 0..8 {
+        let _ = kudurru_e2e::try_dig(
+            k.addr,
+            &[&unique_name(&format!("dead{i}")), "A", "+tries=1"],
+        );
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("upstream udp://127.0.0.1:9 is unhealthy") {
+            assert!(
+                text.contains("queries answered SERVFAIL: every upstream attempt failed"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no unhealthy line: {text}"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    let viewer = k.token("viewer", None);
+    let (status, doctor) = curl(&k, "GET", "/api/v1/doctor", Some(&viewer), None);
+    assert_eq!(status, 200);
+    let upstream_check = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "upstream udp://127.0.0.1:9")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(upstream_check["status"], "fail", "{doctor}");
+    let out = Command::new(kudurru_e2e::kudurru_bin())
+        .args([
+            "upstreams",
+            "--api",
+            &format!("http://{}", k.api),
+            "--token",
+            &viewer,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("udp://127.0.0.1:9"))
+        .unwrap_or_default();
+    assert!(row.ends_with(" no"), "{table}");
+    // Said once: a second look finds no new line about it.
+    thread::sleep(Duration::from_secs(6));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("is unhealthy").count(), 1, "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

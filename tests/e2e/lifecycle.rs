@@ -347,11 +347,7 @@ fn an_unprivileged_user_gets_one_data_directory_for_token_create_and_serve() {
         String::from_utf8_lossy(&out.stderr).contains("cannot be written by this user"),
         "the fallback is said"
     );
-    let (port, ops, api) = (
-        free_port(),
-        free_port(),
-        free_port(),
-    );
+    let (port, ops, api) = (free_port(), free_port(), free_port());
     let mut server = as_nobody(
         &home,
         &[
