@@ -155,10 +155,10 @@ fn invalid_configuration_names_the_key_and_exits_1() {
 
 #[test]
 fn no_config_at_all_starts_on_defaults_and_answers_local_names_offline() {
-    // The defaults: 127.0.0.1:5353 and [::1]:5353, public upstreams (never contacted here:
+    // The defaults: 127.0.0.1:5300 and [::1]:5300, public upstreams (never contacted here:
     // only locally served names are asked).
-    if UdpSocket::bind("127.0.0.1:5353").is_err() {
-        eprintln!("port 5353 is in use on this machine; the default-listener check cannot run");
+    if UdpSocket::bind("127.0.0.1:5300").is_err() {
+        eprintln!("port 5300 is in use on this machine; the default-listener check cannot run");
         return;
     }
     let ops = free_port();
@@ -176,7 +176,7 @@ fn no_config_at_all_starts_on_defaults_and_answers_local_names_offline() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let addr = "127.0.0.1:5353".parse().unwrap();
+    let addr = "127.0.0.1:5300".parse().unwrap();
     let mut answered = None;
     for _ in 0..100 {
         if let Ok(a) = try_dig(addr, &["localhost", "A", "+time=1"]) {
@@ -185,7 +185,7 @@ fn no_config_at_all_starts_on_defaults_and_answers_local_names_offline() {
         }
         thread::sleep(Duration::from_millis(50));
     }
-    let v6 = try_dig("[::1]:5353".parse().unwrap(), &["-x", "10.0.0.1"]);
+    let v6 = try_dig("[::1]:5300".parse().unwrap(), &["-x", "10.0.0.1"]);
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exits on SIGINT");
@@ -193,7 +193,7 @@ fn no_config_at_all_starts_on_defaults_and_answers_local_names_offline() {
         answered.expect("answers on the default listener").answers[0].3,
         "127.0.0.1"
     );
-    assert_eq!(v6.expect("answers on [::1]:5353").status, "NXDOMAIN");
+    assert_eq!(v6.expect("answers on [::1]:5300").status, "NXDOMAIN");
     assert_eq!(status.code(), Some(0));
 }
 

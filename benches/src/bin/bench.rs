@@ -1,8 +1,8 @@
 //! `kudurru-bench`: a thread-per-core DNS load generator.
 //!
 //! ```sh
-//! kudurru-bench udp://127.0.0.1:5353 --rate 50000 --duration 10s
-//! kudurru-bench tcp://127.0.0.1:5353 --concurrency 200 --connections 4 --queries names.txt
+//! kudurru-bench udp://127.0.0.1:5300 --rate 50000 --duration 10s
+//! kudurru-bench tcp://127.0.0.1:5300 --concurrency 200 --connections 4 --queries names.txt
 //! kudurru-bench --compare before.json after.json
 //! ```
 //! Arguments are parsed into a validated [`Plan`] first, then run; see docs/benchmarks.md.

@@ -7,8 +7,8 @@ use super::key::{
     show_string,
 };
 
-/// Default client listeners: DNS over UDP and TCP on port 5353 of both loopbacks.
-pub const DEFAULT_LISTEN: &[&str] = &["127.0.0.1:5353", "[::1]:5353"];
+/// Default client listeners: DNS over UDP and TCP on port 5300 of both loopbacks.
+pub const DEFAULT_LISTEN: &[&str] = &["127.0.0.1:5300", "[::1]:5300"];
 /// Default wait for in-flight queries on SIGTERM or SIGINT.
 pub const DEFAULT_SHUTDOWN_GRACE: &str = "5s";
 

@@ -366,7 +366,7 @@ mod tests {
                 udp: true,
                 tcp: true
             }
-            && l.addr.port() == 5353));
+            && l.addr.port() == 5300));
         assert_eq!(v.settings.upstreams.len(), 2);
     }
 
