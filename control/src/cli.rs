@@ -6,7 +6,12 @@ use clap::{Parser, Subcommand};
 
 /// kudurru: a thread-per-core caching DNS forwarder.
 #[derive(Debug, Parser)]
-#[command(name = "kudurru", version, about)]
+#[command(
+    name = "kudurru",
+    version,
+    about = "kudurru: an edge DNS server. A caching, forwarding resolver over UDP, TCP, DNS over TLS, HTTPS, HTTP/3 and QUIC, one pinned executor per core.",
+    after_help = "Start with `kudurru serve` (loopback port 5300); `kudurru config check` checks a configuration. Documentation: docs/ in the source tree."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -146,7 +151,8 @@ pub struct ServeArgs {
     /// CPUs to pin to, comma-separated (server.cpus).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub cpus: Option<Vec<usize>>,
-    /// Client listener, repeatable: udp://H:P, tcp://H:P or H:P for both (server.listen).
+    /// Client listener, repeatable (server.listen): H:P (UDP and TCP), udp://H:P, tcp://H:P,
+    /// tls://H:P (DoT), https://H:P/path (DoH), h3://H:P/path (DoH3), quic://H:P (DoQ).
     #[arg(long = "listen", value_name = "URL")]
     pub listen: Vec<String>,
     /// Upstream, repeatable: udp://IP:P or tcp://IP:P (upstreams).

@@ -22,7 +22,7 @@ pub struct ServerSection {
     pub cores: usize,
     /// CPUs to pin to (overrides `cores` when non-empty).
     pub cpus: Vec<usize>,
-    /// `id.server` answer; empty refuses it.
+    /// `id.server` answer; empty answers the host's name.
     pub identity: String,
     /// `version.server` answer; empty refuses it.
     pub version: String,
@@ -87,7 +87,7 @@ pub(super) const KEYS: &[KeyInfo] = &[
         field: |c| c.server.identity,
         parse: parse_string,
         show: show_string,
-        description: "TXT answer to CH id.server and hostname.bind (RFC 4892); empty = REFUSED",
+        description: "TXT answer to CH id.server and hostname.bind (RFC 4892); empty = the host's name",
     },
     key! {
         key: "server.version",
