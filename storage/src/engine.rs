@@ -291,6 +291,14 @@ fn commit(
 }
 
 fn validate_status(status: &ObjectStatus) -> Result<()> {
+    for reserved in ["observedGeneration", "conditions"] {
+        if status.fields.contains_key(reserved) {
+            return Err(StoreError::invalid(
+                format!("status.{reserved}"),
+                "set the typed field, not a kind field of the same name",
+            ));
+        }
+    }
     let mut seen = std::collections::BTreeSet::new();
     for (index, condition) in status.conditions.iter().enumerate() {
         let field = |part: &str| format!("status.conditions[{index}].{part}");

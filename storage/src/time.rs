@@ -79,18 +79,24 @@ impl Timestamp {
 }
 
 impl fmt::Display for Timestamp {
-    /// RFC 3339 in UTC with second precision, as Kubernetes renders object times.
+    /// RFC 3339 in UTC, with milliseconds only when there are any (`…:07Z`, `…:07.250Z`), so
+    /// a time survives a round trip through any driver unchanged.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let seconds = self.0.div_euclid(1000);
+        let millis = self.0.rem_euclid(1000);
         let (days, in_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
         let (year, month, day) = civil_from_days(days);
         write!(
             f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
             in_day / 3600,
             in_day % 3600 / 60,
             in_day % 60
-        )
+        )?;
+        if millis != 0 {
+            write!(f, ".{millis:03}")?;
+        }
+        f.write_str("Z")
     }
 }
 
@@ -149,7 +155,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rfc3339_round_trips_at_second_precision() {
+    fn rfc3339_round_trips_to_the_millisecond() {
+        let time = Timestamp::from_unix_millis(1_700_000_000_250);
+        assert_eq!(time.to_string(), "2023-11-14T22:13:20.250Z");
+        assert_eq!(Timestamp::parse_rfc3339(&time.to_string()), Some(time));
         let time = Timestamp::parse_rfc3339("2026-02-28T23:59:07Z").unwrap();
         assert_eq!(time.to_string(), "2026-02-28T23:59:07Z");
         assert_eq!(

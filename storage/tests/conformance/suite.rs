@@ -23,6 +23,7 @@ macro_rules! conformance {
                 create_of_existing_name_is_already_exists,
                 create_with_resource_version_is_invalid,
                 create_ignores_status,
+                objects_round_trip_exactly_to_the_millisecond,
                 get_of_missing_object_is_not_found,
                 names_that_are_not_dns_labels_are_invalid_and_change_nothing,
                 unknown_kind_is_refused_and_changes_nothing,
@@ -152,6 +153,32 @@ pub(crate) fn create_ignores_status<H: Harness>() {
     object.status.observed_generation = 9;
     let created = create(&h, &object);
     assert_eq!(created.status, Default::default());
+}
+
+pub(crate) fn objects_round_trip_exactly_to_the_millisecond<H: Harness>() {
+    let (h, clock) = setup::<H>();
+    clock.set(1_700_000_000_123);
+    let created = create(&h, &widget("a", 1));
+    assert_eq!(h.store().get("Widget", "a").unwrap(), created);
+    let mut status = created.clone();
+    status.status.conditions.push(Condition {
+        type_: "Ready".into(),
+        status: ConditionStatus::True,
+        reason: String::new(),
+        message: String::new(),
+        last_transition_time: Timestamp::from_unix_millis(1_700_000_000_999),
+    });
+    let written = h.store().update_status(&controller(), &status).unwrap();
+    assert_eq!(h.store().get("Widget", "a").unwrap(), written);
+    assert_eq!(
+        h.store().update_status(&controller(), &written).unwrap(),
+        written
+    );
+    assert_eq!(
+        h.store().revision().unwrap(),
+        2,
+        "a no-op after a round trip writes nothing"
+    );
 }
 
 pub(crate) fn get_of_missing_object_is_not_found<H: Harness>() {
@@ -432,6 +459,19 @@ pub(crate) fn update_status_checks_conditions<H: Harness>() {
     let error = h.store().update_status(&controller(), &twice).unwrap_err();
     assert!(
         matches!(error, StoreError::Invalid { ref field, .. } if field == "status.conditions[1].type"),
+        "{error}"
+    );
+    let mut shadowing = first.clone();
+    shadowing
+        .status
+        .fields
+        .insert("conditions".into(), json!([]));
+    let error = h
+        .store()
+        .update_status(&controller(), &shadowing)
+        .unwrap_err();
+    assert!(
+        matches!(error, StoreError::Invalid { ref field, .. } if field == "status.conditions"),
         "{error}"
     );
     let mut spaced = first.clone();
