@@ -19,7 +19,7 @@
 //!  4 upstream                                    the upstream set (Upstreams)
 //!  3 upstream::udp, upstream::tcp                upstream clients
 //!  2 quic, upstream::waiters                     quinn on glommio; replies by ID
-//!  1 sys, outbox                                 syscalls; the stream outbox
+//!  1 sys, outbox, core_context                   syscalls; the stream outbox; what listeners read
 //!  0 steering, metrics, settings, deadline, tls  shared pieces
 //! ```
 
@@ -29,7 +29,9 @@ pub mod metrics;
 pub mod settings;
 pub mod steering;
 pub mod tls;
-// I/O primitives: the syscalls and the stream outbox, then quinn on glommio (on sys).
+// I/O primitives: the syscalls and the stream outbox, then quinn on glommio (on sys); what
+// listeners read of their core besides the resolver.
+mod core_context;
 mod outbox;
 pub mod sys;
 

@@ -19,13 +19,14 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use glommio::channels::channel_mesh::Senders;
 use glommio::channels::local_channel::{self, LocalSender};
-use kudurru_core::{Cache, CacheKey, CachedAnswer, Limiter};
+use kudurru_core::{Cache, CacheKey, CachedAnswer};
 
+use crate::core_context::CoreContext;
 use crate::deadline;
 use crate::metrics::CoreMetrics;
 use crate::settings::{Settings, SharedSettings};
@@ -83,8 +84,8 @@ type Waiters = Vec<LocalSender<Arc<CachedAnswer>>>;
 pub(crate) struct Worker {
     /// This core's shard index (its id in the channel mesh).
     pub(crate) shard: usize,
-    pub(crate) settings: SharedSettings,
-    pub(crate) metrics: Arc<CoreMetrics>,
+    /// What listeners read of the core besides the resolver.
+    context: CoreContext,
     ownership: Ownership,
     cache: RefCell<Cache>,
     l1: RefCell<Cache>,
@@ -92,13 +93,6 @@ pub(crate) struct Worker {
     /// The upstream set, its selector and this core's sockets to each upstream.
     upstreams: Upstreams,
     peers: Option<Peers>,
-    /// This core's token buckets (clients are steered so each prefix has one core).
-    pub(crate) limiter: RefCell<Limiter>,
-    lameduck: Arc<AtomicBool>,
-    /// Client queries being resolved right now (shutdown waits for these).
-    pub(crate) active: Cell<usize>,
-    /// Open client TCP connections.
-    pub(crate) tcp_connections: Cell<usize>,
 }
 
 impl Worker {
@@ -123,40 +117,24 @@ impl Worker {
                 1
             })),
             inflight: RefCell::new(HashMap::new()),
-            limiter: RefCell::new(Limiter::new(
-                snapshot.ratelimit_table_size,
-                rand::random(),
-                Instant::now(),
-            )),
-            lameduck,
             upstreams,
             peers: senders.map(|senders| Peers {
                 senders,
                 pending: RefCell::new(HashMap::new()),
                 next_token: Cell::new(0),
             }),
-            settings: settings.clone(),
-            metrics,
-            active: Cell::new(0),
-            tcp_connections: Cell::new(0),
+            context: CoreContext::new(settings, metrics, lameduck, &snapshot),
         }
     }
 
-    /// The current settings snapshot. A query loads it once, at ingress, and hands it down (a
-    /// miss as an `Arc`); connection-level values (idle timeout, pipelining, handshake timeout)
-    /// are read per connection or per read.
-    pub(crate) fn settings(&self) -> arc_swap::Guard<Arc<Settings>> {
-        self.settings.load()
+    /// What listeners read of this core besides the resolver: settings, counters, limiter.
+    pub(crate) fn context(&self) -> &CoreContext {
+        &self.context
     }
 
     /// Cores serving (the mesh size).
     pub(crate) fn cores(&self) -> usize {
         self.ownership.cores
-    }
-
-    /// Whether the node is in lameduck (the health name answers SERVFAIL).
-    pub(crate) fn lameduck(&self) -> bool {
-        self.lameduck.load(Ordering::Relaxed)
     }
 
     /// Serves a cache hit on this core without any hop (the shard for owned keys, the L1
@@ -190,7 +168,7 @@ impl Worker {
         let owner = self.ownership.owner(key);
         match &self.peers {
             Some(peers) if owner != self.shard => {
-                CoreMetrics::bump(&self.metrics.cross_core_lookups);
+                CoreMetrics::bump(&self.context.metrics.cross_core_lookups);
                 let token = peers.next_token.get();
                 peers.next_token.set(token.wrapping_add(1));
                 let (tx, rx) = local_channel::new_bounded(1);
@@ -282,7 +260,7 @@ impl Worker {
             }
         };
         if let Some(rx) = waiting {
-            CoreMetrics::bump(&self.metrics.coalesced);
+            CoreMetrics::bump(&self.context.metrics.coalesced);
             return rx.recv().await.unwrap_or_else(|| failure(key, settings));
         }
         // If this task is dropped mid-flight the guard releases the waiters (they answer SERVFAIL).
@@ -305,7 +283,7 @@ impl Worker {
     /// Applies capacity changes and copies cache counters into the metrics; run once a second.
     pub(crate) fn maintain(&self, now: Instant) {
         use std::sync::atomic::Ordering::Relaxed;
-        let settings = self.settings();
+        let settings = self.context.settings();
         let cores = self.ownership.cores;
         let mut cache = self.cache.borrow_mut();
         let mut l1 = self.l1.borrow_mut();
@@ -318,7 +296,7 @@ impl Worker {
         l1.purge_expired(now, 4096);
         cache.purge_expired(now, 4096);
         let (a, b) = (cache.stats(), l1.stats());
-        let m = &self.metrics.cache;
+        let m = &self.context.metrics.cache;
         // Every miss of the L1 becomes a lookup at the owner; count it once, there.
         m.hits.store(a.hits + b.hits, Relaxed);
         m.misses.store(a.misses, Relaxed);
@@ -326,13 +304,7 @@ impl Worker {
         m.l1_entries.store(l1.len() as u64, Relaxed);
         m.evictions.store(a.evictions + b.evictions, Relaxed);
         m.expired.store(a.expired + b.expired, Relaxed);
-        let limiter = self.limiter.borrow();
-        let (l, r) = (limiter.stats(), &self.metrics.ratelimit);
-        r.dropped.store(l.dropped, Relaxed);
-        r.slipped.store(l.slipped, Relaxed);
-        r.evictions.store(l.evictions, Relaxed);
-        r.buckets.store(l.buckets as u64, Relaxed);
-        r.capacity.store(limiter.capacity() as u64, Relaxed);
+        self.context.maintain();
     }
 }
 
@@ -369,22 +341,6 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
-/// Counts a client query as in flight while it lives; shutdown drains these.
-pub(crate) struct Active<'a>(&'a Worker);
-
-impl<'a> Active<'a> {
-    pub(crate) fn enter(worker: &'a Worker) -> Self {
-        worker.active.set(worker.active.get() + 1);
-        Self(worker)
-    }
-}
-
-impl Drop for Active<'_> {
-    fn drop(&mut self) {
-        self.0.active.set(self.0.active.get() - 1);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,7 +350,7 @@ mod tests {
     use kudurru_core::wire::{Query, ReplyOptions};
     use kudurru_core::{AnswerKind, LocalNames, RateLimit, ServerIdentity, TtlPolicy};
     use std::net::{SocketAddr, UdpSocket};
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     /// An upstream on loopback that answers every query with one A record, `address`, TTL

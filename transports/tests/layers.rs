@@ -10,8 +10,10 @@ const FLOORS: &[&[&str]] = &[
     // Shared pieces that use no other module: the steering program, counters, the settings
     // snapshot, deadlines, TLS configurations.
     &["steering", "metrics", "settings", "deadline", "tls"],
-    // I/O primitives: the unsafe syscalls (on the steering program), the stream outbox.
-    &["sys", "outbox"],
+    // I/O primitives: the unsafe syscalls (on the steering program), the stream outbox. The
+    // core context (settings, counters, limiter, lameduck, query and connection counts) sits
+    // here, below the resolver, so listeners can read it without reaching the resolver.
+    &["sys", "outbox", "core_context"],
     // quinn on glommio; the upstream waiter table.
     &["quic", "upstream::waiters"],
     // The upstream clients: UDP sockets, TCP connections.
