@@ -527,7 +527,7 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
     let mut endpoints: Vec<quinn::Endpoint> = Vec::new();
     if !steering.is_empty() {
         // First in the list: cancelled before the sockets it names are closed.
-        listeners.push(glommio::spawn_local(steer(worker.clone(), steering)));
+        listeners.push(glommio::spawn_local(steer(worker.clone(), cores, steering)));
     }
     for fd in sockets.udp {
         listeners.push(glommio::spawn_local(udp::serve(
@@ -637,9 +637,9 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
 const QUIC_CLOSE_WAIT: Duration = Duration::from_millis(100);
 
 /// Re-attaches the steering program when the limiter settings change it (allowlist, prefixes,
-/// on/off). Runs on core 0, which owns the sockets named in `groups` while this task lives.
-async fn steer(worker: Rc<Worker>, groups: Vec<RawFd>) {
-    let cores = worker.cores();
+/// on/off) for `cores` cores. Runs on core 0, which owns the sockets named in `groups` while
+/// this task lives.
+async fn steer(worker: Rc<Worker>, cores: usize, groups: Vec<RawFd>) {
     let mut attached = steering::program(&worker.context().settings().ratelimit, cores);
     loop {
         glommio::timer::sleep(Duration::from_secs(1)).await;

@@ -18,8 +18,11 @@ const FLOORS: &[&[&str]] = &[
     &["quic", "upstream::waiters"],
     // The upstream clients: UDP sockets, TCP connections.
     &["upstream::udp", "upstream::tcp"],
-    // The resolver: the upstream set, then one core's context around it.
+    // The resolver: the upstream set; the cache shard, L1, in-flight table and mesh peers
+    // around it; then the worker, the listeners' handle (the core context, and "serve this
+    // hit" / "resolve this miss"), which keeps the resolver a private child.
     &["upstream"],
+    &["worker::resolver"],
     &["worker"],
     // What listeners use of the resolver: one query in, one answer out; the accept loops.
     &["answer", "accept"],

@@ -1,101 +1,47 @@
-//! One core's resolver state and the resolve path: L1, owner shard, coalescing, upstream.
+//! The handle every listener of a core holds (`Rc<Worker>`): the core's context, and its
+//! resolver behind two calls, "serve this hit here" ([`Worker::serve_local`]) and "resolve this
+//! miss" ([`Worker::resolve`]).
 //!
 //! ```text
-//! query on core A ─▶ A owns key? ─ yes ─▶ shard hit? ─ yes ─▶ answer
-//!                        │                    └ no ─▶ in flight? ─ yes ─▶ wait for it
-//!                        │                               └ no ─▶ upstream (one query for all)
-//!                        └ no ─▶ L1 hit? ─ yes ─▶ answer (no cross-core hop)
-//!                                   └ no ─▶ Lookup to owner B over the mesh ─▶ B as above
-//!                                              ─▶ Answer back to A ─▶ A stores in L1 ─▶ answer
+//! listener ─▶ worker.context()     settings snapshot, counters, limiter, lameduck, counts
+//!          ─▶ worker.serve_local   a hit on this core (shard or L1), served in place
+//!          ─▶ worker.resolve       a miss: the owner core, in-flight join, upstream
+//! runtime  ─▶ worker.on_message    lookups and answers from other cores
+//!          ─▶ worker.maintain      capacities and counters, once a second
 //! ```
-//! All state here is `!Sync` and touched only by the core that owns it.
-//!
-//! A miss carries the settings snapshot its query was admitted under (`Arc<Settings>`, taken
-//! once at ingress) through every await and across the mesh to the owner core: the upstream
-//! set, the timeouts and the TTL policy of one resolution all come from that one snapshot.
+//! It exists so that a listener needs only "resolve this", not the resolver's insides: the
+//! cache shard, L1, in-flight table, upstream set and mesh peers live in [`resolver`], a child
+//! module private to this one, so no listener can name them. The worker owns the context and
+//! the resolver inline (one allocation, the `Rc` the listeners clone); its calls forward to
+//! them directly (no `dyn`, no extra reference count).
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::hash::BuildHasher;
+mod resolver;
+
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use glommio::channels::channel_mesh::Senders;
-use glommio::channels::local_channel::{self, LocalSender};
-use kudurru_core::{Cache, CacheKey, CachedAnswer};
+use kudurru_core::{CacheKey, CachedAnswer};
 
 use crate::core_context::CoreContext;
-use crate::deadline;
 use crate::metrics::CoreMetrics;
 use crate::settings::{Settings, SharedSettings};
-use crate::upstream::Upstreams;
+use resolver::Resolver;
+pub(crate) use resolver::{Ownership, ShardMessage};
 
-/// Extra time a core waits for an owner core beyond `upstream.resolveTimeout`.
-const OWNER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Messages between cores.
-pub(crate) enum ShardMessage {
-    /// "Resolve `key` for me": sent to the owning core.
-    Lookup {
-        from: usize,
-        token: u64,
-        key: Box<CacheKey>,
-        /// The snapshot the query was admitted under: the owner resolves with it.
-        settings: Arc<Settings>,
-    },
-    /// The owner's answer to a `Lookup`.
-    Answer {
-        token: u64,
-        answer: Arc<CachedAnswer>,
-    },
-}
-
-/// Which core owns a key: the same function on every core (a seed shared by the process).
-#[derive(Clone)]
-pub(crate) struct Ownership {
-    hasher: foldhash::fast::FixedState,
-    cores: usize,
-}
-
-impl Ownership {
-    pub(crate) fn new(seed: u64, cores: usize) -> Self {
-        Self {
-            hasher: foldhash::fast::FixedState::with_seed(seed),
-            cores: cores.max(1),
-        }
-    }
-
-    pub(crate) fn owner(&self, key: &CacheKey) -> usize {
-        (self.hasher.hash_one(key) % self.cores as u64) as usize
-    }
-}
-
-struct Peers {
-    senders: Senders<ShardMessage>,
-    pending: RefCell<HashMap<u64, LocalSender<Arc<CachedAnswer>>>>,
-    next_token: Cell<u64>,
-}
-
-type Waiters = Vec<LocalSender<Arc<CachedAnswer>>>;
-
-/// One core's context, passed explicitly to every task on that core.
+/// One core's context and resolver, passed explicitly to every task on that core.
 pub(crate) struct Worker {
-    /// This core's shard index (its id in the channel mesh).
-    pub(crate) shard: usize,
     /// What listeners read of the core besides the resolver.
     context: CoreContext,
-    ownership: Ownership,
-    cache: RefCell<Cache>,
-    l1: RefCell<Cache>,
-    inflight: RefCell<HashMap<CacheKey, Waiters>>,
-    /// The upstream set, its selector and this core's sockets to each upstream.
-    upstreams: Upstreams,
-    peers: Option<Peers>,
+    /// The cache shard, L1, in-flight table, upstream set and mesh peers.
+    resolver: Resolver,
 }
 
 impl Worker {
+    /// The worker of shard `shard`, its tables sized by the current snapshot; `senders` is the
+    /// mesh when there are other cores.
     pub(crate) fn new(
         shard: usize,
         ownership: Ownership,
@@ -105,24 +51,16 @@ impl Worker {
         lameduck: Arc<AtomicBool>,
     ) -> Self {
         let snapshot = settings.load();
-        let cores = ownership.cores;
-        let upstreams = Upstreams::new(settings.clone(), metrics.clone(), &snapshot);
-        Self {
+        let resolver = Resolver::new(
             shard,
             ownership,
-            cache: RefCell::new(Cache::new(snapshot.shard_capacity(cores))),
-            l1: RefCell::new(Cache::new(if cores > 1 {
-                snapshot.l1_capacity(cores)
-            } else {
-                1
-            })),
-            inflight: RefCell::new(HashMap::new()),
-            upstreams,
-            peers: senders.map(|senders| Peers {
-                senders,
-                pending: RefCell::new(HashMap::new()),
-                next_token: Cell::new(0),
-            }),
+            &settings,
+            &snapshot,
+            metrics.clone(),
+            senders,
+        );
+        Self {
+            resolver,
             context: CoreContext::new(settings, metrics, lameduck, &snapshot),
         }
     }
@@ -130,11 +68,6 @@ impl Worker {
     /// What listeners read of this core besides the resolver: settings, counters, limiter.
     pub(crate) fn context(&self) -> &CoreContext {
         &self.context
-    }
-
-    /// Cores serving (the mesh size).
-    pub(crate) fn cores(&self) -> usize {
-        self.ownership.cores
     }
 
     /// Serves a cache hit on this core without any hop (the shard for owned keys, the L1
@@ -146,198 +79,36 @@ impl Worker {
         now: Instant,
         serve: impl FnOnce(&CachedAnswer) -> T,
     ) -> Option<T> {
-        let tier = if self.owns(key) {
-            &self.cache
-        } else {
-            &self.l1
-        };
-        tier.borrow_mut().get(key, now).map(|answer| serve(answer))
-    }
-
-    fn owns(&self, key: &CacheKey) -> bool {
-        self.peers.is_none() || self.ownership.owner(key) == self.shard
+        self.resolver.serve_local(key, now, serve)
     }
 
     /// Resolves a key that missed [`Self::serve_local`] under `settings`, the snapshot its query
     /// was admitted under: asks the owner core (handing it the snapshot), or resolves here.
-    pub(crate) async fn resolve(
-        self: &Rc<Self>,
-        key: &CacheKey,
-        settings: &Arc<Settings>,
-    ) -> Arc<CachedAnswer> {
-        let owner = self.ownership.owner(key);
-        match &self.peers {
-            Some(peers) if owner != self.shard => {
-                CoreMetrics::bump(&self.context.metrics.cross_core_lookups);
-                let token = peers.next_token.get();
-                peers.next_token.set(token.wrapping_add(1));
-                let (tx, rx) = local_channel::new_bounded(1);
-                peers.pending.borrow_mut().insert(token, tx);
-                let message = ShardMessage::Lookup {
-                    from: self.shard,
-                    token,
-                    key: Box::new(*key),
-                    settings: settings.clone(),
-                };
-                // The owner answers within the resolve timeout; the bound only guards against an
-                // owner that went away (shutdown) with this lookup queued.
-                let deadline = Instant::now() + settings.resolve_timeout + OWNER_GRACE;
-                let answer = if peers.senders.send_to(owner, message).await.is_ok() {
-                    deadline::until(deadline, rx.recv()).await.flatten()
-                } else {
-                    None
-                };
-                peers.pending.borrow_mut().remove(&token);
-                let answer = answer.unwrap_or_else(|| failure(key, settings));
-                self.l1
-                    .borrow_mut()
-                    .insert(key, answer.clone(), Instant::now());
-                answer
-            }
-            // `serve_local` already missed the shard.
-            _ => self.resolve_owned(key, false, settings).await,
-        }
+    /// The resolver's own future, not one wrapped around it.
+    pub(crate) fn resolve<'a>(
+        &'a self,
+        key: &'a CacheKey,
+        settings: &'a Arc<Settings>,
+    ) -> impl Future<Output = Arc<CachedAnswer>> + 'a {
+        self.resolver.resolve(key, settings)
     }
 
-    /// Handles a message from another core.
+    /// Handles a message from another core: an answer goes to the query waiting for it, a
+    /// lookup is resolved in a task of its own.
     pub(crate) fn on_message(self: &Rc<Self>, message: ShardMessage) {
-        match message {
-            ShardMessage::Lookup {
-                from,
-                token,
-                key,
-                settings,
-            } => {
-                let worker = self.clone();
-                glommio::spawn_local(async move {
-                    let answer = worker.resolve_owned(&key, true, &settings).await;
-                    if let Some(peers) = &worker.peers {
-                        // A closed peer is shutting down; nothing is waiting any more.
-                        let _ = peers
-                            .senders
-                            .send_to(from, ShardMessage::Answer { token, answer })
-                            .await;
-                    }
-                })
+        if let Some(lookup) = self.resolver.receive(message) {
+            let worker = self.clone();
+            glommio::spawn_local(async move { worker.resolver.answer_lookup(lookup).await })
                 .detach();
-            }
-            ShardMessage::Answer { token, answer } => {
-                if let Some(tx) = self
-                    .peers
-                    .as_ref()
-                    .and_then(|p| p.pending.borrow_mut().remove(&token))
-                {
-                    let _ = tx.try_send(answer);
-                }
-            }
         }
     }
 
-    /// Resolves a key this core owns under `settings`: shard, then in-flight coalescing, then
-    /// upstream. A query that joins one in flight gets that one's answer, resolved under the
-    /// snapshot of the query that started it.
-    async fn resolve_owned(
-        self: &Rc<Self>,
-        key: &CacheKey,
-        check_shard: bool,
-        settings: &Settings,
-    ) -> Arc<CachedAnswer> {
-        if check_shard && let Some(hit) = self.cache.borrow_mut().get(key, Instant::now()) {
-            return hit.clone();
-        }
-        let waiting = {
-            let mut inflight = self.inflight.borrow_mut();
-            match inflight.get_mut(key) {
-                Some(waiters) => {
-                    let (tx, rx) = local_channel::new_bounded(1);
-                    waiters.push(tx);
-                    Some(rx)
-                }
-                None => {
-                    inflight.insert(*key, Vec::new());
-                    None
-                }
-            }
-        };
-        if let Some(rx) = waiting {
-            CoreMetrics::bump(&self.context.metrics.coalesced);
-            return rx.recv().await.unwrap_or_else(|| failure(key, settings));
-        }
-        // If this task is dropped mid-flight the guard releases the waiters (they answer SERVFAIL).
-        let mut guard = InflightGuard {
-            worker: self,
-            key,
-            settings,
-            answer: None,
-        };
-        // Boxed so the tasks that wait on a miss stay small enough for the allocator's
-        // thread cache (under 1 KiB); the upstream exchange allocates on its own.
-        let (answer, now) = Box::pin(self.upstreams.forward(key, settings)).await;
-        let answer = Arc::new(answer);
-        self.cache.borrow_mut().insert(key, answer.clone(), now);
-        guard.answer = Some(answer.clone());
-        drop(guard);
-        answer
-    }
-
-    /// Applies capacity changes and copies cache counters into the metrics; run once a second.
+    /// Applies capacity changes and copies the cache and limiter counters into the metrics;
+    /// run once a second.
     pub(crate) fn maintain(&self, now: Instant) {
-        use std::sync::atomic::Ordering::Relaxed;
         let settings = self.context.settings();
-        let cores = self.ownership.cores;
-        let mut cache = self.cache.borrow_mut();
-        let mut l1 = self.l1.borrow_mut();
-        if cache.capacity() != settings.shard_capacity(cores) {
-            cache.set_capacity(settings.shard_capacity(cores), now);
-        }
-        if cores > 1 && l1.capacity() != settings.l1_capacity(cores) {
-            l1.set_capacity(settings.l1_capacity(cores), now);
-        }
-        l1.purge_expired(now, 4096);
-        cache.purge_expired(now, 4096);
-        let (a, b) = (cache.stats(), l1.stats());
-        let m = &self.context.metrics.cache;
-        // Every miss of the L1 becomes a lookup at the owner; count it once, there.
-        m.hits.store(a.hits + b.hits, Relaxed);
-        m.misses.store(a.misses, Relaxed);
-        m.entries.store(cache.len() as u64, Relaxed);
-        m.l1_entries.store(l1.len() as u64, Relaxed);
-        m.evictions.store(a.evictions + b.evictions, Relaxed);
-        m.expired.store(a.expired + b.expired, Relaxed);
+        self.resolver.maintain(&settings, now);
         self.context.maintain();
-    }
-}
-
-/// A SERVFAIL for `key`, cached as `settings`' TTL policy says (RFC 9520).
-fn failure(key: &CacheKey, settings: &Settings) -> Arc<CachedAnswer> {
-    Arc::new(CachedAnswer::failure(key, Instant::now(), &settings.ttl))
-}
-
-struct InflightGuard<'a> {
-    worker: &'a Worker,
-    key: &'a CacheKey,
-    settings: &'a Settings,
-    answer: Option<Arc<CachedAnswer>>,
-}
-
-impl Drop for InflightGuard<'_> {
-    fn drop(&mut self) {
-        let waiters = self
-            .worker
-            .inflight
-            .borrow_mut()
-            .remove(self.key)
-            .unwrap_or_default();
-        if waiters.is_empty() {
-            return;
-        }
-        let answer = self
-            .answer
-            .take()
-            .unwrap_or_else(|| failure(self.key, self.settings));
-        for tx in waiters {
-            let _ = tx.try_send(answer.clone());
-        }
     }
 }
 
