@@ -98,8 +98,11 @@ impl Worker {
     pub(crate) fn on_message(self: &Rc<Self>, message: ShardMessage) {
         if let Some(lookup) = self.resolver.receive(message) {
             let worker = self.clone();
-            glommio::spawn_local(async move { worker.resolver.answer_lookup(lookup).await })
-                .detach();
+            glommio::spawn_local(async move {
+                let answer = worker.resolver.resolve_lookup(&lookup).await;
+                worker.resolver.send_answer(&lookup, answer).await;
+            })
+            .detach();
         }
     }
 

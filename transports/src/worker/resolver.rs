@@ -52,8 +52,8 @@ pub(crate) enum ShardMessage {
     },
 }
 
-/// A `Lookup` from another core that this core, the key's owner, is to resolve and answer
-/// ([`Resolver::answer_lookup`]).
+/// A `Lookup` from another core that this core, the key's owner, is to resolve
+/// ([`Resolver::resolve_lookup`]) and answer ([`Resolver::send_answer`]).
 pub(super) struct Lookup {
     from: usize,
     token: u64,
@@ -224,21 +224,25 @@ impl Resolver {
         }
     }
 
-    /// Resolves a lookup from another core as its owner and sends the answer back.
-    pub(super) async fn answer_lookup(&self, lookup: Lookup) {
-        let Lookup {
-            from,
-            token,
-            key,
-            settings,
-        } = lookup;
-        let answer = self.resolve_owned(&key, true, &settings).await;
+    /// Resolves a lookup from another core as the key's owner, under the snapshot it carries.
+    /// Returns `resolve_owned`'s own future, not one wrapped around it, so the lookup's task
+    /// stays as small as one that awaits `resolve_owned` itself.
+    pub(super) fn resolve_lookup<'a>(
+        &'a self,
+        lookup: &'a Lookup,
+    ) -> impl Future<Output = Arc<CachedAnswer>> + 'a {
+        self.resolve_owned(&lookup.key, true, &lookup.settings)
+    }
+
+    /// Sends `answer` to the core that sent `lookup`.
+    pub(super) async fn send_answer(&self, lookup: &Lookup, answer: Arc<CachedAnswer>) {
         if let Some(peers) = &self.peers {
+            let message = ShardMessage::Answer {
+                token: lookup.token,
+                answer,
+            };
             // A closed peer is shutting down; nothing is waiting any more.
-            let _ = peers
-                .senders
-                .send_to(from, ShardMessage::Answer { token, answer })
-                .await;
+            let _ = peers.senders.send_to(lookup.from, message).await;
         }
     }
 
