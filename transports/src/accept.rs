@@ -11,6 +11,7 @@ use std::time::Instant;
 use glommio::net::{TcpListener, TcpStream};
 use quinn::VarInt;
 
+use crate::core_context::CoreContext;
 use crate::deadline::until;
 use crate::metrics::CoreMetrics;
 use crate::worker::Worker;
@@ -32,20 +33,24 @@ where
                 continue;
             }
         };
-        if worker.tcp_connections.get() >= worker.settings().tcp_max_connections {
-            CoreMetrics::bump(&worker.metrics.tcp_refused);
+        let context = worker.context();
+        if context.tcp_connections.get() >= context.settings().tcp_max_connections {
+            CoreMetrics::bump(&context.metrics.tcp_refused);
             continue; // dropping the stream closes it
         }
         let _ = stream.set_nodelay(true);
         let Ok(peer) = stream.peer_addr() else {
             continue;
         };
-        worker.tcp_connections.set(worker.tcp_connections.get() + 1);
+        context
+            .tcp_connections
+            .set(context.tcp_connections.get() + 1);
         let task = serve(worker.clone(), stream, peer);
         let worker = worker.clone();
         glommio::spawn_local(async move {
             task.await;
-            worker.tcp_connections.set(worker.tcp_connections.get() - 1);
+            let connections = &worker.context().tcp_connections;
+            connections.set(connections.get() - 1);
         })
         .detach();
     }
@@ -54,24 +59,24 @@ where
 /// The server side of a TLS handshake, bounded by `tls.handshakeTimeout`; `None` (connection
 /// closed) when it fails or takes too long.
 pub(crate) async fn tls_handshake(
-    worker: &Worker,
+    context: &CoreContext,
     stream: TcpStream,
     config: Arc<rustls::ServerConfig>,
 ) -> Option<futures_rustls::server::TlsStream<TcpStream>> {
     let acceptor = futures_rustls::TlsAcceptor::from(config);
-    let deadline = Instant::now() + worker.settings().tls_handshake_timeout;
+    let deadline = Instant::now() + context.settings().tls_handshake_timeout;
     match until(deadline, acceptor.accept(stream)).await {
         Some(Ok(stream)) => {
-            CoreMetrics::bump(&worker.metrics.tls_handshakes);
+            CoreMetrics::bump(&context.metrics.tls_handshakes);
             Some(stream)
         }
         Some(Err(e)) => {
-            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
+            CoreMetrics::bump(&context.metrics.tls_handshake_failures);
             tracing::debug!(error = %e, "tls handshake failed");
             None
         }
         None => {
-            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
+            CoreMetrics::bump(&context.metrics.tls_handshake_failures);
             tracing::debug!("tls handshake timed out");
             None
         }
@@ -96,9 +101,10 @@ pub(crate) async fn quic<F, Fut>(
 {
     let serve = Rc::new(serve);
     while let Some(incoming) = endpoint.accept().await {
-        let settings = worker.settings();
-        if worker.tcp_connections.get() >= settings.tcp_max_connections {
-            CoreMetrics::bump(&worker.metrics.tcp_refused);
+        let context = worker.context();
+        let settings = context.settings();
+        if context.tcp_connections.get() >= settings.tcp_max_connections {
+            CoreMetrics::bump(&context.metrics.tcp_refused);
             incoming.refuse();
             continue;
         }
@@ -118,18 +124,21 @@ pub(crate) async fn quic<F, Fut>(
         let connecting = match incoming.accept_with(Arc::new(server)) {
             Ok(connecting) => connecting,
             Err(e) => {
-                CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
+                CoreMetrics::bump(&context.metrics.tls_handshake_failures);
                 tracing::debug!(error = %e, "QUIC connection not accepted");
                 continue;
             }
         };
-        worker.tcp_connections.set(worker.tcp_connections.get() + 1);
+        context
+            .tcp_connections
+            .set(context.tcp_connections.get() + 1);
         let (worker, serve) = (worker.clone(), serve.clone());
         glommio::spawn_local(async move {
-            if let Some(connection) = quic_handshake(&worker, connecting, deadline).await {
+            if let Some(connection) = quic_handshake(worker.context(), connecting, deadline).await {
                 serve(worker.clone(), connection).await;
             }
-            worker.tcp_connections.set(worker.tcp_connections.get() - 1);
+            let connections = &worker.context().tcp_connections;
+            connections.set(connections.get() - 1);
         })
         .detach();
     }
@@ -138,22 +147,22 @@ pub(crate) async fn quic<F, Fut>(
 /// The server side of a QUIC handshake, bounded by `deadline`; `None` (connection dropped,
 /// which closes it) when it fails or takes too long.
 async fn quic_handshake(
-    worker: &Worker,
+    context: &CoreContext,
     connecting: quinn::Connecting,
     deadline: Instant,
 ) -> Option<quinn::Connection> {
     match until(deadline, connecting).await {
         Some(Ok(connection)) => {
-            CoreMetrics::bump(&worker.metrics.tls_handshakes);
+            CoreMetrics::bump(&context.metrics.tls_handshakes);
             Some(connection)
         }
         Some(Err(e)) => {
-            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
+            CoreMetrics::bump(&context.metrics.tls_handshake_failures);
             tracing::debug!(error = %e, "QUIC handshake failed");
             None
         }
         None => {
-            CoreMetrics::bump(&worker.metrics.tls_handshake_failures);
+            CoreMetrics::bump(&context.metrics.tls_handshake_failures);
             tracing::debug!("QUIC handshake timed out");
             None
         }

@@ -18,15 +18,16 @@ use std::time::Instant;
 use kudurru_core::wire::{self, ReplyOptions};
 use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 
-use crate::worker::{Active, Worker};
+use crate::core_context::Active;
+use crate::worker::Worker;
 
 /// Answers `message` from `client` under the current settings snapshot, loaded once; `None`
 /// when the pipeline drops it (nothing may be sent). Counts the response (or the drop) in the
 /// core's metrics.
 pub(crate) async fn answer(worker: &Rc<Worker>, message: &[u8], client: Client) -> Option<Vec<u8>> {
-    let _active = Active::enter(worker);
+    let _active = Active::enter(worker.context());
     let mut out = Vec::with_capacity(512);
-    let settings = worker.settings();
+    let settings = worker.context().settings();
     match answer_now(worker, &settings, message, client, &mut out) {
         Now::Answered => Some(out),
         Now::Dropped => None,
@@ -70,21 +71,22 @@ pub(crate) fn answer_now(
     client: Client,
     out: &mut Vec<u8>,
 ) -> Now {
+    let context = worker.context();
     let options = &reply_options(settings);
-    let stage = Stage::new(settings, options, worker.lameduck());
+    let stage = Stage::new(settings, options, context.lameduck());
     let now = Instant::now();
     let decision = ingress(
         message,
         &stage,
         client,
-        &mut worker.limiter.borrow_mut(),
+        &mut context.limiter.borrow_mut(),
         now,
         out,
     );
     match decision {
         Decision::Respond => {}
         Decision::Drop => {
-            worker.metrics.dropped();
+            context.metrics.dropped();
             return Now::Dropped;
         }
         Decision::Resolve(query) => {
@@ -96,7 +98,7 @@ pub(crate) fn answer_now(
             }
         }
     }
-    worker
+    context
         .metrics
         .response(wire::header_rcode(out).unwrap_or(0));
     Now::Answered
@@ -117,6 +119,7 @@ pub(crate) async fn answer_miss(
         answer.write_response(&query, Instant::now(), None, &options, &mut out);
     }
     worker
+        .context()
         .metrics
         .response(wire::header_rcode(&out).unwrap_or(0));
     out

@@ -23,6 +23,7 @@ use quinn::VarInt;
 
 use crate::accept;
 use crate::answer::{answer, inline_or_queued};
+use crate::core_context::CoreContext;
 use crate::deadline::within;
 use crate::metrics::{CoreMetrics, Transport};
 use crate::tls::TlsConfig;
@@ -76,17 +77,17 @@ async fn stream(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {
-    let idle = worker.settings().tcp_idle_timeout;
+    let idle = worker.context().settings().tcp_idle_timeout;
     let read = within(idle, read_to_fin(&mut recv, doq::MAX_STREAM)).await;
     let bytes = match read {
         Some(Ok(bytes)) => bytes,
         Some(Err(quinn::ReadToEndError::TooLong)) => {
-            return protocol_error(worker, connection, doq::ProtocolError::TooLong);
+            return protocol_error(worker.context(), connection, doq::ProtocolError::TooLong);
         }
         // Reset by the client, or the connection is gone: nothing to answer.
         Some(Err(quinn::ReadToEndError::Read(_))) => return,
         None => {
-            CoreMetrics::bump(&worker.metrics.tcp_timeouts);
+            CoreMetrics::bump(&worker.context().metrics.tcp_timeouts);
             let _ = recv.stop(code(ErrorCode::RequestCancelled));
             let _ = send.reset(code(ErrorCode::RequestCancelled));
             return;
@@ -94,9 +95,9 @@ async fn stream(
     };
     let message = match doq::query(&bytes) {
         Ok(message) => message,
-        Err(e) => return protocol_error(worker, connection, e),
+        Err(e) => return protocol_error(worker.context(), connection, e),
     };
-    worker.metrics.query(Transport::Doq);
+    worker.context().metrics.query(Transport::Doq);
     match answer(worker, message, client).await {
         Some(out) => {
             // Handed to quinn as it is (`write_all` would copy it into a buffer of its own).
@@ -144,8 +145,12 @@ async fn read_to_fin(
 }
 
 /// Closes the connection for a protocol error (RFC 9250 §4.3.3), every stream with it.
-fn protocol_error(worker: &Worker, connection: &quinn::Connection, error: doq::ProtocolError) {
-    CoreMetrics::bump(&worker.metrics.doq_protocol_errors);
+fn protocol_error(
+    context: &CoreContext,
+    connection: &quinn::Connection,
+    error: doq::ProtocolError,
+) {
+    CoreMetrics::bump(&context.metrics.doq_protocol_errors);
     tracing::debug!(peer = %connection.remote_address(), error = %error, "DoQ protocol error; closing the connection");
     connection.close(code(error.code()), error.reason().as_bytes());
 }

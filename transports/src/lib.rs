@@ -10,16 +10,17 @@
 //! (`tests/layers.rs` checks it):
 //!
 //! ```text
-//! 10 runtime                                     start and stop the cores
-//!  9 doh                                         DoH: accept, ALPN choice
-//!  8 doh::h1, doh::h2, doh::h3                   the HTTP versions
-//!  7 udp, tcp, doq, doh::endpoint                listeners; what DoH versions share
-//!  6 answer, accept                              what listeners use of the resolver
-//!  5 worker                                      one core's context
+//! 11 runtime                                     start and stop the cores
+//! 10 doh                                         DoH: accept, ALPN choice
+//!  9 doh::h1, doh::h2, doh::h3                   the HTTP versions
+//!  8 udp, tcp, doq, doh::endpoint                listeners; what DoH versions share
+//!  7 answer, accept                              what listeners use of the worker
+//!  6 worker                                      listeners' handle: context, serve, resolve
+//!  5 worker::resolver                            cache, L1, in-flight, mesh (private)
 //!  4 upstream                                    the upstream set (Upstreams)
 //!  3 upstream::udp, upstream::tcp                upstream clients
 //!  2 quic, upstream::waiters                     quinn on glommio; replies by ID
-//!  1 sys, outbox                                 syscalls; the stream outbox
+//!  1 sys, outbox, core_context                   syscalls; the stream outbox; what listeners read
 //!  0 steering, metrics, settings, deadline, tls  shared pieces
 //! ```
 
@@ -29,15 +30,18 @@ pub mod metrics;
 pub mod settings;
 pub mod steering;
 pub mod tls;
-// I/O primitives: the syscalls and the stream outbox, then quinn on glommio (on sys).
+// I/O primitives: the syscalls and the stream outbox, then quinn on glommio (on sys); what
+// listeners read of their core besides the resolver.
+mod core_context;
 mod outbox;
 pub mod sys;
 
 pub mod quic;
-// The resolver: upstream clients, then one core's context.
+// The resolver: upstream clients, then the worker (the listeners' handle), whose private
+// child `worker::resolver` holds the cache, L1, in-flight table and mesh peers.
 mod upstream;
 mod worker;
-// What listeners use of the resolver.
+// What listeners use of the worker.
 mod accept;
 mod answer;
 // Listeners; then DoH, whose versions share its endpoint.

@@ -313,7 +313,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
     let (started_tx, started_rx) = mpsc::channel::<Result<(), StartError>>();
     let mut threads = Vec::with_capacity(cores);
     for (index, core) in per_core.into_iter().enumerate() {
-        let context = CoreContext {
+        let setup = CoreSetup {
             tls: spec.tls.clone(),
             settings: spec.settings.clone(),
             metrics: metrics[index].clone(),
@@ -350,7 +350,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
                         return;
                     }
                 };
-                executor.run(run_core(context, core));
+                executor.run(run_core(setup, core));
             })
             .map_err(|e| StartError::Executor {
                 cpu,
@@ -411,7 +411,7 @@ fn classify_start_error(cpu: usize, cores: usize, error: glommio::GlommioError<(
     }
 }
 
-struct CoreContext {
+struct CoreSetup {
     settings: SharedSettings,
     metrics: Arc<CoreMetrics>,
     ownership: Ownership,
@@ -478,8 +478,8 @@ impl StopSignal {
     }
 }
 
-async fn run_core(context: CoreContext, sockets: CoreStart) {
-    let CoreContext {
+async fn run_core(setup: CoreSetup, sockets: CoreStart) {
+    let CoreSetup {
         settings,
         metrics,
         ownership,
@@ -491,7 +491,7 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
         steering,
         cores,
         tls,
-    } = context;
+    } = setup;
     let (shard, senders, receivers) = match mesh {
         None => (0, None, None),
         Some(mesh) => {
@@ -527,7 +527,7 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
     let mut endpoints: Vec<quinn::Endpoint> = Vec::new();
     if !steering.is_empty() {
         // First in the list: cancelled before the sockets it names are closed.
-        listeners.push(glommio::spawn_local(steer(worker.clone(), steering)));
+        listeners.push(glommio::spawn_local(steer(worker.clone(), cores, steering)));
     }
     for fd in sockets.udp {
         listeners.push(glommio::spawn_local(udp::serve(
@@ -602,15 +602,15 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
     for task in listeners {
         task.cancel().await;
     }
-    let grace = worker.settings().shutdown_grace;
+    let grace = worker.context().settings().shutdown_grace;
     let deadline = Instant::now() + grace;
-    while worker.active.get() > 0 && Instant::now() < deadline {
+    while worker.context().active() > 0 && Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(5)).await;
     }
-    if worker.active.get() > 0 {
+    if worker.context().active() > 0 {
         tracing::warn!(
             core = shard,
-            abandoned = worker.active.get(),
+            abandoned = worker.context().active(),
             "shutdown grace passed with queries in flight"
         );
     }
@@ -637,13 +637,13 @@ async fn run_core(context: CoreContext, sockets: CoreStart) {
 const QUIC_CLOSE_WAIT: Duration = Duration::from_millis(100);
 
 /// Re-attaches the steering program when the limiter settings change it (allowlist, prefixes,
-/// on/off). Runs on core 0, which owns the sockets named in `groups` while this task lives.
-async fn steer(worker: Rc<Worker>, groups: Vec<RawFd>) {
-    let cores = worker.cores();
-    let mut attached = steering::program(&worker.settings().ratelimit, cores);
+/// on/off) for `cores` cores. Runs on core 0, which owns the sockets named in `groups` while
+/// this task lives.
+async fn steer(worker: Rc<Worker>, cores: usize, groups: Vec<RawFd>) {
+    let mut attached = steering::program(&worker.context().settings().ratelimit, cores);
     loop {
         glommio::timer::sleep(Duration::from_secs(1)).await;
-        let program = steering::program(&worker.settings().ratelimit, cores);
+        let program = steering::program(&worker.context().settings().ratelimit, cores);
         if program == attached {
             continue;
         }

@@ -29,11 +29,12 @@ use kudurru_core::wire::{Query, ReplyOptions};
 use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
 use crate::accept;
+use crate::core_context::{Active, CoreContext};
 use crate::deadline::within;
 use crate::metrics::{CoreMetrics, Transport};
 use crate::outbox::Outbox;
 use crate::tls::TlsConfig;
-use crate::worker::{Active, Worker};
+use crate::worker::Worker;
 
 /// Accepts connections until the task is dropped.
 pub(crate) async fn serve(worker: Rc<Worker>, listener: TcpListener) {
@@ -48,7 +49,7 @@ pub(crate) async fn serve_tls(worker: Rc<Worker>, listener: TcpListener, tls: Tl
     accept::tcp(worker, listener, move |worker, stream, peer| {
         let config = tls.load().dot.clone();
         async move {
-            if let Some(stream) = accept::tls_handshake(&worker, stream, config).await {
+            if let Some(stream) = accept::tls_handshake(worker.context(), stream, config).await {
                 connection(&worker, stream, peer, Transport::Dot).await;
             }
         }
@@ -67,7 +68,7 @@ where
     let (mut reader, writer) = futures_lite::io::split(stream);
     // A connection-level value, read once per connection (the idle timeout, once per read);
     // each query reads the snapshot for itself below.
-    let pipelined = worker.settings().tcp_max_pipelined.max(1) as u64;
+    let pipelined = worker.context().settings().tcp_max_pipelined.max(1) as u64;
     let outbox = Rc::new(Outbox::new(writer));
     let permits = Rc::new(Semaphore::new(pipelined));
     let mut frames = FrameReader::new();
@@ -78,41 +79,46 @@ where
             None => {
                 // Every whole frame of the last read is answered or on its way: the answers
                 // so far go out in one write before waiting for more.
-                Outbox::flush(&outbox, &worker.metrics, &worker.settings);
+                Outbox::flush(
+                    &outbox,
+                    &worker.context().metrics,
+                    &worker.context().settings,
+                );
                 if !outbox.room().await {
                     break; // the client does not read, or a write failed
                 }
-                let Some(message) = frames.next(worker, &mut reader).await else {
+                let Some(message) = frames.next(worker.context(), &mut reader).await else {
                     break;
                 };
                 message
             }
         };
-        worker.metrics.query(transport);
+        worker.context().metrics.query(transport);
         let Ok(permit) = permits.acquire_static_permit(1).await else {
             break;
         };
         // The query's snapshot, read once: a miss takes it on as an `Arc`.
-        let settings = worker.settings();
+        let context = worker.context();
+        let settings = context.settings();
         let options = match transport {
             Transport::Dot => {
                 ReplyOptions::encrypted(settings.edns_payload, settings.tcp_idle_timeout)
             }
             _ => ReplyOptions::tcp(settings.edns_payload, settings.tcp_idle_timeout),
         };
-        let stage = Stage::new(&settings, &options, worker.lameduck());
+        let stage = Stage::new(&settings, &options, context.lameduck());
         let decision = ingress(
             &message,
             &stage,
             client,
-            &mut worker.limiter.borrow_mut(),
+            &mut context.limiter.borrow_mut(),
             Instant::now(),
             &mut out,
         );
         match decision {
-            Decision::Respond => outbox.push(&worker.metrics, &out),
+            Decision::Respond => outbox.push(&context.metrics, &out),
             Decision::Drop => {
-                worker.metrics.dropped();
+                context.metrics.dropped();
                 break;
             }
             Decision::Resolve(query) => {
@@ -121,13 +127,13 @@ where
                     answer.write_response(&query, now, None, &options, &mut out)
                 });
                 if hit.is_some() {
-                    outbox.push(&worker.metrics, &out);
+                    outbox.push(&context.metrics, &out);
                     continue;
                 }
                 let (worker, outbox) = (worker.clone(), outbox.clone());
                 let settings = Arc::clone(&settings);
                 glommio::spawn_local(async move {
-                    let _active = Active::enter(&worker);
+                    let _active = Active::enter(worker.context());
                     let _permit = permit;
                     let Ok(query) = Query::parse(&message) else {
                         return;
@@ -135,8 +141,9 @@ where
                     let answer = worker.resolve(query.key(), &settings).await;
                     let mut out = Vec::with_capacity(1024);
                     answer.write_response(&query, Instant::now(), None, &options, &mut out);
-                    outbox.push(&worker.metrics, &out);
-                    Outbox::flush(&outbox, &worker.metrics, &worker.settings);
+                    let context = worker.context();
+                    outbox.push(&context.metrics, &out);
+                    Outbox::flush(&outbox, &context.metrics, &context.settings);
                 })
                 .detach();
             }
@@ -146,7 +153,11 @@ where
     // queued), then everything queued, each write bounded as always; then the write side
     // closes.
     let _all = permits.acquire(pipelined).await;
-    Outbox::flush(&outbox, &worker.metrics, &worker.settings);
+    Outbox::flush(
+        &outbox,
+        &worker.context().metrics,
+        &worker.context().settings,
+    );
     outbox.close().await;
 }
 
@@ -172,7 +183,7 @@ impl FrameReader {
     /// The next message; `None` closes the connection (EOF, error, idle or slow client).
     async fn next<R: AsyncRead + Unpin>(
         &mut self,
-        worker: &Worker,
+        context: &CoreContext,
         reader: &mut ReadHalf<R>,
     ) -> Option<Vec<u8>> {
         loop {
@@ -181,12 +192,12 @@ impl FrameReader {
             }
             // A frame is incomplete: wait for more, at most the idle timeout. A client that sent
             // part of a frame and stalls is closed the same way.
-            let idle = worker.settings().tcp_idle_timeout;
+            let idle = context.settings().tcp_idle_timeout;
             match within(idle, reader.read(self.frames.spare())).await {
                 Some(Ok(0)) | Some(Err(_)) => return None,
                 Some(Ok(n)) => self.frames.filled(n),
                 None => {
-                    CoreMetrics::bump(&worker.metrics.tcp_timeouts);
+                    CoreMetrics::bump(&context.metrics.tcp_timeouts);
                     return None;
                 }
             }

@@ -16,6 +16,7 @@ use glommio::net::{Readiness, UdpSocket};
 use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 
+use crate::core_context::Active;
 use crate::metrics::Transport;
 use crate::sys::{self, MmsgBatch};
 use crate::worker::Worker;
@@ -61,15 +62,16 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
         {
             // The snapshot every query of the batch is admitted under (a miss takes it on as an
             // `Arc`), and the limiter: held for the batch only, nothing in it awaits.
-            let settings = worker.settings();
+            let context = worker.context();
+            let settings = context.settings();
             let options = ReplyOptions::udp(settings.edns_payload);
-            let stage = Stage::new(&settings, &options, worker.lameduck());
+            let stage = Stage::new(&settings, &options, context.lameduck());
             let now = Instant::now();
-            let mut limiter = worker.limiter.borrow_mut();
+            let mut limiter = context.limiter.borrow_mut();
             for i in 0..n {
-                worker.metrics.query(Transport::Udp);
+                context.metrics.query(Transport::Udp);
                 let (Some(message), Some(peer)) = incoming.datagram(i) else {
-                    worker.metrics.dropped();
+                    context.metrics.dropped();
                     continue;
                 };
                 let client = Client {
@@ -79,7 +81,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                 match ingress(message, &stage, client, &mut limiter, now, &mut out) {
                     Decision::Respond => {}
                     Decision::Drop => {
-                        worker.metrics.dropped();
+                        context.metrics.dropped();
                         continue;
                     }
                     Decision::Resolve(query) => {
@@ -102,7 +104,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                         }
                     }
                 }
-                worker
+                context
                     .metrics
                     .response(wire::header_rcode(&out).unwrap_or(0));
                 replies.push(&out, peer);
@@ -193,7 +195,7 @@ async fn resolve_and_reply(
     message: Vec<u8>,
     peer: SocketAddr,
 ) {
-    let _active = crate::worker::Active::enter(&worker);
+    let _active = Active::enter(worker.context());
     // The message already scanned once in the receive loop; it scans the same way again.
     let Ok(query) = Query::parse(&message) else {
         return;
@@ -209,6 +211,7 @@ async fn resolve_and_reply(
         &mut out,
     );
     worker
+        .context()
         .metrics
         .response(wire::header_rcode(&out).unwrap_or(0));
     let sent = match sys::try_send(socket.as_raw_fd(), &out, Some(peer)) {

@@ -10,14 +10,19 @@ const FLOORS: &[&[&str]] = &[
     // Shared pieces that use no other module: the steering program, counters, the settings
     // snapshot, deadlines, TLS configurations.
     &["steering", "metrics", "settings", "deadline", "tls"],
-    // I/O primitives: the unsafe syscalls (on the steering program), the stream outbox.
-    &["sys", "outbox"],
+    // I/O primitives: the unsafe syscalls (on the steering program), the stream outbox. The
+    // core context (settings, counters, limiter, lameduck, query and connection counts) sits
+    // here, below the resolver, so listeners can read it without reaching the resolver.
+    &["sys", "outbox", "core_context"],
     // quinn on glommio; the upstream waiter table.
     &["quic", "upstream::waiters"],
     // The upstream clients: UDP sockets, TCP connections.
     &["upstream::udp", "upstream::tcp"],
-    // The resolver: the upstream set, then one core's context around it.
+    // The resolver: the upstream set; the cache shard, L1, in-flight table and mesh peers
+    // around it; then the worker, the listeners' handle (the core context, and "serve this
+    // hit" / "resolve this miss"), which keeps the resolver a private child.
     &["upstream"],
+    &["worker::resolver"],
     &["worker"],
     // What listeners use of the resolver: one query in, one answer out; the accept loops.
     &["answer", "accept"],

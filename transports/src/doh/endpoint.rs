@@ -76,7 +76,7 @@ impl Endpoint {
 
     /// Counts a rejected request and logs it at debug.
     pub(crate) fn rejected(&self, status: Status) {
-        self.worker.metrics.doh_rejected(status.code);
+        self.worker.context().metrics.doh_rejected(status.code);
         tracing::debug!(peer = %self.peer, status = status.code, reason = status.reason, "DoH request rejected");
     }
 }
@@ -116,7 +116,7 @@ pub(crate) fn classify(
     content_type: Option<&[u8]>,
     body: Result<Vec<u8>, BodyError>,
 ) -> Answer {
-    endpoint.worker.metrics.query(transport);
+    endpoint.worker.context().metrics.query(transport);
     let message = match (
         doh::request(method.as_bytes(), target, &endpoint.path, content_type),
         body,
@@ -137,7 +137,7 @@ pub(crate) fn classify(
     if let Err(e) = doh::check_message(&message) {
         return Answer::Ready(Reply::Error(e.into()));
     }
-    let settings = endpoint.worker.settings();
+    let settings = endpoint.worker.context().settings();
     let mut out = Vec::with_capacity(512);
     match answer_now(
         &endpoint.worker,

@@ -18,7 +18,7 @@ where
 {
     let mut buffer: Vec<u8> = Vec::with_capacity(4096);
     loop {
-        let idle = endpoint.worker.settings().tcp_idle_timeout;
+        let idle = endpoint.worker.context().settings().tcp_idle_timeout;
         let deadline = Instant::now() + idle;
         // The head, read within the idle timeout.
         let head = loop {
@@ -42,12 +42,12 @@ where
             }
             if let Err(ended) = read_more(&mut stream, &mut buffer, deadline).await {
                 if ended == Ended::TimedOut {
-                    CoreMetrics::bump(&endpoint.worker.metrics.tcp_timeouts);
+                    CoreMetrics::bump(&endpoint.worker.context().metrics.tcp_timeouts);
                 }
                 return;
             }
         };
-        endpoint.worker.metrics.query(Transport::Doh);
+        endpoint.worker.context().metrics.query(Transport::Doh);
         // A POST without a length or chunking has a body whose end we cannot know; a chunked
         // body is read (and its end known) only for a POST.
         let post = matches!(head.request, Ok(Request::Post));

@@ -15,8 +15,8 @@ use kudurru_core::http2;
 
 use super::endpoint::{Answer, Endpoint, LINGER_TIME, Reply, ResponseHead, classify};
 use crate::answer::{answer_miss, spawn_queued};
+use crate::core_context::Active;
 use crate::metrics::{CoreMetrics, Transport};
-use crate::worker::Active;
 
 /// Output waiting to be written past which a connection stops reading requests.
 const HTTP2_OUTPUT_LIMIT: usize = 64 * 1024;
@@ -49,7 +49,7 @@ pub(super) async fn serve<S>(endpoint: Rc<Endpoint>, stream: S)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let settings = endpoint.worker.settings();
+    let settings = endpoint.worker.context().settings();
     let idle = settings.tcp_idle_timeout;
     let max_in_flight = settings.tcp_max_pipelined.max(1);
     drop(settings);
@@ -251,7 +251,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http2Driver<S> {
                     self.shared.in_flight.set(self.shared.in_flight.get() + 1);
                     let (endpoint, shared) = (self.endpoint.clone(), self.shared.clone());
                     spawn_queued(async move {
-                        let _active = Active::enter(&endpoint.worker);
+                        let _active = Active::enter(endpoint.worker.context());
                         let out = answer_miss(&endpoint.worker, &settings, &message).await;
                         let mut connection = shared.connection.borrow_mut();
                         h2_respond(&mut connection, &endpoint, stream, Reply::Answer(out));
@@ -314,7 +314,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http2Driver<S> {
             self.answer_requests();
         }
         if idle_at.is_some_and(|at| at <= now) {
-            CoreMetrics::bump(&self.endpoint.worker.metrics.tcp_timeouts);
+            CoreMetrics::bump(&self.endpoint.worker.context().metrics.tcp_timeouts);
             // GOAWAY (RFC 9113 §6.8), then a short linger so the client reads it before the
             // close (unread bytes at close would make the kernel send a reset).
             self.shared.connection.borrow_mut().shut_down();

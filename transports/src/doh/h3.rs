@@ -28,10 +28,11 @@ use quinn::VarInt;
 use super::endpoint::{Answer, Endpoint, Reply, ResponseHead, classify};
 use crate::accept;
 use crate::answer::{answer_miss, inline_or_queued};
+use crate::core_context::Active;
 use crate::deadline::within;
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
 use crate::tls::TlsConfig;
-use crate::worker::{Active, Worker};
+use crate::worker::Worker;
 
 /// Unidirectional streams an HTTP/3 client opens: control, QPACK encoder and decoder (RFC 9114
 /// §6.2, RFC 9204 §4.2), and one spare for extensions the server ignores.
@@ -65,7 +66,7 @@ pub(crate) async fn serve(
 /// Serves one connection: opens the control stream, checks the client's, and answers each
 /// request where it is accepted, or in a task of its own when it has to wait.
 async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, path: Rc<str>) {
-    CoreMetrics::bump(&worker.metrics.doh_connections[HttpVersion::H3 as usize]);
+    CoreMetrics::bump(&worker.context().metrics.doh_connections[HttpVersion::H3 as usize]);
     let peer = connection.remote_address();
     let endpoint = Rc::new(Endpoint::new(worker, path, peer, None));
     // Held for the connection's life: closing a control stream is a connection error.
@@ -184,8 +185,8 @@ async fn request(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {
-    let _active = Active::enter(&endpoint.worker);
-    let idle = endpoint.worker.settings().tcp_idle_timeout;
+    let _active = Active::enter(endpoint.worker.context());
+    let idle = endpoint.worker.context().settings().tcp_idle_timeout;
     let mut parser = http3::RequestStream::new(doh::MAX_HEAD, doh::MAX_MESSAGE);
     // The whole request within the idle timeout (the clock is read only if it must wait).
     let read = async {
@@ -206,7 +207,7 @@ async fn request(
         Some(Some(parsed)) => parsed,
         Some(None) => return,
         None => {
-            CoreMetrics::bump(&endpoint.worker.metrics.tcp_timeouts);
+            CoreMetrics::bump(&endpoint.worker.context().metrics.tcp_timeouts);
             match parser.expire() {
                 Some(request) => Ok(Some(request)),
                 None => {

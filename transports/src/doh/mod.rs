@@ -45,18 +45,18 @@ pub(crate) async fn serve(
         let config = tls.load().https.clone();
         let (path, alt_svc) = (path.clone(), alt_svc.clone());
         async move {
-            let Some(stream) = accept::tls_handshake(&worker, stream, config).await else {
+            let Some(stream) = accept::tls_handshake(worker.context(), stream, config).await else {
                 return;
             };
             let endpoint = Endpoint::new(worker, path, peer, alt_svc);
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                 CoreMetrics::bump(
-                    &endpoint.worker.metrics.doh_connections[HttpVersion::H2 as usize],
+                    &endpoint.worker.context().metrics.doh_connections[HttpVersion::H2 as usize],
                 );
                 h2::serve(Rc::new(endpoint), stream).await;
             } else {
                 CoreMetrics::bump(
-                    &endpoint.worker.metrics.doh_connections[HttpVersion::Http1 as usize],
+                    &endpoint.worker.context().metrics.doh_connections[HttpVersion::Http1 as usize],
                 );
                 h1::serve(&endpoint, stream).await;
             }

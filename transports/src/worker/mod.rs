@@ -1,0 +1,319 @@
+//! The handle every listener of a core holds (`Rc<Worker>`): the core's context, and its
+//! resolver behind two calls, "serve this hit here" ([`Worker::serve_local`]) and "resolve this
+//! miss" ([`Worker::resolve`]).
+//!
+//! ```text
+//! listener ─▶ worker.context()     settings snapshot, counters, limiter, lameduck, counts
+//!          ─▶ worker.serve_local   a hit on this core (shard or L1), served in place
+//!          ─▶ worker.resolve       a miss: the owner core, in-flight join, upstream
+//! runtime  ─▶ worker.on_message    lookups and answers from other cores
+//!          ─▶ worker.maintain      capacities and counters, once a second
+//! ```
+//! It exists so that a listener needs only "resolve this", not the resolver's insides: the
+//! cache shard, L1, in-flight table, upstream set and mesh peers live in [`resolver`], a child
+//! module private to this one, so no listener can name them. The worker owns the context and
+//! the resolver inline (one allocation, the `Rc` the listeners clone); its calls forward to
+//! them directly (no `dyn`, no extra reference count).
+
+mod resolver;
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use glommio::channels::channel_mesh::Senders;
+use kudurru_core::{CacheKey, CachedAnswer};
+
+use crate::core_context::CoreContext;
+use crate::metrics::CoreMetrics;
+use crate::settings::{Settings, SharedSettings};
+use resolver::Resolver;
+pub(crate) use resolver::{Ownership, ShardMessage};
+
+/// One core's context and resolver, passed explicitly to every task on that core.
+pub(crate) struct Worker {
+    /// What listeners read of the core besides the resolver.
+    context: CoreContext,
+    /// The cache shard, L1, in-flight table, upstream set and mesh peers.
+    resolver: Resolver,
+}
+
+impl Worker {
+    /// The worker of shard `shard`, its tables sized by the current snapshot; `senders` is the
+    /// mesh when there are other cores.
+    pub(crate) fn new(
+        shard: usize,
+        ownership: Ownership,
+        settings: SharedSettings,
+        metrics: Arc<CoreMetrics>,
+        senders: Option<Senders<ShardMessage>>,
+        lameduck: Arc<AtomicBool>,
+    ) -> Self {
+        let snapshot = settings.load();
+        let resolver = Resolver::new(
+            shard,
+            ownership,
+            &settings,
+            &snapshot,
+            metrics.clone(),
+            senders,
+        );
+        Self {
+            resolver,
+            context: CoreContext::new(settings, metrics, lameduck, &snapshot),
+        }
+    }
+
+    /// What listeners read of this core besides the resolver: settings, counters, limiter.
+    pub(crate) fn context(&self) -> &CoreContext {
+        &self.context
+    }
+
+    /// Serves a cache hit on this core without any hop (the shard for owned keys, the L1
+    /// otherwise): `serve` runs on the cached answer in place, so a hit touches no reference
+    /// count (an answer's `Arc` may be shared with other cores).
+    pub(crate) fn serve_local<T>(
+        &self,
+        key: &CacheKey,
+        now: Instant,
+        serve: impl FnOnce(&CachedAnswer) -> T,
+    ) -> Option<T> {
+        self.resolver.serve_local(key, now, serve)
+    }
+
+    /// Resolves a key that missed [`Self::serve_local`] under `settings`, the snapshot its query
+    /// was admitted under: asks the owner core (handing it the snapshot), or resolves here.
+    /// The resolver's own future, not one wrapped around it.
+    pub(crate) fn resolve<'a>(
+        &'a self,
+        key: &'a CacheKey,
+        settings: &'a Arc<Settings>,
+    ) -> impl Future<Output = Arc<CachedAnswer>> + 'a {
+        self.resolver.resolve(key, settings)
+    }
+
+    /// Handles a message from another core: an answer goes to the query waiting for it, a
+    /// lookup is resolved in a task of its own.
+    pub(crate) fn on_message(self: &Rc<Self>, message: ShardMessage) {
+        if let Some(lookup) = self.resolver.receive(message) {
+            let worker = self.clone();
+            glommio::spawn_local(async move {
+                let answer = worker.resolver.resolve_lookup(&lookup).await;
+                worker.resolver.send_answer(&lookup, answer).await;
+            })
+            .detach();
+        }
+    }
+
+    /// Applies capacity changes and copies the cache and limiter counters into the metrics;
+    /// run once a second.
+    pub(crate) fn maintain(&self, now: Instant) {
+        let settings = self.context.settings();
+        self.resolver.maintain(&settings, now);
+        self.context.maintain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::{IO_MEMORY_PER_CORE, RING_DEPTH};
+    use arc_swap::ArcSwap;
+    use glommio::{LocalExecutorBuilder, Placement};
+    use kudurru_core::wire::{Query, ReplyOptions};
+    use kudurru_core::{AnswerKind, LocalNames, RateLimit, ServerIdentity, TtlPolicy};
+    use std::net::{SocketAddr, UdpSocket};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// An upstream on loopback that answers every query with one A record, `address`, TTL
+    /// 3600, and counts the queries it got. Its thread ends after a second without one.
+    fn upstream(address: [u8; 4]) -> (SocketAddr, Arc<AtomicUsize>) {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("a loopback socket");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .expect("a read timeout");
+        let addr = socket.local_addr().expect("a bound address");
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = asked.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 512];
+            while let Ok((n, peer)) = socket.recv_from(&mut buffer) {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let query = &buffer[..n];
+                // Header and question: the name's labels, its root, then type and class.
+                let mut at = 12;
+                while at < n && query[at] != 0 {
+                    at += 1 + usize::from(query[at]);
+                }
+                let question_end = (at + 5).min(n);
+                let mut reply = query[..question_end].to_vec();
+                reply[2..12].copy_from_slice(&[0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+                reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4]);
+                reply.extend_from_slice(&address);
+                let _ = socket.send_to(&reply, peer);
+            }
+        });
+        (addr, asked)
+    }
+
+    fn settings(upstream: SocketAddr, max_ttl: u32) -> Settings {
+        Settings {
+            upstreams: vec![
+                format!("udp://{upstream}")
+                    .parse()
+                    .expect("an upstream URL"),
+            ]
+            .into(),
+            ttl: TtlPolicy {
+                max_ttl,
+                ..TtlPolicy::default()
+            },
+            cache_max_entries: 1000,
+            local: LocalNames::new(ServerIdentity {
+                identity: "test".into(),
+                version: "test".into(),
+            }),
+            edns_payload: 1232,
+            upstream_timeout: Duration::from_secs(1),
+            resolve_timeout: Duration::from_secs(2),
+            tcp_idle_timeout: Duration::from_secs(2),
+            tcp_max_connections: 16,
+            tcp_max_pipelined: 8,
+            tls_handshake_timeout: Duration::from_secs(2),
+            shutdown_grace: Duration::from_millis(100),
+            ratelimit: RateLimit::default(),
+            ratelimit_table_size: 1024,
+        }
+    }
+
+    /// A recursive `name A` query (labels given without the root).
+    fn query(name: &[&str]) -> Vec<u8> {
+        let mut message = vec![0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name {
+            message.push(label.len() as u8);
+            message.extend_from_slice(label.as_bytes());
+        }
+        message.extend_from_slice(&[0, 0, 1, 0, 1]);
+        message
+    }
+
+    /// The address an answer carries and the TTL it has left.
+    fn address_and_ttl(answer: &CachedAnswer, message: &[u8]) -> ([u8; 4], u32) {
+        assert_eq!(
+            answer.kind(),
+            AnswerKind::Positive,
+            "an answer, not a failure"
+        );
+        let query = Query::parse(message).expect("the test's query parses");
+        let now = Instant::now();
+        let mut out = Vec::new();
+        answer.write_response(&query, now, None, &ReplyOptions::udp(1232), &mut out);
+        let address = out[out.len() - 4..].try_into().expect("four bytes");
+        (address, answer.remaining(now))
+    }
+
+    /// A reload that lands between a query's ingress and its upstream exchange does not split
+    /// the query between two settings: the miss is resolved with the upstream set and cached
+    /// with the TTL policy of the snapshot it was admitted under, here and at an owner core
+    /// (a mesh lookup), while a query admitted under the new snapshot gets the new ones. A
+    /// second read of the published snapshot anywhere on the miss path (upstream set, attempt
+    /// or resolve timeout, TTL policy) would ask the new upstream or clamp to the new TTL.
+    #[test]
+    fn a_reload_during_a_miss_does_not_split_the_query_between_two_snapshots() {
+        const OLD: [u8; 4] = [192, 0, 2, 1];
+        const NEW: [u8; 4] = [192, 0, 2, 2];
+        let (old_upstream, old_asked) = upstream(OLD);
+        let (new_upstream, new_asked) = upstream(NEW);
+        let executor = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(IO_MEMORY_PER_CORE)
+            .ring_depth(RING_DEPTH)
+            .spawn(move || async move {
+                let admitted = Arc::new(settings(old_upstream, 300));
+                let published: SharedSettings = Arc::new(ArcSwap::new(admitted.clone()));
+                let worker = Rc::new(Worker::new(
+                    0,
+                    Ownership::new(1, 1),
+                    published.clone(),
+                    Arc::new(CoreMetrics::default()),
+                    None,
+                    Arc::new(AtomicBool::new(false)),
+                ));
+                // The reload: another upstream set and a shorter `cache.maxTTL`.
+                let reloaded = Arc::new(settings(new_upstream, 10));
+                published.store(reloaded.clone());
+
+                let message = query(&["a", "example"]);
+                let key = *Query::parse(&message).expect("parses").key();
+                let answer = worker.resolve(&key, &admitted).await;
+                let (address, ttl) = address_and_ttl(&answer, &message);
+                assert_eq!(address, OLD, "asked the admitted snapshot's upstream");
+                assert!(
+                    ttl > 10 && ttl <= 300,
+                    "the admitted snapshot's maxTTL: {ttl}"
+                );
+
+                // At the owner core: the mesh lookup carries the snapshot.
+                let message = query(&["b", "example"]);
+                let key = *Query::parse(&message).expect("parses").key();
+                worker.on_message(ShardMessage::Lookup {
+                    from: 1,
+                    token: 0,
+                    key: Box::new(key),
+                    settings: admitted.clone(),
+                });
+                let mut cached = None;
+                for _ in 0..200 {
+                    cached =
+                        worker.serve_local(&key, Instant::now(), |a| address_and_ttl(a, &message));
+                    if cached.is_some() {
+                        break;
+                    }
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                }
+                let (address, ttl) = cached.expect("the owner resolved the lookup");
+                assert_eq!(
+                    address, OLD,
+                    "the owner asked the lookup's snapshot's upstream"
+                );
+                assert!(
+                    ttl > 10 && ttl <= 300,
+                    "the lookup's snapshot's maxTTL: {ttl}"
+                );
+
+                // A query admitted after the reload: the new set and policy, although queries
+                // under the old snapshot went before it.
+                let message = query(&["c", "example"]);
+                let key = *Query::parse(&message).expect("parses").key();
+                let answer = worker.resolve(&key, &reloaded).await;
+                let (address, ttl) = address_and_ttl(&answer, &message);
+                assert_eq!(address, NEW, "asked the new snapshot's upstream");
+                assert!(ttl <= 10, "the new snapshot's maxTTL: {ttl}");
+
+                // A query admitted before the reload, resolved after the core's selector moved
+                // to the new set: still its own snapshot's set and policy.
+                let message = query(&["d", "example"]);
+                let key = *Query::parse(&message).expect("parses").key();
+                let answer = worker.resolve(&key, &admitted).await;
+                let (address, ttl) = address_and_ttl(&answer, &message);
+                assert_eq!(address, OLD, "asked the admitted snapshot's upstream");
+                assert!(
+                    ttl > 10 && ttl <= 300,
+                    "the admitted snapshot's maxTTL: {ttl}"
+                );
+            })
+            .expect("a glommio executor");
+        executor.join().expect("executor thread");
+        assert_eq!(
+            old_asked.load(Ordering::SeqCst),
+            3,
+            "three queries to the old upstream"
+        );
+        assert_eq!(
+            new_asked.load(Ordering::SeqCst),
+            1,
+            "one query to the new upstream"
+        );
+    }
+}
