@@ -21,12 +21,17 @@ use crate::files::write_atomically;
 use crate::health::upstream_totals;
 use crate::http::{Handler, HttpError, Request as HttpRequest, Response};
 use crate::layers::{FileLayer, Layer};
+use crate::objects::ObjectStore;
+use crate::objects::routes::{self, Target};
 use crate::ops::OpsState;
 use crate::reload::Reloadable;
 use crate::tokens::{Permission, Refusal, TokenStore};
+use kudurru_storage::{Actor, Watch};
 
-/// Largest request body accepted.
+/// Largest request body accepted on the settings routes.
 pub const MAX_BODY: usize = 64 * 1024;
+/// Largest object accepted (a client group of ten thousand prefixes fits).
+pub const MAX_OBJECT_BODY: usize = 1 << 20;
 
 /// The routes: (method, path, permission). The OpenAPI document lists exactly these (a test
 /// checks it).
@@ -67,6 +72,42 @@ fn error(status: u16, code: &'static str, message: impl Into<String>) -> Reply {
     }
 }
 
+/// Which table a request's route is in.
+#[derive(Debug)]
+pub enum Route {
+    /// One of [`ROUTES`].
+    Fixed,
+    /// An object route (`/api/v1/{resource}…`, `/api/v1/audit`).
+    Objects(Target),
+}
+
+/// A request that passed [`Api::authorize`].
+#[derive(Debug)]
+pub struct Authorized {
+    /// Its route.
+    pub route: Route,
+    /// Who sent it, as the audit log names them (`token:<id>`).
+    pub principal: String,
+}
+
+/// What [`Api::dispatch`] produced.
+pub enum Outcome {
+    /// A JSON answer.
+    Json(Reply),
+    /// A watch, streamed as newline-delimited JSON.
+    Watch(Watch),
+}
+
+impl From<HttpError> for Reply {
+    fn from(e: HttpError) -> Self {
+        Self {
+            status: e.status,
+            body: e.body(),
+            allow: e.allow,
+        }
+    }
+}
+
 /// What the API serves from.
 pub struct Api {
     /// The effective configuration.
@@ -75,6 +116,11 @@ pub struct Api {
     pub tokens: TokenStore,
     /// Counters (upstreams).
     pub ops: Arc<OpsState>,
+    /// The object store (`/api/v1/{resource}`, `/api/v1/audit`).
+    pub store: Arc<dyn ObjectStore>,
+    /// Turns true when the server stops: watch streams end then, so shutdown need not wait
+    /// for their clients.
+    stopping: tokio::sync::watch::Receiver<bool>,
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.
     writes: Mutex<()>,
@@ -87,6 +133,8 @@ pub struct Request {
     pub method: String,
     /// The path (query string removed).
     pub path: String,
+    /// The query string, undecoded (empty when none).
+    pub query: String,
     /// `Authorization` header.
     pub authorization: Option<String>,
     /// `Content-Type` header.
@@ -96,48 +144,66 @@ pub struct Request {
 }
 
 impl Api {
-    /// The API over `reloadable`, with `tokens` and the ops counters.
-    pub fn new(reloadable: Arc<Reloadable>, tokens: TokenStore, ops: Arc<OpsState>) -> Self {
+    /// The API over `reloadable`, with `tokens`, the ops counters and the object store.
+    pub fn new(
+        reloadable: Arc<Reloadable>,
+        tokens: TokenStore,
+        ops: Arc<OpsState>,
+        store: Arc<dyn ObjectStore>,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
         Self {
             reloadable,
             tokens,
             ops,
+            store,
+            stopping,
             writes: Mutex::new(()),
         }
     }
 
-    /// Answers one request.
-    pub fn handle(&self, request: &Request) -> Reply {
-        if let Err(reply) = self.authorize(request) {
-            return reply;
+    /// The route of `request`, or 404 / 405 (with the methods the path answers).
+    fn route(request: &Request) -> Result<(Route, Permission), Reply> {
+        let method = request.method.as_str();
+        if let Some(&(_, _, permission)) = ROUTES
+            .iter()
+            .find(|(m, p, _)| *p == request.path && *m == method)
+        {
+            return Ok((Route::Fixed, permission));
         }
-        self.dispatch(request)
+        let (allowed, target) = match Target::parse(&request.path) {
+            Some(target) => match target.permission(method) {
+                Some(permission) => return Ok((Route::Objects(target), permission)),
+                None => (target.methods().to_vec(), None::<Target>),
+            },
+            None => (
+                ROUTES
+                    .iter()
+                    .filter(|(_, p, _)| *p == request.path)
+                    .map(|(m, _, _)| *m)
+                    .collect(),
+                None,
+            ),
+        };
+        drop(target);
+        Err(if allowed.is_empty() {
+            error(404, "not_found", format!("no route {}", request.path))
+        } else {
+            let mut reply = error(
+                405,
+                "method_not_allowed",
+                format!("{} is not allowed on {}", request.method, request.path),
+            );
+            reply.allow = Some(allowed.join(", "));
+            reply
+        })
     }
 
     /// The route and token checks, which read nothing but the method, the path and the
-    /// `Authorization` header: 404, 405, 401 or 403, before any body is read.
-    pub fn authorize(&self, request: &Request) -> Result<(), Reply> {
-        let Some(&(_, _, permission)) = ROUTES
-            .iter()
-            .find(|(m, p, _)| *p == request.path && *m == request.method)
-        else {
-            let allowed: Vec<&str> = ROUTES
-                .iter()
-                .filter(|(_, p, _)| *p == request.path)
-                .map(|(m, _, _)| *m)
-                .collect();
-            return Err(if allowed.is_empty() {
-                error(404, "not_found", format!("no route {}", request.path))
-            } else {
-                let mut reply = error(
-                    405,
-                    "method_not_allowed",
-                    format!("{} is not allowed on {}", request.method, request.path),
-                );
-                reply.allow = Some(allowed.join(", "));
-                reply
-            });
-        };
+    /// `Authorization` header: 404, 405, 401 or 403, before any body is read. Returns the
+    /// route and the principal (`token:<id>`) its writes are audited as.
+    pub fn authorize(&self, request: &Request) -> Result<Authorized, Reply> {
+        let (route, permission) = Self::route(request)?;
         let max_lifetime = self.reloadable.current().validated.token_max_lifetime;
         let token = request.authorization.as_deref().and_then(bearer_token);
         let Some(token) = token else {
@@ -147,8 +213,8 @@ impl Api {
                 "send Authorization: Bearer <token> (kudurru token create)",
             ));
         };
-        let role = match self.tokens.verify(token, max_lifetime) {
-            Ok(role) => role,
+        let (role, id) = match self.tokens.identify(token, max_lifetime) {
+            Ok(identity) => identity,
             Err(Refusal::Unauthorized(why)) => {
                 // Say where this server looks: a token created for another data directory
                 // (`kudurru token create --data-dir …`) is the usual cause.
@@ -169,11 +235,59 @@ impl Api {
                 format!("role {} lacks {}", role.name(), permission.name()),
             ));
         }
-        Ok(())
+        Ok(Authorized {
+            route,
+            principal: format!("token:{id}"),
+        })
     }
 
     /// Answers a request [`Api::authorize`] let through.
-    pub fn dispatch(&self, request: &Request) -> Reply {
+    pub fn dispatch(&self, request: &Request, authorized: &Authorized) -> Outcome {
+        let Route::Objects(target) = &authorized.route else {
+            return Outcome::Json(self.dispatch_fixed(request));
+        };
+        if Target::takes_body(&request.method) {
+            let media = request
+                .content_type
+                .as_deref()
+                .and_then(|t| t.split(';').next())
+                .map(|t| t.trim().to_ascii_lowercase());
+            let accepted = match media.as_deref() {
+                Some("application/json") => true,
+                Some("application/merge-patch+json") => request.method == "PATCH",
+                _ => false,
+            };
+            if !accepted {
+                return Outcome::Json(error(
+                    415,
+                    "unsupported_media_type",
+                    "send Content-Type: application/json (or application/merge-patch+json for PATCH)",
+                ));
+            }
+        }
+        let actor = match Actor::principal(&authorized.principal) {
+            Ok(actor) => actor,
+            Err(e) => return Outcome::Json(Reply::from(routes::store_error(e))),
+        };
+        match routes::handle(
+            self.store.as_ref(),
+            &actor,
+            &request.method,
+            target,
+            &request.query,
+            request.body.as_deref(),
+        ) {
+            Ok(routes::Outcome::Json(status, body)) => Outcome::Json(Reply {
+                status,
+                body,
+                allow: None,
+            }),
+            Ok(routes::Outcome::Watch(watch)) => Outcome::Watch(watch),
+            Err(e) => Outcome::Json(Reply::from(e)),
+        }
+    }
+
+    fn dispatch_fixed(&self, request: &Request) -> Reply {
         match (request.method.as_str(), request.path.as_str()) {
             ("GET", "/api/v1/settings") => self.get_keys(Scope::Cluster),
             ("GET", "/api/v1/node/config") => self.get_keys(Scope::Node),
@@ -901,6 +1015,7 @@ async fn serve_one(api: Arc<Api>, request: HttpRequest, body_timeout: Duration) 
     let mut parsed = Request {
         method: request.method().as_str().to_ascii_uppercase(),
         path: request.uri().path().to_owned(),
+        query: request.uri().query().unwrap_or("").to_owned(),
         authorization: header(http::header::AUTHORIZATION),
         content_type: header(http::header::CONTENT_TYPE),
         body: None,
@@ -915,21 +1030,53 @@ async fn serve_one(api: Arc<Api>, request: HttpRequest, body_timeout: Duration) 
         Err(e) => return e.into_response(),
     };
     parsed = parsed_back;
-    if let Err(reply) = checked {
-        return reply.into_response();
-    }
-    if parsed.method == "PATCH" {
-        match crate::http::read_body(request, MAX_BODY, body_timeout).await {
+    let authorized = match checked {
+        Ok(authorized) => authorized,
+        Err(reply) => return reply.into_response(),
+    };
+    let limit = match authorized.route {
+        Route::Fixed => MAX_BODY,
+        Route::Objects(_) => MAX_OBJECT_BODY,
+    };
+    if Target::takes_body(&parsed.method) {
+        match crate::http::read_body(request, limit, body_timeout).await {
             Ok(body) => parsed.body = Some(body.to_vec()),
             // `dispatch` answers a missing body with its own 413.
-            Err(e) if e.status == 413 => {}
+            Err(e) if e.status == 413 && matches!(authorized.route, Route::Fixed) => {}
             Err(e) => return e.into_response(),
         }
     }
-    match blocking(move || api.dispatch(&parsed)).await {
-        Ok(reply) => reply.into_response(),
+    let stopping = api.stopping.clone();
+    match blocking(move || api.dispatch(&parsed, &authorized)).await {
+        Ok(Outcome::Json(reply)) => reply.into_response(),
+        Ok(Outcome::Watch(watch)) => watch_response(watch, stopping),
         Err(e) => e.into_response(),
     }
+}
+
+/// Streams `watch` as newline-delimited JSON events until the client goes away, the watch
+/// ends (an `ERROR` event says why) or the server stops.
+fn watch_response(mut watch: Watch, mut stopping: tokio::sync::watch::Receiver<bool>) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
+    tokio::spawn(async move {
+        loop {
+            let event = tokio::select! {
+                event = watch.next() => event,
+                _ = stopping.changed() => return,
+            };
+            let Some(event) = event else { return };
+            let ended = event.is_err();
+            if tx.send(routes::event_line(&event).into()).await.is_err() || ended {
+                return;
+            }
+        }
+    });
+    let mut response = http::Response::new(crate::http::channel_body(rx));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/x-ndjson"),
+    );
+    response
 }
 
 /// Runs `f` on the blocking pool; a 503 when the pool cannot take it.

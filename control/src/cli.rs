@@ -176,6 +176,10 @@ pub struct ServeArgs {
     /// PEM private key for tls:// listeners (tls.keyFile).
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<String>,
+    /// Keep objects (client groups, lists, policies, zones) in memory only, not in
+    /// <data dir>/objects.redb: they are gone when the process ends.
+    #[arg(long)]
+    pub ephemeral: bool,
 }
 
 /// How a command reaches a running server's API.

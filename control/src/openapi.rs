@@ -6,6 +6,8 @@ use serde_json::{Map, Value, json};
 
 use crate::api::ROUTES;
 use crate::config::{self, KeyInfo, Scope};
+use crate::objects::RESOURCES;
+use crate::tokens::Permission;
 
 /// Documented ranges of keys whose validation is a plain range (the validator is the authority;
 /// cross-key rules such as minTTL <= maxTTL cannot be written in a schema).
@@ -261,6 +263,148 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
     op
 }
 
+/// An object route's operation: summary, permission, parameters, body and responses.
+fn object_operation(
+    summary: String,
+    permission: Permission,
+    parameters: Value,
+    body: Option<Value>,
+    ok: (&str, Value),
+) -> Value {
+    let mut responses = json!({
+        "400": error_response("Invalid input: the field is named in `key`"),
+        "401": error_response("Missing, unknown, revoked or expired token"),
+        "403": error_response(&format!("The token's role lacks {}", permission.name())),
+        "404": error_response("No such object"),
+    });
+    responses[ok.0] =
+        json!({ "description": "OK", "content": { "application/json": { "schema": ok.1 } } });
+    let mut op = json!({
+        "summary": summary,
+        "description": format!("Needs permission `{}`.", permission.name()),
+        "security": [{ "bearer": [] }],
+        "parameters": parameters,
+        "responses": responses,
+    });
+    if let Some(schema) = body {
+        for (status, why) in [
+            (
+                "408",
+                "The body did not arrive within 10 s of the request head",
+            ),
+            (
+                "409",
+                "Already exists, or resourceVersion conflict (the current one is in `currentResourceVersion`)",
+            ),
+            ("413", "Body larger than 1 MiB"),
+            (
+                "415",
+                "Content-Type is not application/json (or application/merge-patch+json for PATCH)",
+            ),
+        ] {
+            op["responses"][status] = error_response(why);
+        }
+        op["requestBody"] = json!({ "required": true, "content": {
+            "application/json": { "schema": schema },
+        } });
+    }
+    op
+}
+
+fn object_schema(kind: &str) -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "kind": { "type": "string", "enum": [kind] },
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": { "type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" },
+                    "uid": { "type": "string" },
+                    "resourceVersion": { "type": "string" },
+                    "generation": { "type": "integer" },
+                    "creationTimestamp": { "type": "string" },
+                    "labels": { "type": "object", "additionalProperties": { "type": "string" } },
+                    "annotations": { "type": "object", "additionalProperties": { "type": "string" } }
+                }
+            },
+            "spec": { "type": "object" },
+            "status": { "type": "object" }
+        }
+    })
+}
+
+/// The object routes of every resource, and the audit log.
+fn object_paths(paths: &mut Map<String, Value>) {
+    let name =
+        json!({ "name": "name", "in": "path", "required": true, "schema": { "type": "string" } });
+    let string = |name: &str, description: &str| json!({ "name": name, "in": "query", "required": false, "description": description, "schema": { "type": "string" } });
+    for r in RESOURCES {
+        let object = object_schema(r.kind);
+        let list = json!({ "type": "object", "required": ["kind", "metadata", "items"], "properties": {
+            "kind": { "type": "string" },
+            "metadata": { "type": "object" },
+            "items": { "type": "array", "items": object.clone() }
+        } });
+        let collection = format!("/api/v1/{}", r.plural);
+        paths.insert(collection.clone(), json!({
+            "get": object_operation(
+                format!("List {}s ({}); with watch=true, a stream of newline-delimited JSON events", r.kind, r.summary),
+                Permission::ObjectsRead,
+                json!([
+                    string("labelSelector", "a=b, a!=b, a, !a, comma-separated"),
+                    string("limit", "page size"),
+                    string("continue", "the previous page's metadata.continue"),
+                    string("watch", "true: stream ADDED, MODIFIED, DELETED, BOOKMARK events"),
+                    string("resourceVersion", "watch from this version"),
+                    string("allowWatchBookmarks", "true: BOOKMARK events"),
+                ]),
+                None,
+                ("200", list),
+            ),
+            "post": object_operation(
+                format!("Create a {}", r.kind),
+                r.write,
+                json!([]),
+                Some(object.clone()),
+                ("201", object.clone()),
+            ),
+        }));
+        let item = format!("{collection}/{{name}}");
+        paths.insert(item.clone(), json!({
+            "get": object_operation(format!("Read a {}", r.kind), Permission::ObjectsRead, json!([name]), None, ("200", object.clone())),
+            "put": object_operation(format!("Replace a {} (metadata.resourceVersion required)", r.kind), r.write, json!([name]), Some(object.clone()), ("200", object.clone())),
+            "patch": object_operation(format!("Merge-patch a {}'s labels, annotations and spec (RFC 7386)", r.kind), r.write, json!([name]), Some(object.clone()), ("200", object.clone())),
+            "delete": object_operation(format!("Delete a {}", r.kind), r.write, json!([name, string("resourceVersion", "delete only at this version")]), None, ("200", object.clone())),
+        }));
+        paths.insert(format!("{item}/status"), json!({
+            "get": object_operation(format!("Read a {} with its status", r.kind), Permission::ObjectsRead, json!([name]), None, ("200", object.clone())),
+            "put": object_operation(format!("Replace a {}'s status (controllers)", r.kind), Permission::ObjectsAdmin, json!([name]), Some(object.clone()), ("200", object)),
+        }));
+    }
+    let mut audit = object_operation(
+        "Audit records of object changes, oldest first".into(),
+        Permission::AuditRead,
+        json!([
+            string("since", "RFC 3339 time"),
+            string("until", "RFC 3339 time"),
+            string("actor", "token:<id> or system:<component>"),
+            string("kind", "object kind"),
+            string("name", "object name"),
+            string("limit", "1 to 10000 (default 1000)"),
+        ]),
+        None,
+        (
+            "200",
+            json!({ "type": "object", "required": ["records"], "properties": { "records": { "type": "array", "items": { "type": "object" } } } }),
+        ),
+    );
+    if let Some(responses) = audit["responses"].as_object_mut() {
+        responses.remove("404");
+    }
+    paths.insert("/api/v1/audit".into(), json!({ "get": audit }));
+}
+
 /// The whole document.
 pub fn document() -> Value {
     let mut paths = Map::new();
@@ -268,6 +412,7 @@ pub fn document() -> Value {
         let entry = paths.entry(path).or_insert_with(|| json!({}));
         entry[method.to_ascii_lowercase()] = operation(method, path, permission.name());
     }
+    object_paths(&mut paths);
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -284,7 +429,8 @@ pub fn document() -> Value {
                 "properties": {
                     "code": { "type": "string" },
                     "message": { "type": "string" },
-                    "key": { "type": "string" }
+                    "key": { "type": "string" },
+                    "currentResourceVersion": { "type": "string" }
                 }
             } }
         }

@@ -55,6 +55,9 @@ pub enum ServeError {
     /// A file could not be watched.
     #[error(transparent)]
     Watch(#[from] crate::watch::WatchError),
+    /// The object store could not be opened.
+    #[error("cannot open the object store: {0}")]
+    Store(#[from] kudurru_storage::StoreError),
     /// The control thread's runtime or its signal handlers could not be set up.
     #[error("cannot start the control thread: {0}")]
     Runtime(#[source] std::io::Error),
@@ -67,7 +70,11 @@ impl ServeError {
             Self::Config(_) | Self::Certificate(_) => exit::CONFIG,
             Self::Start(StartError::Bind { .. }) => exit::BIND,
             Self::Start(StartError::Memlock { .. } | StartError::IoUring { .. }) => exit::IO_URING,
-            Self::Start(_) | Self::Listen(_) | Self::Watch(_) | Self::Runtime(_) => exit::START,
+            Self::Start(_)
+            | Self::Listen(_)
+            | Self::Watch(_)
+            | Self::Store(_)
+            | Self::Runtime(_) => exit::START,
         }
     }
 }
@@ -127,7 +134,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .build()
         .map_err(ServeError::Runtime)?;
-    let server = runtime.block_on(control(reloadable, log_handle))?;
+    let server = runtime.block_on(control(reloadable, log_handle, args.ephemeral))?;
     // Ends the watcher tasks and any connection still open past the grace; a blocking task
     // (a settings write) gets a moment to finish. Their handles to the data plane go with them.
     runtime.shutdown_timeout(SHUTDOWN_BLOCKING);
@@ -173,6 +180,7 @@ impl Signals {
 async fn control(
     reloadable: Arc<Reloadable>,
     log_handle: Option<LogHandle>,
+    ephemeral: bool,
 ) -> Result<Arc<kudurru_transports::Server>, ServeError> {
     let mut signals = Signals::install()?;
     let running = reloadable.current();
@@ -181,6 +189,17 @@ async fn control(
     }
     let config = &running.config;
     let validated = running.validated.clone();
+    let store = {
+        let data_dir = validated.data_dir.clone();
+        tokio::task::spawn_blocking(move || crate::objects::open_store(&data_dir, ephemeral))
+            .await
+            .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
+    };
+    if ephemeral {
+        tracing::warn!("--ephemeral: objects are kept in memory and lost when the process ends");
+    } else {
+        tracing::info!(file = %validated.data_dir.join(kudurru_storage::FILE_NAME).display(), "object store");
+    }
     let mut watcher = FileWatcher::new()?;
     // What SIGHUP re-reads: the certificates here, the settings file below.
     let mut on_hangup: Vec<crate::certs::Reload> = Vec::new();
@@ -290,6 +309,8 @@ async fn control(
             reloadable.clone(),
             crate::tokens::TokenStore::new(&validated.data_dir),
             state.clone(),
+            store.clone(),
+            stopped.clone(),
         ));
         crate::files::remove_stale_temporaries(api.tokens.path());
         tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");

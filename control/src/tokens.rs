@@ -35,6 +35,14 @@ pub enum Permission {
     ListsRefresh,
     /// Delete query-log entries.
     QuerylogDelete,
+    /// Read objects (block lists, client groups, policies, zones).
+    ObjectsRead,
+    /// Write the objects an operator manages (block lists, client groups, policies).
+    ObjectsWrite,
+    /// Write every object, and any object's status.
+    ObjectsAdmin,
+    /// Read the audit log.
+    AuditRead,
 }
 
 impl Permission {
@@ -48,6 +56,10 @@ impl Permission {
             Self::InfoRead => "info.read",
             Self::ListsRefresh => "lists.refresh",
             Self::QuerylogDelete => "querylog.delete",
+            Self::ObjectsRead => "objects.read",
+            Self::ObjectsWrite => "objects.write",
+            Self::ObjectsAdmin => "objects.admin",
+            Self::AuditRead => "audit.read",
         }
     }
 }
@@ -88,9 +100,9 @@ impl Role {
     pub fn grants(self, permission: Permission) -> bool {
         use Permission::*;
         let least = match permission {
-            SettingsRead | UpstreamsRead | InfoRead => Self::Viewer,
-            SettingsWrite | ListsRefresh => Self::Operator,
-            NodeWrite | QuerylogDelete => Self::Admin,
+            SettingsRead | UpstreamsRead | InfoRead | ObjectsRead => Self::Viewer,
+            SettingsWrite | ListsRefresh | ObjectsWrite | AuditRead => Self::Operator,
+            NodeWrite | QuerylogDelete | ObjectsAdmin => Self::Admin,
         };
         self >= least
     }
@@ -313,6 +325,11 @@ impl TokenStore {
     /// The role of a presented token, if it is known and current. `max_lifetime` caps every
     /// token's age, whatever expiry it was created with.
     pub fn verify(&self, token: &str, max_lifetime: Duration) -> Result<Role, Refusal> {
+        self.identify(token, max_lifetime).map(|(role, _)| role)
+    }
+
+    /// As [`TokenStore::verify`], with the token's id: the principal its writes are audited as.
+    pub fn identify(&self, token: &str, max_lifetime: Duration) -> Result<(Role, String), Refusal> {
         let rest = token
             .strip_prefix("kdr_")
             .ok_or(Refusal::Unauthorized("malformed token"))?;
@@ -337,7 +354,7 @@ impl TokenStore {
         if now >= entry.expires || now >= entry.created.saturating_add(max_lifetime.as_secs()) {
             return Err(Refusal::Unauthorized("token expired"));
         }
-        Ok(entry.role)
+        Ok((entry.role, entry.id.clone()))
     }
 }
 

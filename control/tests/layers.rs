@@ -13,8 +13,9 @@ const FLOORS: &[&[&str]] = &[
     // The command line (its defaults come from config); tokens and the file watcher (on files).
     &["cli", "tokens", "watch"],
     // The layers (defaults → files → env → flags, from the command line); certificates (loaded
-    // and watched); the lameduck client.
-    &["layers", "certs", "lameduck"],
+    // and watched); the lameduck client; the object kinds, their store and routes (on tokens'
+    // permissions and the HTTP layer's errors).
+    &["layers", "certs", "lameduck", "objects"],
     // The effective configuration and its subscribers; `config check` over the layers.
     &["reload", "check"],
     // The ops listener; the API on top of it (counters, readiness); the OpenAPI document of

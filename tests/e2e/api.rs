@@ -360,7 +360,13 @@ fn the_openapi_document_holds_against_the_running_server() {
         .start();
     let admin = k.token("admin", None);
     let doc = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+    // A watch is a stream that ends when the client leaves: schemathesis reads a response to
+    // its end, so it asks for lists only (tests/e2e/objects.rs reads a watch).
+    let config = dir.join("schemathesis.toml");
+    std::fs::write(&config, "[parameters]\n\"query.watch\" = \"false\"\n").unwrap();
     let out = Command::new(schemathesis())
+        .arg("--config-file")
+        .arg(&config)
         .args(["run", doc, "--url"])
         .arg(format!("http://{}", k.api))
         .arg("-H")
@@ -375,7 +381,12 @@ fn the_openapi_document_holds_against_the_running_server() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("No issues found"), "{text}");
+    // Warnings (operations whose fuzzed inputs mostly 404 or 400) are expected: object names
+    // must exist and specs must pass their kind's rules. Failures and errors are not.
+    assert!(
+        !text.contains("FAILURES") && !text.contains("ERRORS") && text.contains(" passed"),
+        "{text}"
+    );
     assert_eq!(
         k.metric("kudurru_dns_responses_total{rcode=\"none\"}"),
         Some(0.0),

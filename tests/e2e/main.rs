@@ -9,6 +9,7 @@ mod doh;
 mod dot;
 mod http2;
 mod lifecycle;
+mod objects;
 mod quic;
 mod ratelimit;
 mod reload;

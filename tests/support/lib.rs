@@ -731,7 +731,9 @@ impl KudurruBuilder {
                     .arg(data_dir);
             }
             None => {
-                cmd.arg("--api-address").arg("");
+                // No data directory of its own: objects in memory, so parallel servers never
+                // share (and lock) one objects.redb.
+                cmd.arg("--api-address").arg("").arg("--ephemeral");
             }
         }
         if let Some(level) = &self.log_level {

@@ -4,7 +4,7 @@ use serde_json::json;
 
 /// An HTTP error: status, a stable machine-readable `code`, a message for people and, when one
 /// input is to blame, the offending field (`key`). The body is
-/// `{"code": …, "message": …[, "key": …]}`.
+/// `{"code": …, "message": …[, "key": …][, "currentResourceVersion": …]}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpError {
     /// HTTP status.
@@ -17,6 +17,8 @@ pub struct HttpError {
     pub key: Option<String>,
     /// The `Allow` header of a 405 (RFC 9110 §15.5.6).
     pub allow: Option<String>,
+    /// For a resourceVersion conflict, the object's current version (read it, retry).
+    pub current_resource_version: Option<String>,
 }
 
 impl HttpError {
@@ -28,6 +30,7 @@ impl HttpError {
             message: message.into(),
             key: None,
             allow: None,
+            current_resource_version: None,
         }
     }
 
@@ -43,6 +46,9 @@ impl HttpError {
         let mut body = json!({ "code": self.code, "message": self.message });
         if let Some(key) = &self.key {
             body["key"] = key.as_str().into();
+        }
+        if let Some(version) = &self.current_resource_version {
+            body["currentResourceVersion"] = version.as_str().into();
         }
         body
     }

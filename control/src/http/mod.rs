@@ -80,6 +80,29 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed_unsync()
 }
 
+/// A body streamed from a channel, chunk by chunk as they are sent; it ends when the sender
+/// is dropped. Dropping the body (the client went away) closes the channel, which tells the
+/// sender to stop.
+pub fn channel_body(chunks: tokio::sync::mpsc::Receiver<Bytes>) -> Body {
+    ChannelBody(chunks).boxed_unsync()
+}
+
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|bytes| Ok(hyper::body::Frame::data(bytes))))
+    }
+}
+
 /// A response with `status`, `content_type` and a whole body.
 pub fn respond(status: u16, content_type: &'static str, body: impl Into<Bytes>) -> Response {
     let mut response = http::Response::new(full(body));
