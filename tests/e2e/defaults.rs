@@ -4,7 +4,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use kudurru_e2e::{Scratch, kudurru_bin};
+use kudurru_e2e::{Kudurru, Scratch, TestUpstream, bench_bin, kudurru_bin};
+use serde_json::Value;
+
+/// kudurru-bench's default `--suffix`.
+const DEFAULT_SUFFIX: &str = "kudurru-bench.example.";
 
 fn kudurru(args: &[&str]) -> (bool, String, String) {
     let output = Command::new(kudurru_bin())
@@ -73,4 +77,54 @@ fn completions_for_every_shell_and_a_man_page_per_subcommand() {
     }
     let serve = std::fs::read_to_string(pages.join("kudurru-serve.1")).unwrap();
     assert!(serve.contains("\\-\\-config"), "{serve}");
+}
+
+/// Regression: the default pool was under `kudurru-bench.test.`, which kudurru answers itself
+/// (RFC 6761, NXDOMAIN), so a default run measured local NXDOMAIN answers and never the cache.
+#[test]
+fn bench_default_pool_is_answered_by_the_cache_and_the_upstream() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let target = format!("udp://{}", k.addr);
+    let output = Command::new(bench_bin("kudurru-bench"))
+        .args([&target, "--duration", "2s", "--concurrency", "50"])
+        .args(["--json", "-"])
+        .output()
+        .expect("kudurru-bench runs");
+    let summary = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "kudurru-bench failed: {summary}");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    let sent = report["sent"].as_u64().unwrap();
+    assert!(
+        sent > 2000,
+        "every pool name asked more than once: {report}"
+    );
+    assert_eq!(report["answered"].as_u64(), Some(sent), "{report}");
+    assert_eq!(
+        report["rcodes"]["NOERROR"].as_u64(),
+        Some(sent),
+        "every answer NOERROR, none NXDOMAIN: {report}"
+    );
+    // The output says what the default measures.
+    let asks = report["questions"].as_str().unwrap();
+    assert!(
+        asks.starts_with("1000 names p0…p999.kudurru-bench.example. (A)")
+            && asks.contains("cache hits"),
+        "{asks}"
+    );
+    assert!(
+        summary.contains(&format!("asks        {asks}")),
+        "{summary}"
+    );
+    // Each pool name went upstream once, and the rest came from the cache.
+    assert_eq!(upstream.names_under(DEFAULT_SUFFIX), 1000);
+    for i in [0, 500, 999] {
+        assert_eq!(upstream.total(&format!("p{i}.{DEFAULT_SUFFIX}")), 1);
+    }
+    // Counters are copied from the cores once a second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while k.metric_sum("kudurru_cache_hits_total") == 0.0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(k.metric_sum("kudurru_cache_hits_total") > 0.0);
 }
