@@ -149,6 +149,79 @@ pub fn pool(suffix: &str, count: usize, qtype: &str) -> Result<Vec<Question>, Qu
         .collect()
 }
 
+/// The default `--suffix`: an ordinary name under `example.` (RFC 2606), which resolvers forward
+/// like any other (RFC 6761 §6.5 asks them not to treat it as special) and which no public zone
+/// delegates, so a target's cache or its upstream answers it (kudurru-echo `--mode answer`
+/// does, the e2e tests' upstream does) and nothing points off the machine. A `.test` suffix
+/// would be answered by kudurru itself (RFC 6761 §6.2, NXDOMAIN) and never reach the cache.
+pub const DEFAULT_SUFFIX: &str = "kudurru-bench.example.";
+
+/// Special-use zones that kudurru (and Unbound, by default) answers itself, never from its
+/// cache or an upstream: RFC 6761 §6.2-6.4, RFC 7686.
+const ANSWERED_LOCALLY: [&str; 4] = ["test", "localhost", "invalid", "onion"];
+
+/// The special-use zone `name` is under, when resolvers answer names under it themselves.
+pub fn answered_locally(name: &str) -> Option<&'static str> {
+    let last = name.trim_end_matches('.').rsplit('.').next()?;
+    ANSWERED_LOCALLY
+        .into_iter()
+        .find(|zone| zone.eq_ignore_ascii_case(last))
+}
+
+/// Where the fixed questions of a run come from, for [`describe`].
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    /// `count` generated names `p0.SUFFIX` ….
+    Pool {
+        /// Names in the pool.
+        count: usize,
+    },
+    /// `count` questions from a query file.
+    File {
+        /// The file as given.
+        path: &'a Path,
+        /// Questions in it.
+        count: usize,
+    },
+}
+
+/// What a run asks and so what it measures on a caching target, in one line for the report.
+pub fn describe(source: Source<'_>, suffix: &str, qtype: &str, miss_ratio: f64) -> String {
+    let suffix = format!("{}.", suffix.trim_end_matches('.'));
+    let mut text = match (source, miss_ratio >= 1.0) {
+        (_, true) => format!(
+            "only fresh random names under {suffix} ({qtype}): every query a cache miss that \
+             goes upstream"
+        ),
+        (Source::Pool { count }, false) => format!(
+            "{count} names p0…p{}.{suffix} ({qtype}), each asked over and over: cache hits once \
+             the target has asked upstream for each",
+            count.saturating_sub(1)
+        ),
+        (Source::File { path, count }, false) => format!(
+            "{count} questions from {}, asked over and over: cache hits once the target has \
+             asked upstream for each",
+            path.display()
+        ),
+    };
+    if miss_ratio > 0.0 && miss_ratio < 1.0 {
+        text.push_str(&format!(
+            "; {:.0}% fresh random names under {suffix}: cache misses",
+            miss_ratio * 100.0
+        ));
+    } else if miss_ratio == 0.0 {
+        text.push_str(" (--miss-ratio F for misses)");
+    }
+    let generated = miss_ratio > 0.0 || matches!(source, Source::Pool { .. });
+    if let Some(zone) = answered_locally(&suffix).filter(|_| generated) {
+        text.push_str(&format!(
+            "; but names under .{zone} are special-use (RFC 6761): a resolver such as kudurru \
+             answers them itself, never from its cache or an upstream"
+        ));
+    }
+    text
+}
+
 /// How queries are flagged: RD always; EDNS(0) optional.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
@@ -448,6 +521,34 @@ mod tests {
             QueryMix::new(Vec::new(), "s.test", "A", 1.5, PLAIN).unwrap_err(),
             MixError::Ratio(1.5)
         );
+    }
+
+    #[test]
+    fn default_suffix_reaches_the_cache() {
+        assert_eq!(answered_locally(DEFAULT_SUFFIX), None);
+        assert_eq!(answered_locally("kudurru-bench.test."), Some("test"));
+        assert_eq!(answered_locally("a.LOCALHOST"), Some("localhost"));
+        assert_eq!(answered_locally("contest."), None);
+        let default = describe(Source::Pool { count: 1000 }, DEFAULT_SUFFIX, "A", 0.0);
+        assert!(
+            default.starts_with("1000 names p0…p999.kudurru-bench.example. (A)")
+                && default.contains("cache hits")
+                && !default.contains("special-use"),
+            "{default}"
+        );
+        let local = describe(Source::Pool { count: 10 }, "s.test", "A", 0.0);
+        assert!(local.contains("special-use"), "{local}");
+        let mixed = describe(Source::Pool { count: 10 }, "s.example", "AAAA", 0.2);
+        assert!(
+            mixed.contains("20% fresh random names under s.example."),
+            "{mixed}"
+        );
+        let file = Source::File {
+            path: Path::new("q.txt"),
+            count: 3,
+        };
+        assert!(!describe(file, "s.test", "A", 0.0).contains("special-use"));
+        assert!(describe(file, "s.test", "A", 1.0).starts_with("only fresh"));
     }
 
     #[test]

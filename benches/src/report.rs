@@ -43,6 +43,10 @@ pub struct Report {
     pub format: u32,
     /// The target URL.
     pub target: String,
+    /// What the run asked and so what it measured on a caching target (empty in reports
+    /// written before it existed).
+    #[serde(default)]
+    pub questions: String,
     /// `open` (fixed rate) or `closed` (fixed concurrency).
     pub model: String,
     /// Offered rate of an open loop, queries per second.
@@ -158,6 +162,7 @@ impl Report {
         Self {
             format: FORMAT,
             target: plan.target.to_string(),
+            questions: plan.questions.clone(),
             model: model.into(),
             rate,
             concurrency,
@@ -227,6 +232,9 @@ impl Report {
             "kudurru-bench {}: {load}; {} core(s) × {} connection(s){streams}; {:.2} s, timeout {} ms",
             self.target, self.cores, self.connections, self.duration_s, self.timeout_ms
         );
+        if !self.questions.is_empty() {
+            let _ = writeln!(s, "  asks        {}", self.questions);
+        }
         let _ = writeln!(
             s,
             "  sent        {:>12}   (fresh names {})",
@@ -418,6 +426,7 @@ mod tests {
             mix: Arc::new(
                 QueryMix::new(pool("s.test", 1, "A").unwrap(), "s.test", "A", 0.0, shape).unwrap(),
             ),
+            questions: String::new(),
             load: Load::Closed { concurrency: 10 },
             duration: Duration::from_secs(2),
             timeout: Duration::from_millis(500),

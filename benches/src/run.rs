@@ -47,6 +47,8 @@ pub struct Plan {
     pub target: Target,
     /// What to ask.
     pub mix: Arc<QueryMix>,
+    /// What the mix asks, in words ([`crate::queries::describe`]), for the report.
+    pub questions: String,
     /// How load is offered.
     pub load: Load,
     /// How long queries are sent.
@@ -314,6 +316,7 @@ mod tests {
             plan: Arc::new(Plan {
                 target: "udp://127.0.0.1:53".parse().unwrap(),
                 mix: Arc::new(mix.unwrap()),
+                questions: String::new(),
                 load: Load::Open { rate: 1000.0 },
                 duration,
                 timeout: Duration::from_secs(1),

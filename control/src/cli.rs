@@ -58,6 +58,17 @@ pub enum Command {
         #[command(subcommand)]
         command: SettingsCommand,
     },
+    /// Print a shell completion script: `kudurru completions bash > /etc/bash_completion.d/kudurru`.
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages, kudurru.1 and one per subcommand (kudurru-serve.1, …), into DIR.
+    Man {
+        /// Where to write them (created if missing).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 /// `kudurru api …`.

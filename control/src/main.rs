@@ -2,7 +2,7 @@
 
 #![forbid(unsafe_code)]
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use kudurru_control::cli::{
     ApiCommand, CertCommand, Cli, ClientArgs, Command, ConfigCommand, ServeArgs, SettingsCommand,
     TokenCommand,
@@ -138,8 +138,30 @@ fn main() {
                 serve::exit::CONFIG
             }
         },
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "kudurru",
+                &mut std::io::stdout(),
+            );
+            serve::exit::OK
+        }
+        Command::Man { dir } => match write_man_pages(&dir) {
+            Ok(()) => serve::exit::OK,
+            Err(e) => {
+                eprintln!("kudurru man: {}: {e}", dir.display());
+                serve::exit::CONFIG
+            }
+        },
     };
     std::process::exit(code);
+}
+
+/// Writes `kudurru.1` and a page per subcommand (`kudurru-config-check.1`, …) into `dir`.
+fn write_man_pages(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    clap_mangen::generate_to(Cli::command(), dir)
 }
 
 /// The binary's own errors: each module's typed error, shown as its message.

@@ -5,6 +5,7 @@
 mod api;
 mod bench;
 mod control;
+mod defaults;
 mod doh;
 mod dot;
 mod http2;

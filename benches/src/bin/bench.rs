@@ -42,8 +42,10 @@ struct Args {
     /// Names in the generated pool (`p0.SUFFIX` …) when no --queries file is given.
     #[arg(long, default_value_t = 1000)]
     pool: usize,
-    /// Suffix of pool names and of fresh names.
-    #[arg(long, default_value = "kudurru-bench.test.")]
+    /// Suffix of pool names and of fresh names. The default is an ordinary name that the
+    /// target's upstream answers (kudurru-echo --mode answer does), so pool names are cache
+    /// hits; a name under .test or .localhost would be answered by the target itself.
+    #[arg(long, default_value = queries::DEFAULT_SUFFIX)]
     suffix: String,
     /// Share of queries (0 to 1) for fresh random names under --suffix, never asked before:
     /// cache misses for the target.
@@ -186,6 +188,14 @@ fn plan(args: &Args) -> Result<Plan> {
         Some(path) => queries::read_query_file(path)?,
         None => queries::pool(&args.suffix, args.pool, &args.qtype).context("--pool names")?,
     };
+    let source = match &args.queries {
+        Some(path) => queries::Source::File {
+            path,
+            count: fixed.len(),
+        },
+        None => queries::Source::Pool { count: args.pool },
+    };
+    let questions = queries::describe(source, &args.suffix, &args.qtype, args.miss_ratio);
     let shape = Shape {
         edns_payload: args.edns,
         dnssec_ok: args.dnssec,
@@ -233,6 +243,7 @@ fn plan(args: &Args) -> Result<Plan> {
     Ok(Plan {
         target,
         mix: Arc::new(mix),
+        questions,
         load,
         duration: args.duration,
         timeout: args.timeout,
