@@ -479,33 +479,24 @@ impl Api {
             },
             Err(e) => check("data_dir", "warn", format!("{}: {e}", dir.display())),
         }
-        let exposed: Vec<String> = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|entry| {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                name.ends_with(".redb") || name == crate::tokens::FILE
-            })
-            .filter(|entry| {
-                entry
-                    .metadata()
-                    .is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
-            })
-            .map(|entry| entry.path().display().to_string())
-            .collect();
-        if exposed.is_empty() {
-            check(
+        // The data directory and its files (objects.redb, tokens.json): no access for group
+        // or others, as they are created.
+        match kudurru_storage::files::check_modes(dir) {
+            Ok(warnings) if warnings.is_empty() => check(
                 "databases",
                 "ok",
-                "no database or token file is world-readable".into(),
-            );
-        } else {
-            check(
+                "the data directory and its files are private (0700, 0600)".into(),
+            ),
+            Ok(warnings) => check(
                 "databases",
                 "warn",
-                format!("world-readable (chmod 600 them): {}", exposed.join(", ")),
-            );
+                warnings
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            Err(e) => check("databases", "warn", e.to_string()),
         }
         let messages = self.messages();
         let worst = messages

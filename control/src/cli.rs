@@ -51,7 +51,72 @@ pub enum Command {
         command: CertCommand,
     },
     /// Upstreams of a running server: queries, errors, latency, health (GET /api/v1/upstreams).
-    Upstreams(ClientArgs),
+    Upstreams {
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ClientArgs,
+    },
+    /// Show objects (client groups, …) of a running server.
+    Get {
+        /// The kind (ClientGroup) or its plural (clientgroups).
+        kind: String,
+        /// One object; all of the kind when absent.
+        name: Option<String>,
+        /// table, json or toml (toml is what `apply` reads).
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ClientArgs,
+    },
+    /// Create or update objects from a TOML or JSON file, or every such file of a directory.
+    Apply {
+        /// The file or directory.
+        #[arg(short = 'f', long = "filename", value_name = "PATH")]
+        path: PathBuf,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ClientArgs,
+    },
+    /// Delete an object.
+    Delete {
+        /// The kind or its plural.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ClientArgs,
+    },
+    /// Enable an object (remove its kudurru.io/enabled: "false" annotation).
+    Enable {
+        /// The kind or its plural.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ClientArgs,
+    },
+    /// Disable an object (kudurru.io/enabled: "false"): consumers treat it as absent.
+    Disable {
+        /// The kind or its plural.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ClientArgs,
+    },
+    /// The object store's audit log.
+    Audit {
+        /// What to do.
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Effective settings and where they come from.
     Settings {
         /// What to do.
@@ -193,6 +258,30 @@ pub struct ServeArgs {
     pub ephemeral: bool,
 }
 
+/// How `kudurru get` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// Columns for people.
+    Table,
+    /// The API's JSON.
+    Json,
+    /// TOML, as `apply` reads it.
+    Toml,
+}
+
+/// `kudurru audit …`.
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
+pub enum AuditCommand {
+    /// Check the audit log's hash chain in <data dir>/objects.redb, read-only (works while the
+    /// server runs); exit 1 when a record was changed or removed out of order.
+    Verify {
+        /// Where the configuration comes from (storage.dataDir).
+        #[command(flatten)]
+        args: ServeArgs,
+    },
+}
+
 /// How a command reaches a running server's API.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ClientArgs {
@@ -212,9 +301,6 @@ pub struct ClientArgs {
     /// TOML node file to find the API's address in.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Print the API's JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// `kudurru token …`: API tokens in the data directory (the server picks changes up at once).

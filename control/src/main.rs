@@ -4,10 +4,12 @@
 
 use clap::{CommandFactory, Parser};
 use kudurru_control::cli::{
-    ApiCommand, CertCommand, Cli, ClientArgs, Command, ConfigCommand, ServeArgs, SettingsCommand,
-    TokenCommand,
+    ApiCommand, AuditCommand, CertCommand, Cli, ClientArgs, Command, ConfigCommand, ServeArgs,
+    SettingsCommand, TokenCommand,
 };
-use kudurru_control::{certs, check, client, config, lameduck, layers, openapi, serve, tokens};
+use kudurru_control::{
+    certs, check, client, config, lameduck, layers, objects, openapi, serve, tokens,
+};
 
 fn main() {
     let cli = Cli::parse();
@@ -31,16 +33,36 @@ fn main() {
                 e.exit_code()
             }
         },
-        Command::Upstreams(args) => match upstreams(&args) {
-            Ok(text) => {
-                print!("{text}");
-                serve::exit::OK
-            }
-            Err(e) => {
-                eprintln!("kudurru upstreams: {e}");
-                serve::exit::CONFIG
-            }
-        },
+        Command::Upstreams { json, api } => report("upstreams", upstreams(&api, json)),
+        Command::Audit {
+            command: AuditCommand::Verify { args },
+        } => report("audit verify", audit_verify(&args)),
+        Command::Get {
+            kind,
+            name,
+            output,
+            api,
+        } => report(
+            "get",
+            api_client(&api)
+                .and_then(|c| Ok(objects::cli::get(&c, &kind, name.as_deref(), output)?)),
+        ),
+        Command::Apply { path, api } => report(
+            "apply",
+            api_client(&api).and_then(|c| Ok(objects::cli::apply(&c, &path)?)),
+        ),
+        Command::Delete { kind, name, api } => report(
+            "delete",
+            api_client(&api).and_then(|c| Ok(objects::cli::delete(&c, &kind, &name)?)),
+        ),
+        Command::Enable { kind, name, api } => report(
+            "enable",
+            api_client(&api).and_then(|c| Ok(objects::cli::set_enabled(&c, &kind, &name, true)?)),
+        ),
+        Command::Disable { kind, name, api } => report(
+            "disable",
+            api_client(&api).and_then(|c| Ok(objects::cli::set_enabled(&c, &kind, &name, false)?)),
+        ),
         Command::Config {
             command:
                 ConfigCommand::Check {
@@ -247,15 +269,48 @@ fn api_client(args: &ClientArgs) -> Result<client::ApiClient, Failure> {
     Ok(client::ApiClient::new(&url, token, args.ca.as_deref())?)
 }
 
+/// `kudurru audit verify`: the chain of the configured data directory's store.
+fn audit_verify(args: &ServeArgs) -> Result<String, Failure> {
+    let validated = serve::effective_config(args)?.0.validate()?;
+    let path = validated.data_dir.join(kudurru_storage::FILE_NAME);
+    let report = kudurru_storage::verify_audit_file(&path)?;
+    Ok(match report.first_seq {
+        None => format!(
+            "{}: the audit chain is intact (no records kept)\n",
+            path.display()
+        ),
+        Some(first) => format!(
+            "{}: the audit chain is intact: {} records, {first} to {}\n",
+            path.display(),
+            report.records,
+            report.last_seq
+        ),
+    })
+}
+
+/// Prints a command's output, or its error; the exit code.
+fn report(command: &str, result: Result<String, Failure>) -> i32 {
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            serve::exit::OK
+        }
+        Err(e) => {
+            eprintln!("kudurru {command}: {e}");
+            serve::exit::CONFIG
+        }
+    }
+}
+
 /// `kudurru upstreams`: the server's upstream counters as a table (or its JSON).
-fn upstreams(args: &ClientArgs) -> Result<String, Failure> {
+fn upstreams(args: &ClientArgs, json: bool) -> Result<String, Failure> {
     let api = api_client(args)?;
     let answer = api.call("GET", "/api/v1/upstreams", None)?;
     if answer.status != 200 {
         let message = answer.body["message"].as_str().unwrap_or("");
         return Err(format!("{} answered {}: {message}", api.url(), answer.status).into());
     }
-    if args.json {
+    if json {
         return Ok(format!("{:#}\n", answer.body));
     }
     let mut out = format!(

@@ -320,8 +320,12 @@ async fn control(
             stopped.clone(),
         ));
     }
-    // Not in `tasks`: it never ends on its own, and the runtime's end stops it.
+    // Not in `tasks`: they never end on their own, and the runtime's end stops them.
     tokio::spawn(crate::health::watch(state.clone()));
+    tokio::spawn(crate::objects::prune_audit(
+        store.clone(),
+        validated.audit_retention,
+    ));
     tasks.spawn(http::serve(ops_listener, ops::handler(state), stopped));
     let hangup = || {
         tracing::info!(

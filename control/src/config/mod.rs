@@ -15,6 +15,7 @@
 //! `SECTIONS`.
 
 mod api;
+mod audit;
 mod auth;
 mod cache;
 mod docs;
@@ -37,6 +38,7 @@ mod validate;
 use serde::{Deserialize, Serialize};
 
 pub use api::{ApiSection, DEFAULT_API_ADDRESS};
+pub use audit::{AuditSection, DEFAULT_AUDIT_RETENTION};
 pub use auth::{AuthSection, DEFAULT_TOKEN_MAX_LIFETIME, TokensSection};
 pub use cache::{CacheSection, DEFAULT_CACHE_MAX_ENTRIES};
 pub use docs::render_key_table;
@@ -95,6 +97,8 @@ pub struct Config {
     pub storage: StorageSection,
     /// `auth.*`.
     pub auth: AuthSection,
+    /// `audit.*`.
+    pub audit: AuditSection,
     /// `log.*`.
     pub log: LogSection,
 }
@@ -116,6 +120,7 @@ impl Default for Config {
             api: ApiSection::default(),
             storage: StorageSection::default(),
             auth: AuthSection::default(),
+            audit: AuditSection::default(),
             log: LogSection::default(),
         }
     }
@@ -149,6 +154,7 @@ static SECTIONS: &[&[KeyInfo]] = &[
     api::KEYS,
     storage::KEYS,
     auth::KEYS,
+    audit::KEYS,
     log::KEYS,
 ];
 

@@ -159,6 +159,7 @@ impl Config {
             "auth.tokens.maxLifetime",
             &self.auth.tokens.max_lifetime,
         ));
+        let audit_retention = problems.take(duration("audit.retention", &self.audit.retention));
         let api_address = if self.api.address.is_empty() {
             Some(None)
         } else {
@@ -254,6 +255,7 @@ impl Config {
             Some(drain_delay),
             Some(ratelimit),
             Some(token_max_lifetime),
+            Some(audit_retention),
             Some(api_address),
             Some(ops_address),
         ) = (
@@ -265,6 +267,7 @@ impl Config {
             drain_delay,
             ratelimit,
             token_max_lifetime,
+            audit_retention,
             api_address,
             ops_address,
         )
@@ -315,6 +318,7 @@ impl Config {
             data_dir,
             data_dir_note,
             token_max_lifetime,
+            audit_retention,
         })
     }
 }
@@ -342,6 +346,8 @@ pub struct Validated {
     pub data_dir_note: Option<String>,
     /// `auth.tokens.maxLifetime`.
     pub token_max_lifetime: Duration,
+    /// `audit.retention`.
+    pub audit_retention: Duration,
 }
 
 /// The host's name, the `server.identity` answer when none is set.

@@ -7,6 +7,7 @@
 //! Kinds arrive with their features (block lists, policies, zones); each registers its spec
 //! validator here and gets its routes, permissions and OpenAPI entry from this table.
 
+pub mod cli;
 mod kinds;
 pub mod routes;
 
@@ -73,6 +74,36 @@ pub fn open_store(data_dir: &Path, ephemeral: bool) -> Result<Arc<dyn ObjectStor
         return Ok(Arc::new(MemoryStore::new(options)));
     }
     Ok(Arc::new(RedbStore::open(data_dir, options)?))
+}
+
+/// How often the audit log is pruned (besides once at start).
+pub const AUDIT_PRUNE_PERIOD: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Removes audit records older than `retention`, now and every [`AUDIT_PRUNE_PERIOD`], on the
+/// blocking pool; runs until the runtime ends.
+pub async fn prune_audit(store: Arc<dyn ObjectStore>, retention: std::time::Duration) {
+    let mut tick = tokio::time::interval(AUDIT_PRUNE_PERIOD);
+    loop {
+        tick.tick().await;
+        let store = store.clone();
+        let pruned = tokio::task::spawn_blocking(move || {
+            let cutoff = kudurru_storage::Timestamp::now().unix_millis()
+                - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+            store.audit_prune(kudurru_storage::Timestamp::from_unix_millis(cutoff))
+        })
+        .await;
+        match pruned {
+            Ok(Ok(report)) if report.removed > 0 => tracing::info!(
+                removed = report.removed,
+                anchor = report.anchor_seq,
+                retention = %humantime::format_duration(retention),
+                "audit records past their retention removed"
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "the audit log could not be pruned"),
+            Err(e) => tracing::error!(error = %e, "the audit prune task failed"),
+        }
+    }
 }
 
 #[cfg(test)]
