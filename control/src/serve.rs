@@ -326,6 +326,7 @@ async fn control(
         store.clone(),
         validated.audit_retention,
     ));
+    tokio::spawn(crate::objects::bookmarks(store.clone()));
     tasks.spawn(http::serve(ops_listener, ops::handler(state), stopped));
     let hangup = || {
         tracing::info!(

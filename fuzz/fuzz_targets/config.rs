@@ -22,6 +22,7 @@ fuzz_target!(|text: &str| {
     let inputs = Inputs {
         node: None,
         env: Vec::new(),
+        ignored_env: Vec::new(),
         flags: ServeArgs::default(),
     };
     if sharable {

@@ -44,8 +44,10 @@ pub(super) const KEYS: &[KeyInfo] = &[key! {
 /// so `kudurru token create` and `kudurru serve` meet without a flag. A configured directory
 /// is used as given.
 pub(super) fn resolve_data_dir(configured: &str) -> (PathBuf, Option<String>) {
+    // Probed once per process: every validation (reloads, API checks) asks again.
+    static DEFAULT_WRITABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let path = PathBuf::from(configured);
-    if configured != DEFAULT_DATA_DIR || writable(&path) {
+    if configured != DEFAULT_DATA_DIR || *DEFAULT_WRITABLE.get_or_init(|| writable(&path)) {
         return (path, None);
     }
     let state = std::env::var_os("XDG_STATE_HOME")

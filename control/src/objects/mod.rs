@@ -106,6 +106,23 @@ pub async fn prune_audit(store: Arc<dyn ObjectStore>, retention: std::time::Dura
     }
 }
 
+/// How often watches that asked for bookmarks get one (Kubernetes sends them about once a
+/// minute), so a client watching a quiet kind keeps a fresh resourceVersion to resume from.
+pub const BOOKMARK_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Sends a BOOKMARK to every watch that asked for them every [`BOOKMARK_PERIOD`].
+pub async fn bookmarks(store: Arc<dyn ObjectStore>) {
+    let mut tick = tokio::time::interval(BOOKMARK_PERIOD);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let store = store.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.progress_notify()).await {
+            tracing::warn!(error = %e, "watch bookmarks could not be sent");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
