@@ -858,9 +858,30 @@ fn patched_keys(patch: &Map<String, Value>, scope: Scope) -> Result<Vec<&'static
 
 /// The credentials of an `Authorization: Bearer <token>` header; the scheme is matched
 /// case-insensitively (RFC 9110 §11.1).
-fn bearer_token(header: &str) -> Option<&str> {
+pub fn bearer_token(header: &str) -> Option<&str> {
     let (scheme, token) = header.trim().split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// A settings PATCH body checked and merged into an empty document, as `PATCH /settings`
+/// (`Scope::Cluster`) or `/node/config` (`Scope::Node`) would merge it into the current one;
+/// the error is the answer the API would send.
+pub fn parse_patch(body: &[u8], scope: Scope) -> Result<toml::Table, Reply> {
+    let patch = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => {
+            return Err(error(
+                400,
+                "invalid_json",
+                "the body must be a JSON object of keys",
+            ));
+        }
+        Err(e) => return Err(error(400, "invalid_json", e.to_string())),
+    };
+    patched_keys(&patch, scope)?;
+    let mut document = toml::Table::new();
+    merge(&mut document, &patch, "");
+    Ok(document)
 }
 
 /// Checks one patched value against its key's type, so a wrong type is an error naming the

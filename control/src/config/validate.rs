@@ -84,6 +84,18 @@ impl Config {
         if self.upstreams.is_empty() {
             problems.push("upstreams", "", "at least one upstream is needed");
         }
+        for upstream in &upstreams {
+            if let Some(listener) = listeners.iter().find(|l| is_own_listener(l, upstream)) {
+                problems.push(
+                    "upstreams",
+                    upstream,
+                    format!(
+                        "is kudurru's own listener {} (server.listen): every query would loop until it times out",
+                        listener.addr
+                    ),
+                );
+            }
+        }
         let available = kudurru_transports::sys::available_cpus();
         let cpus = if !self.server.cpus.is_empty() {
             if let Some(bad) = self.server.cpus.iter().find(|c| !available.contains(c)) {
@@ -350,6 +362,27 @@ pub struct Validated {
     pub audit_retention: Duration,
 }
 
+/// Whether `upstream` reaches one of kudurru's own listeners: the same port on the listener's
+/// address, or on any loopback address when the listener is a wildcard (0.0.0.0, ::). A loop
+/// through another resolver is not visible here.
+fn is_own_listener(listener: &ListenerSpec, upstream: &UpstreamSpec) -> bool {
+    let (l, u) = (listener.addr, upstream.addr);
+    if l.port() != u.port() {
+        return false;
+    }
+    let speaks = match (&listener.protocol, upstream.protocol) {
+        (kudurru_transports::Protocol::Dns { udp, .. }, kudurru_core::UpstreamProtocol::Udp) => {
+            *udp
+        }
+        (kudurru_transports::Protocol::Dns { tcp, .. }, kudurru_core::UpstreamProtocol::Tcp) => {
+            *tcp
+        }
+        _ => false,
+    };
+    let same_ip = l.ip() == u.ip() || (l.ip().is_unspecified() && u.ip().is_loopback());
+    speaks && same_ip
+}
+
 /// The host's name, the `server.identity` answer when none is set.
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -408,6 +441,32 @@ mod tests {
                 .to_string()
                 .contains("upstream.timeout")
         );
+    }
+
+    #[test]
+    fn an_upstream_that_is_one_of_the_listeners_is_a_forwarding_loop() {
+        let looped = |listen: &str, upstream: &str| {
+            let c = Config {
+                upstreams: vec![upstream.into()],
+                server: super::super::ServerSection {
+                    listen: vec![listen.into()],
+                    ..Default::default()
+                },
+                ..Config::default()
+            };
+            c.validate()
+                .err()
+                .is_some_and(|e| e.to_string().contains("own listener"))
+        };
+        assert!(looped("127.0.0.1:5300", "udp://127.0.0.1:5300"));
+        assert!(looped("0.0.0.0:53", "udp://127.0.0.1:53"));
+        assert!(looped("tcp://[::1]:53", "tcp://[::1]:53"));
+        assert!(
+            !looped("tcp://127.0.0.1:53", "udp://127.0.0.1:53"),
+            "TCP only listener"
+        );
+        assert!(!looped("127.0.0.1:5300", "udp://127.0.0.1:53"));
+        assert!(!looped("127.0.0.1:53", "udp://127.0.0.2:53"));
     }
 
     #[test]
