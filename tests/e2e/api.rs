@@ -520,3 +520,62 @@ fn a_dead_upstream_is_logged_once_failed_by_doctor_and_shown_by_kudurru_upstream
     assert_eq!(text.matches("is unhealthy").count(), 1, "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn patches_name_the_key_at_fault_keys_are_exact_and_the_scheme_is_any_case() {
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()]).start();
+    let admin = k.token("admin", None);
+    let lower = format!("bearer {admin}");
+    let patch = |body: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "-X", "PATCH", "-w", "\n%{http_code}"])
+            .arg(format!("http://{}/api/v1/settings", k.api))
+            .arg("-H")
+            .arg(format!("Authorization: {lower}"))
+            .args([
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                body,
+            ])
+            .output()
+            .expect("curl runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, status) = text.rsplit_once('\n').expect("status line");
+        (
+            status.parse::<u16>().unwrap(),
+            serde_json::from_str::<serde_json::Value>(body).unwrap_or_default(),
+        )
+    };
+    // The scheme in lower case is accepted (RFC 9110 §11.1).
+    let (status, ok) = patch(r#"{"cache":{"maxTTL":600}}"#);
+    assert_eq!(status, 200, "{ok}");
+    // A second spelling of a key is not a second key.
+    let (status, e) = patch(r#"{"cache.maxTTL":86400,"cache.maxttl":5}"#);
+    assert_eq!(
+        (status, e["code"].as_str(), e["key"].as_str()),
+        (400, Some("unknown_key"), Some("cache.maxttl"))
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean cache.maxTTL"),
+        "{e}"
+    );
+    // A JSON type error names the key, in an operator's words.
+    let (status, e) = patch(r#"{"cache":{"maxTTL":"abc"}}"#);
+    assert_eq!(
+        (status, e["key"].as_str()),
+        (400, Some("cache.maxTTL")),
+        "{e}"
+    );
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("expected a whole number") && !message.contains("TOML"),
+        "{message}"
+    );
+    // Nothing above changed the value the first patch set.
+    let (_, settings) = curl(&k, "GET", "/api/v1/settings", Some(&admin), None);
+    assert_eq!(settings["values"]["cache"]["maxTTL"], 600);
+}
