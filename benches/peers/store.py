@@ -3,7 +3,7 @@
 
 One command (from the repository root):
 
-    python3 benches/peers/store.py                    # 10,000 objects of 1 KiB, ~4 minutes
+    python3 benches/peers/store.py                    # 10,000 objects of 1 KiB, ~2 minutes + build
     python3 benches/peers/store.py --objects 1000     # a quick look
 
 Each server in turn (never both at once) runs pinned to CPU 0 on a fresh data directory:
