@@ -159,9 +159,12 @@ pub fn file_problems(path: &Path, text: &str, settings_file: bool) -> Vec<Proble
         Ok(table) => table,
         Err(e) => {
             let e: toml::de::Error = e;
-            let line = e
-                .span()
-                .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+            // An error at the very end (an unclosed array) points past the last line.
+            let last = text.lines().count().max(1);
+            let line = e.span().map(|span| {
+                let before = text.get(..span.start.min(text.len())).unwrap_or(text);
+                (before.matches('\n').count() + 1).min(last)
+            });
             return vec![Problem {
                 place: at(line),
                 key: None,
@@ -324,6 +327,15 @@ mod tests {
         assert!(
             shown[3].starts_with("s.toml:6: server.listen: a node-scope"),
             "{shown:#?}"
+        );
+        let unclosed = file_problems(
+            Path::new("s.toml"),
+            "[cache]\nminlisten = [[\"x\"]\n",
+            false,
+        );
+        assert_eq!(
+            unclosed[0].place, "s.toml:2",
+            "found by the config_check fuzz target"
         );
         let broken = file_problems(Path::new("s.toml"), "[cache]\nminTTL = = 5\n", false);
         assert_eq!(broken.len(), 1);

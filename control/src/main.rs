@@ -273,7 +273,15 @@ fn api_client(args: &ClientArgs) -> Result<client::ApiClient, Failure> {
 fn audit_verify(args: &ServeArgs) -> Result<String, Failure> {
     let validated = serve::effective_config(args)?.0.validate()?;
     let path = validated.data_dir.join(kudurru_storage::FILE_NAME);
-    let report = kudurru_storage::verify_audit_file(&path)?;
+    let report = kudurru_storage::verify_audit_file(&path).map_err(|e| -> Failure {
+        let text = e.to_string();
+        if text.to_ascii_lowercase().contains("repair") {
+            // A file a killed server left needs redb's repair, which only a writer may do.
+            format!("{text}: the store was not closed cleanly; start `kudurru serve` once (it repairs the file), then verify again").into()
+        } else {
+            e.into()
+        }
+    })?;
     Ok(match report.first_seq {
         None => format!(
             "{}: the audit chain is intact (no records kept)\n",

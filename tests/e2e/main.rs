@@ -5,6 +5,7 @@
 mod api;
 mod bench;
 mod control;
+mod crash;
 mod defaults;
 mod doh;
 mod dot;

@@ -568,6 +568,7 @@ pub struct KudurruBuilder {
     log_level: Option<String>,
     stderr: Option<PathBuf>,
     tls: Option<(PathBuf, PathBuf)>,
+    data_dir: Option<PathBuf>,
 }
 
 impl Kudurru {
@@ -581,6 +582,7 @@ impl Kudurru {
             log_level: Some("warn".into()),
             stderr: None,
             tls: None,
+            data_dir: None,
         }
     }
 
@@ -631,6 +633,13 @@ impl Kudurru {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Sends SIGKILL (no shutdown of any kind) and waits for the process to be gone.
+    pub fn kill(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        signal(&child, libc::SIGKILL);
+        child.wait().expect("kudurru is reaped after SIGKILL")
     }
 
     /// The process id.
@@ -703,6 +712,13 @@ impl KudurruBuilder {
         self
     }
 
+    /// Uses `dir` as the data directory instead of a fresh one, so a restart finds what the
+    /// previous server stored (objects, tokens).
+    pub fn data_dir(mut self, dir: &std::path::Path) -> Self {
+        self.data_dir = Some(dir.to_owned());
+        self
+    }
+
     /// The command that would run, for tests that expect a start failure.
     pub fn command(&self, port: u16, ops_port: u16) -> Command {
         self.command_with_api(port, ops_port, None)
@@ -769,8 +785,9 @@ impl KudurruBuilder {
             let port = free_port();
             let ops_port = free_port();
             let api_port = free_port();
-            let data_dir = std::env::temp_dir()
-                .join(format!("kudurru-e2e-data-{}-{port}", std::process::id()));
+            let data_dir = self.data_dir.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("kudurru-e2e-data-{}-{port}", std::process::id()))
+            });
             let mut command = self.command_with_api(port, ops_port, Some((api_port, &data_dir)));
             let encrypted = self.tls.as_ref().map(|(cert, key)| {
                 let (tls_port, https_port, quic_port) = (free_port(), free_port(), free_port());
