@@ -368,6 +368,12 @@ impl Api {
         if public && !running.validated.settings.ratelimit.enabled() {
             push("warning", "ratelimit_off", "a listener is on a non-loopback address and the rate limiter is off (ratelimit.qps = 0)".into());
         }
+        if public
+            && running.validated.settings.acl.is_open()
+            && !running.validated.settings.ratelimit.enabled()
+        {
+            push("warning", "open_resolver", "an open resolver: a listener is on a non-loopback address, server.allow admits every client (0.0.0.0/0 or ::/0) and the rate limiter is off (ratelimit.qps = 0); it can be used to amplify attacks on others".into());
+        }
         if !running.validated.ops_address.ip().is_loopback() {
             push(
                 "warning",

@@ -283,8 +283,8 @@ async fn control(
     });
     reloadable.subscribe("data plane settings", move |change| {
         // Cores pick the new snapshot up between queries: cache capacity (maintenance, once a
-        // second), TTL clamps (next insert), limiter (next query), upstream set (next resolution; one in
-        // flight finishes on the set it started with).
+        // second), TTL clamps (next insert), access list and limiter (next query), upstream
+        // set (next resolution; one in flight finishes on the set it started with).
         settings.store(Arc::new(change.new.validated.settings.clone()));
     });
     if let Some(path) = reloadable.settings_path() {

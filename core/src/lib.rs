@@ -14,6 +14,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod answer;
 pub mod cache;
 pub mod doh;
@@ -30,6 +31,7 @@ pub mod settings;
 pub mod upstream;
 pub mod wire;
 
+pub use acl::{AccessList, AclAction};
 pub use answer::{AnswerKind, CachedAnswer, ReplyError, TtlPolicy};
 pub use cache::{Cache, CacheStats};
 pub use framing::FrameBuffer;

@@ -2,6 +2,7 @@
 //! clients (dig, raw sockets for what no client sends on purpose). All traffic stays on
 //! 127.0.0.1; the default public upstreams are never used.
 
+mod acl;
 mod api;
 mod bench;
 mod control;

@@ -155,6 +155,7 @@ impl Config {
             }),
         );
         let ratelimit = problems.take(self.ratelimit.validate());
+        let acl = problems.take(self.server.access_list());
         let token_max_lifetime = problems.take(duration(
             "auth.tokens.maxLifetime",
             &self.auth.tokens.max_lifetime,
@@ -253,6 +254,7 @@ impl Config {
             Some(shutdown_grace),
             Some(drain_delay),
             Some(ratelimit),
+            Some(acl),
             Some(token_max_lifetime),
             Some(api_address),
             Some(ops_address),
@@ -264,6 +266,7 @@ impl Config {
             shutdown_grace,
             drain_delay,
             ratelimit,
+            acl,
             token_max_lifetime,
             api_address,
             ops_address,
@@ -301,6 +304,7 @@ impl Config {
             tcp_max_pipelined: self.tcp.max_pipelined,
             tls_handshake_timeout,
             shutdown_grace,
+            acl: acl.into(),
             ratelimit,
             ratelimit_table_size: self.ratelimit.table_size,
         };

@@ -185,6 +185,7 @@ mod tests {
             shutdown_grace: Duration::from_millis(100),
             ratelimit: RateLimit::default(),
             ratelimit_table_size: 1024,
+            acl: Default::default(),
         }
     }
 
