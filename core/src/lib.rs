@@ -17,6 +17,7 @@
 pub mod acl;
 pub mod answer;
 pub mod cache;
+pub mod cache_control;
 pub mod doh;
 pub mod doq;
 pub mod framing;

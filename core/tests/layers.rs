@@ -16,8 +16,9 @@ const FLOORS: &[&[&str]] = &[
     // The cache (of answers), and the settings snapshot (over answers' TTL policy, local names,
     // the access list, the limiter's and the upstreams' settings).
     &["cache", "settings"],
-    // The query pipeline: its stage is built from the settings snapshot.
-    &["pipeline"],
+    // The query pipeline: its stage is built from the settings snapshot; and what an operator
+    // asks of the caches (flush scopes, dump entries).
+    &["pipeline", "cache_control"],
 ];
 
 #[test]
