@@ -5,6 +5,7 @@
 mod acl;
 mod api;
 mod bench;
+mod cache;
 mod control;
 mod defaults;
 mod doh;
