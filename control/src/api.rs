@@ -365,9 +365,18 @@ impl Api {
             Ok(query) => query,
             Err(e) => return e.into(),
         };
-        let subtree = match query.flag("subtree") {
-            Ok(subtree) => subtree,
-            Err(e) => return e.into(),
+        let subtree = match query.get("subtree") {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return HttpError::new(
+                    400,
+                    "invalid_value",
+                    format!("subtree must be true or false, not {other:?}"),
+                )
+                .with_key("subtree")
+                .into();
+            }
         };
         let scope = match query.get("name") {
             None => NameScope::All,

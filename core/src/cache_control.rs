@@ -44,6 +44,9 @@ pub enum NameError {
     /// A backslash escape: not accepted here.
     #[error("`{0}` has a backslash; escapes are not supported")]
     Escape(String),
+    /// A space, a control character or a character outside ASCII (write IDNs as `xn--`).
+    #[error("{0:?} has a character other than printable ASCII (write IDNs in their xn-- form)")]
+    Character(String),
 }
 
 impl NameScope {
@@ -83,6 +86,12 @@ impl NameScope {
 fn name_to_wire(name: &str) -> Result<Vec<u8>, NameError> {
     if name.contains('\\') {
         return Err(NameError::Escape(name.into()));
+    }
+    if name.is_empty() {
+        return Err(NameError::EmptyLabel(name.into()));
+    }
+    if !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(NameError::Character(name.into()));
     }
     let trimmed = name.strip_suffix('.').unwrap_or(name);
     let mut wire = Vec::with_capacity(trimmed.len() + 2);
@@ -195,6 +204,16 @@ mod tests {
             NameScope::parse("a\\.b", false),
             Err(NameError::Escape(_))
         ));
+        assert!(matches!(
+            NameScope::parse("", true),
+            Err(NameError::EmptyLabel(_))
+        ));
+        for bad in ["a b", "\u{dd}\u{3}l", "caf\u{e9}.example"] {
+            assert!(
+                matches!(NameScope::parse(bad, false), Err(NameError::Character(_))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
