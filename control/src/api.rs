@@ -22,11 +22,13 @@ use crate::health::upstream_totals;
 use crate::http::{Handler, HttpError, Request as HttpRequest, Response};
 use crate::layers::{FileLayer, Layer};
 use crate::objects::ObjectStore;
-use crate::objects::routes::{self, Target};
+use crate::objects::routes::{self, Query, Target};
 use crate::ops::OpsState;
 use crate::reload::Reloadable;
 use crate::tokens::{Permission, Refusal, TokenStore};
+use kudurru_core::cache_control::NameScope;
 use kudurru_storage::{Actor, Watch};
+use kudurru_transports::{CacheCommand, CacheControl, CacheReport};
 
 /// Largest request body accepted on the settings routes.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -43,7 +45,16 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
     ("GET", "/api/v1/upstreams", Permission::UpstreamsRead),
     ("GET", "/api/v1/info/messages", Permission::InfoRead),
     ("GET", "/api/v1/doctor", Permission::InfoRead),
+    ("GET", "/api/v1/cache", Permission::CacheRead),
+    ("DELETE", "/api/v1/cache", Permission::CacheFlush),
+    ("GET", "/api/v1/cache/dump", Permission::CacheDump),
 ];
+
+/// How long a cache command waits for the cores' reports.
+const CACHE_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Entries a dump lists per core unless `limit` says otherwise, and the most it may say.
+const DUMP_DEFAULT_LIMIT: usize = 1000;
+const DUMP_MAX_LIMIT: usize = 100_000;
 
 /// An API response: status and JSON body.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,6 +132,8 @@ pub struct Api {
     /// Turns true when the server stops: watch streams end then, so shutdown need not wait
     /// for their clients.
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// Every core's cache (`/api/v1/cache`); `None` when no data plane runs (tests).
+    pub cache: Option<CacheControl>,
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.
     writes: Mutex<()>,
@@ -158,6 +171,7 @@ impl Api {
             ops,
             store,
             stopping,
+            cache: None,
             writes: Mutex::new(()),
         }
     }
@@ -294,12 +308,124 @@ impl Api {
             ("GET", "/api/v1/upstreams") => self.upstreams(),
             ("GET", "/api/v1/info/messages") => ok(json!({ "messages": self.messages() })),
             ("GET", "/api/v1/doctor") => self.doctor(),
+            ("GET", "/api/v1/cache") => self.cache_stats(),
+            ("DELETE", "/api/v1/cache") => self.cache_flush(&request.query),
+            ("GET", "/api/v1/cache/dump") => self.cache_dump(&request.query),
             ("PATCH", path) => match json_body(request) {
                 Ok(patch) if path == "/api/v1/settings" => self.patch_settings(&patch),
                 Ok(patch) => self.patch_node(&patch),
                 Err(reply) => reply,
             },
             _ => error(404, "not_found", format!("no route {}", request.path)),
+        }
+    }
+
+    /// Runs `command` on every core; a 503 without a data plane.
+    fn cache_command(&self, command: &CacheCommand) -> Result<Vec<Value>, Reply> {
+        let Some(cache) = &self.cache else {
+            return Err(error(503, "no_data_plane", "no cores are running"));
+        };
+        let reports = cache.run(command, CACHE_COMMAND_TIMEOUT);
+        Ok(reports
+            .into_iter()
+            .enumerate()
+            .map(|(core, report)| match report {
+                None => json!({ "core": core, "error": "the core did not answer in time" }),
+                Some(CacheReport::Flushed { shard, l1 }) => {
+                    json!({ "core": core, "removed": shard + l1, "shard": shard, "l1": l1 })
+                }
+                Some(CacheReport::Stats(s)) => json!({
+                    "core": core, "entries": s.entries, "capacity": s.capacity,
+                    "l1Entries": s.l1_entries, "l1Capacity": s.l1_capacity,
+                    "hits": s.hits, "misses": s.misses,
+                }),
+                Some(CacheReport::Dump { entries, total }) => json!({
+                    "core": core,
+                    "total": total,
+                    "truncated": total > entries.len(),
+                    "entries": entries.iter().map(|e| json!({
+                        "name": e.name, "type": e.rtype, "class": e.class, "ttl": e.ttl,
+                        "rcode": e.rcode, "kind": e.kind,
+                    })).collect::<Vec<_>>(),
+                }),
+            })
+            .collect())
+    }
+
+    fn cache_stats(&self) -> Reply {
+        match self.cache_command(&CacheCommand::Stats) {
+            Ok(cores) => ok(json!({ "cores": cores })),
+            Err(reply) => reply,
+        }
+    }
+
+    /// `DELETE /api/v1/cache?name=NAME&subtree=true|false`: no name flushes everything.
+    fn cache_flush(&self, query: &str) -> Reply {
+        let query = match Query::parse(query) {
+            Ok(query) => query,
+            Err(e) => return e.into(),
+        };
+        let subtree = match query.get("subtree") {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return HttpError::new(
+                    400,
+                    "invalid_value",
+                    format!("subtree must be true or false, not {other:?}"),
+                )
+                .with_key("subtree")
+                .into();
+            }
+        };
+        let scope = match query.get("name") {
+            None => NameScope::All,
+            Some(name) => match NameScope::parse(name, subtree) {
+                Ok(scope) => scope,
+                Err(e) => {
+                    return HttpError::new(400, "invalid_value", e.to_string())
+                        .with_key("name")
+                        .into();
+                }
+            },
+        };
+        match self.cache_command(&CacheCommand::Flush(scope)) {
+            Ok(cores) => {
+                let removed: u64 = cores.iter().filter_map(|c| c["removed"].as_u64()).sum();
+                tracing::info!(
+                    name = query.get("name").unwrap_or("(all)"),
+                    subtree,
+                    removed,
+                    "cache flushed"
+                );
+                ok(json!({ "removed": removed, "cores": cores }))
+            }
+            Err(reply) => reply,
+        }
+    }
+
+    /// `GET /api/v1/cache/dump?limit=N`: at most N fresh answers per core (default 1000).
+    fn cache_dump(&self, query: &str) -> Reply {
+        let query = match Query::parse(query) {
+            Ok(query) => query,
+            Err(e) => return e.into(),
+        };
+        let limit = match query.get("limit").map(str::parse::<usize>) {
+            None => DUMP_DEFAULT_LIMIT,
+            Some(Ok(limit)) if (1..=DUMP_MAX_LIMIT).contains(&limit) => limit,
+            Some(_) => {
+                return HttpError::new(
+                    400,
+                    "invalid_value",
+                    format!("limit must be 1 to {DUMP_MAX_LIMIT}"),
+                )
+                .with_key("limit")
+                .into();
+            }
+        };
+        match self.cache_command(&CacheCommand::Dump { limit }) {
+            Ok(cores) => ok(json!({ "cores": cores })),
+            Err(reply) => reply,
         }
     }
 
@@ -367,6 +493,12 @@ impl Api {
             .any(|l| !l.addr.ip().is_loopback());
         if public && !running.validated.settings.ratelimit.enabled() {
             push("warning", "ratelimit_off", "a listener is on a non-loopback address and the rate limiter is off (ratelimit.qps = 0)".into());
+        }
+        if public
+            && running.validated.settings.acl.is_open()
+            && !running.validated.settings.ratelimit.enabled()
+        {
+            push("warning", "open_resolver", "an open resolver: a listener is on a non-loopback address, server.allow admits every client (0.0.0.0/0 or ::/0) and the rate limiter is off (ratelimit.qps = 0); it can be used to amplify attacks on others".into());
         }
         if !running.validated.ops_address.ip().is_loopback() {
             push(

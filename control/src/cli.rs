@@ -117,6 +117,12 @@ pub enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// The caches of a running server: flush, dump, stats (through the API, on every core).
+    Cache {
+        /// What to do.
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
     /// Effective settings and where they come from.
     Settings {
         /// What to do.
@@ -133,6 +139,49 @@ pub enum Command {
         /// Where to write them (created if missing).
         #[arg(value_name = "DIR")]
         dir: PathBuf,
+    },
+}
+
+/// `kudurru cache …`.
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// Remove NAME (any case), with --subtree also every name below it, or with no NAME
+    /// everything, from every core's shard and L1 (DELETE /api/v1/cache): the next query for
+    /// it goes upstream.
+    Flush {
+        /// The name to flush; everything when omitted.
+        name: Option<String>,
+        /// Also every name below NAME (Unbound's flush_zone).
+        #[arg(long, requires = "name")]
+        subtree: bool,
+        /// Print the API's JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// The cached answers each core owns: name, TTL left, class, type, rcode (GET
+    /// /api/v1/cache/dump; needs an operator token, since it shows what clients asked).
+    Dump {
+        /// Most answers listed per core (1 to 100000).
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+        /// Print the API's JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Entries, capacity, hits and misses per core (GET /api/v1/cache).
+    Stats {
+        /// Print the API's JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        client: ClientArgs,
     },
 }
 

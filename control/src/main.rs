@@ -4,8 +4,8 @@
 
 use clap::{CommandFactory, Parser};
 use kudurru_control::cli::{
-    ApiCommand, AuditCommand, CertCommand, Cli, ClientArgs, Command, ConfigCommand, ServeArgs,
-    SettingsCommand, TokenCommand,
+    ApiCommand, AuditCommand, CacheCommand, CertCommand, Cli, ClientArgs, Command, ConfigCommand,
+    ServeArgs, SettingsCommand, TokenCommand,
 };
 use kudurru_control::{
     certs, check, client, config, lameduck, layers, objects, openapi, serve, tokens,
@@ -63,6 +63,16 @@ fn main() {
             "disable",
             api_client(&api).and_then(|c| Ok(objects::cli::set_enabled(&c, &kind, &name, false)?)),
         ),
+        Command::Cache { command } => match cache(&command) {
+            Ok(text) => {
+                print!("{text}");
+                serve::exit::OK
+            }
+            Err(e) => {
+                eprintln!("kudurru cache: {e}");
+                serve::exit::CONFIG
+            }
+        },
         Command::Config {
             command:
                 ConfigCommand::Check {
@@ -337,6 +347,120 @@ fn upstreams(args: &ClientArgs, json: bool) -> Result<String, Failure> {
         ));
     }
     Ok(out)
+}
+
+/// `kudurru cache flush | dump | stats`: one API call, its answer as text lines (or its JSON).
+fn cache(command: &CacheCommand) -> Result<String, Failure> {
+    let (args, json, method, path) = match command {
+        CacheCommand::Flush {
+            name,
+            subtree,
+            json,
+            client,
+        } => {
+            let query = match name {
+                Some(name) => format!("?name={}&subtree={subtree}", percent_encode(name)),
+                None => String::new(),
+            };
+            (client, *json, "DELETE", format!("/api/v1/cache{query}"))
+        }
+        CacheCommand::Dump {
+            limit,
+            json,
+            client,
+        } => (
+            client,
+            *json,
+            "GET",
+            format!("/api/v1/cache/dump?limit={limit}"),
+        ),
+        CacheCommand::Stats { json, client } => (client, *json, "GET", "/api/v1/cache".to_owned()),
+    };
+    let api = api_client(args)?;
+    let answer = api.call(method, &path, None)?;
+    if answer.status != 200 {
+        let message = answer.body["message"].as_str().unwrap_or("");
+        return Err(format!("{} answered {}: {message}", api.url(), answer.status).into());
+    }
+    if json {
+        return Ok(format!("{:#}\n", answer.body));
+    }
+    let cores = answer.body["cores"].as_array().cloned().unwrap_or_default();
+    let mut out = String::new();
+    let int = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    match command {
+        CacheCommand::Flush { .. } => {
+            for c in &cores {
+                match c["error"].as_str() {
+                    Some(e) => out.push_str(&format!("core {}: {e}\n", int(&c["core"]))),
+                    None => out.push_str(&format!(
+                        "core {}: removed {} ({} owned, {} L1 copies)\n",
+                        int(&c["core"]),
+                        int(&c["removed"]),
+                        int(&c["shard"]),
+                        int(&c["l1"])
+                    )),
+                }
+            }
+            out.push_str(&format!("removed {}\n", int(&answer.body["removed"])));
+        }
+        CacheCommand::Dump { .. } => {
+            for c in &cores {
+                if let Some(e) = c["error"].as_str() {
+                    out.push_str(&format!("; core {}: {e}\n", int(&c["core"])));
+                    continue;
+                }
+                for e in c["entries"].as_array().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "{}\t{}\t{}\t{}\t{}\n",
+                        e["name"].as_str().unwrap_or("?"),
+                        int(&e["ttl"]),
+                        e["class"].as_str().unwrap_or("?"),
+                        e["type"].as_str().unwrap_or("?"),
+                        e["rcode"].as_str().unwrap_or("?"),
+                    ));
+                }
+                if c["truncated"] == true {
+                    out.push_str(&format!(
+                        "; core {}: {} answers, listing cut at --limit\n",
+                        int(&c["core"]),
+                        int(&c["total"])
+                    ));
+                }
+            }
+        }
+        CacheCommand::Stats { .. } => {
+            out.push_str(&format!(
+                "{:<6} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}\n",
+                "CORE", "ENTRIES", "CAPACITY", "L1", "L1 CAPACITY", "HITS", "MISSES"
+            ));
+            for c in &cores {
+                out.push_str(&format!(
+                    "{:<6} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}\n",
+                    int(&c["core"]),
+                    int(&c["entries"]),
+                    int(&c["capacity"]),
+                    int(&c["l1Entries"]),
+                    int(&c["l1Capacity"]),
+                    int(&c["hits"]),
+                    int(&c["misses"])
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `text` with every byte but unreserved ones (RFC 3986 §2.3) as `%XX`, for a query string.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Writes a self-signed pair: the key with mode 0600, created fresh (never through a link).

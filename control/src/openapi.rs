@@ -188,6 +188,92 @@ fn messages_schema() -> Value {
     })
 }
 
+/// `{"cores": [...]}` with one object per core: `item`, or an `error` for a core that did not
+/// answer in time.
+fn per_core_schema(item: Value, extra: Option<(&str, Value)>) -> Value {
+    let mut schema = json!({
+        "type": "object",
+        "required": ["cores"],
+        "properties": { "cores": { "type": "array", "items": {
+            "type": "object",
+            "required": ["core"],
+            "properties": item,
+        } } }
+    });
+    if let Some((name, value)) = extra {
+        schema["required"] = json!(["cores", name]);
+        schema["properties"][name] = value;
+    }
+    schema["properties"]["cores"]["items"]["properties"]["core"] = json!({ "type": "integer" });
+    schema["properties"]["cores"]["items"]["properties"]["error"] = json!({ "type": "string" });
+    schema
+}
+
+fn cache_stats_schema() -> Value {
+    let int = json!({ "type": "integer" });
+    per_core_schema(
+        json!({
+            "entries": int, "capacity": int, "l1Entries": int, "l1Capacity": int,
+            "hits": int, "misses": int,
+        }),
+        None,
+    )
+}
+
+fn cache_flush_schema() -> Value {
+    let int = json!({ "type": "integer" });
+    per_core_schema(
+        json!({ "removed": int, "shard": int, "l1": int }),
+        Some(("removed", int.clone())),
+    )
+}
+
+fn cache_dump_schema() -> Value {
+    per_core_schema(
+        json!({
+            "total": { "type": "integer" },
+            "truncated": { "type": "boolean" },
+            "entries": { "type": "array", "items": {
+                "type": "object",
+                "required": ["name", "type", "class", "ttl", "rcode", "kind"],
+                "properties": {
+                    "name": { "type": "string" },
+                    "type": { "type": "string" },
+                    "class": { "type": "string" },
+                    "ttl": { "type": "integer" },
+                    "rcode": { "type": "string" },
+                    "kind": { "type": "string", "enum": ["positive", "negative", "failure"] }
+                }
+            } }
+        }),
+        None,
+    )
+}
+
+/// The query parameters of a fixed route: (name, schema, description).
+fn parameters(method: &str, path: &str) -> Vec<(&'static str, Value, &'static str)> {
+    match (method, path) {
+        ("DELETE", "/api/v1/cache") => vec![
+            (
+                "name",
+                json!({ "type": "string" }),
+                "the name to flush (any case; no name flushes everything)",
+            ),
+            (
+                "subtree",
+                json!({ "type": "boolean" }),
+                "also every name below it",
+            ),
+        ],
+        ("GET", "/api/v1/cache/dump") => vec![(
+            "limit",
+            json!({ "type": "integer", "minimum": 1, "maximum": 100000 }),
+            "most entries per core (default 1000)",
+        )],
+        _ => Vec::new(),
+    }
+}
+
 fn operation(method: &str, path: &str, permission: &str) -> Value {
     let (summary, ok_schema, body) = match (method, path) {
         ("GET", "/api/v1/settings") => (
@@ -225,6 +311,21 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             None,
         ),
         ("GET", "/api/v1/doctor") => ("Self-checks: each ok, warn or fail", checks_schema(), None),
+        ("GET", "/api/v1/cache") => (
+            "Cache sizes and counters per core (shard and L1)",
+            cache_stats_schema(),
+            None,
+        ),
+        ("DELETE", "/api/v1/cache") => (
+            "Flush a name, a subtree or everything from every core's shard and L1",
+            cache_flush_schema(),
+            None,
+        ),
+        ("GET", "/api/v1/cache/dump") => (
+            "The cached answers each core owns, bounded per core",
+            cache_dump_schema(),
+            None,
+        ),
         _ => ("", json!({}), None),
     };
     let mut responses = json!({
@@ -237,6 +338,19 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         "description": format!("Needs permission `{permission}`."),
         "security": [{ "bearer": [] }],
     });
+    let parameters = parameters(method, path);
+    if !parameters.is_empty() {
+        responses["400"] = error_response("A query parameter is invalid (it is named)");
+        op["parameters"] = parameters
+            .into_iter()
+            .map(|(name, schema, description)| {
+                json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": description })
+            })
+            .collect();
+    }
+    if path.starts_with("/api/v1/cache") {
+        responses["503"] = error_response("No data plane runs");
+    }
     if let Some(schema) = body {
         for (status, why) in [
             (

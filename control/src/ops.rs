@@ -10,7 +10,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 
 use kudurru_transports::metrics::{
-    DOH_STATUS_LABELS, HttpVersion, LATENCY_BOUNDS, MAX_UPSTREAMS, RCODE_LABELS, UpstreamError,
+    ACL_ACTION_LABELS, DOH_STATUS_LABELS, HttpVersion, LATENCY_BOUNDS, MAX_UPSTREAMS, RCODE_LABELS,
+    UpstreamError,
 };
 use kudurru_transports::{CoreMetrics, SharedSettings, Transport};
 
@@ -167,6 +168,16 @@ pub fn render_metrics(state: &OpsState) -> String {
             .iter()
             .enumerate()
             .map(|(i, label)| (label, sum(m, |c| c.responses[i].load(Relaxed)))),
+    );
+    labelled(
+        &mut out,
+        "kudurru_acl_refused_total",
+        "Queries from clients outside server.allow/server.deny, by what they got (server.aclAction).",
+        "action",
+        ACL_ACTION_LABELS
+            .iter()
+            .enumerate()
+            .map(|(i, label)| (label, sum(m, |c| c.acl_refused[i].load(Relaxed)))),
     );
     let cache: [(&str, &str, &str, Counter); 6] = [
         (

@@ -31,6 +31,9 @@ pub const HOT_KEYS: &[&str] = &[
     "ratelimit.burst",
     "ratelimit.slip",
     "ratelimit.allowlist",
+    "server.allow",
+    "server.deny",
+    "server.aclAction",
     "log.level",
 ];
 

@@ -283,8 +283,8 @@ async fn control(
     });
     reloadable.subscribe("data plane settings", move |change| {
         // Cores pick the new snapshot up between queries: cache capacity (maintenance, once a
-        // second), TTL clamps (next insert), limiter (next query), upstream set (next resolution; one in
-        // flight finishes on the set it started with).
+        // second), TTL clamps (next insert), access list and limiter (next query), upstream
+        // set (next resolution; one in flight finishes on the set it started with).
         settings.store(Arc::new(change.new.validated.settings.clone()));
     });
     if let Some(path) = reloadable.settings_path() {
@@ -305,13 +305,15 @@ async fn control(
     let (stop_http, stopped) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     if let Some(listener) = api_listener {
-        let api = Arc::new(crate::api::Api::new(
+        let mut api = crate::api::Api::new(
             reloadable.clone(),
             crate::tokens::TokenStore::new(&validated.data_dir),
             state.clone(),
             store.clone(),
             stopped.clone(),
-        ));
+        );
+        api.cache = Some(server.cache_control());
+        let api = Arc::new(api);
         crate::files::remove_stale_temporaries(api.tokens.path());
         tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");
         tasks.spawn(http::serve(

@@ -43,6 +43,12 @@ pub enum Permission {
     ObjectsAdmin,
     /// Read the audit log.
     AuditRead,
+    /// Read cache sizes and counters (`GET /api/v1/cache`).
+    CacheRead,
+    /// List cached names (`GET /api/v1/cache/dump`): operator, since it shows what clients asked.
+    CacheDump,
+    /// Flush cached answers (`DELETE /api/v1/cache`).
+    CacheFlush,
 }
 
 impl Permission {
@@ -60,6 +66,9 @@ impl Permission {
             Self::ObjectsWrite => "objects.write",
             Self::ObjectsAdmin => "objects.admin",
             Self::AuditRead => "audit.read",
+            Self::CacheRead => "cache.read",
+            Self::CacheDump => "cache.dump",
+            Self::CacheFlush => "cache.flush",
         }
     }
 }
@@ -100,8 +109,10 @@ impl Role {
     pub fn grants(self, permission: Permission) -> bool {
         use Permission::*;
         let least = match permission {
-            SettingsRead | UpstreamsRead | InfoRead | ObjectsRead => Self::Viewer,
-            SettingsWrite | ListsRefresh | ObjectsWrite | AuditRead => Self::Operator,
+            SettingsRead | UpstreamsRead | InfoRead | ObjectsRead | CacheRead => Self::Viewer,
+            SettingsWrite | ListsRefresh | ObjectsWrite | AuditRead | CacheDump | CacheFlush => {
+                Self::Operator
+            }
             NodeWrite | QuerylogDelete | ObjectsAdmin => Self::Admin,
         };
         self >= least
@@ -381,6 +392,10 @@ mod tests {
         assert!(!Role::Viewer.grants(Permission::SettingsWrite));
         assert!(Role::Operator.grants(Permission::SettingsWrite));
         assert!(!Role::Operator.grants(Permission::NodeWrite));
+        assert!(Role::Viewer.grants(Permission::CacheRead));
+        assert!(!Role::Viewer.grants(Permission::CacheDump));
+        assert!(!Role::Viewer.grants(Permission::CacheFlush));
+        assert!(Role::Operator.grants(Permission::CacheFlush));
         assert!(Role::Admin.grants(Permission::QuerylogDelete));
         assert_eq!(Role::parse("admin").ok(), Some(Role::Admin));
         assert!(Role::parse("root").is_err());

@@ -207,6 +207,11 @@ impl CachedAnswer {
             && &self.data[HEADER_LEN..usize::from(self.question_end)] == key.question()
     }
 
+    /// The question it answers in canonical wire form: lowercased qname, qtype, qclass.
+    pub fn question(&self) -> &[u8] {
+        &self.data[HEADER_LEN..usize::from(self.question_end)]
+    }
+
     /// Whether this answer may still be served at `now`.
     pub fn is_fresh(&self, now: Instant) -> bool {
         now < self.expires()

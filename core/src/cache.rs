@@ -187,6 +187,28 @@ impl Cache {
         dropped
     }
 
+    /// Removes every answer `remove` picks; returns how many were removed. Walks the whole
+    /// shard: for operator commands (`kudurru cache flush`), not the query path.
+    pub fn remove_where(&mut self, mut remove: impl FnMut(&CachedAnswer) -> bool) -> usize {
+        let mut removed = 0;
+        let mut i = 0;
+        while i < self.slots.len() {
+            if remove(&self.slots[i].answer) {
+                // The last slot moves into `i`: look at `i` again.
+                self.remove_slot(i);
+                removed += 1;
+            } else {
+                i += 1;
+            }
+        }
+        removed
+    }
+
+    /// The answers held, fresh or not yet reclaimed, in slot order.
+    pub fn answers(&self) -> impl Iterator<Item = &Arc<CachedAnswer>> {
+        self.slots.iter().map(|s| &s.answer)
+    }
+
     /// Number of answers held (fresh or not yet reclaimed).
     pub fn len(&self) -> usize {
         self.slots.len()

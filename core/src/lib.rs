@@ -14,8 +14,10 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod answer;
 pub mod cache;
+pub mod cache_control;
 pub mod doh;
 pub mod doq;
 pub mod framing;
@@ -30,6 +32,7 @@ pub mod settings;
 pub mod upstream;
 pub mod wire;
 
+pub use acl::{AccessList, AclAction};
 pub use answer::{AnswerKind, CachedAnswer, ReplyError, TtlPolicy};
 pub use cache::{Cache, CacheStats};
 pub use framing::FrameBuffer;

@@ -60,7 +60,8 @@ pub fn address_bits(addr: IpAddr) -> u128 {
     }
 }
 
-fn mask(len: u8) -> u128 {
+/// The mask of a prefix `len` bits long, in the 128-bit form.
+pub(crate) fn mask(len: u8) -> u128 {
     match len {
         0 => 0,
         len => u128::MAX << (128 - u32::from(len.min(128))),
@@ -90,6 +91,16 @@ impl Prefix {
     /// Whether `addr` lies inside this prefix.
     pub fn contains(&self, addr: IpAddr) -> bool {
         address_bits(addr) & mask(self.len) == self.bits
+    }
+
+    /// The network in the 128-bit form of [`address_bits`].
+    pub(crate) fn network_bits(&self) -> u128 {
+        self.bits
+    }
+
+    /// The length in the 128-bit form (an IPv4 /24 is 120).
+    pub(crate) fn length(&self) -> u8 {
+        self.len
     }
 
     /// The network address and length in the prefix's own family.

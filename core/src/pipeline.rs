@@ -1,6 +1,8 @@
 //! The ingress and rate-limit stages: bytes in, a decision out.
 //!
 //! ```text
+//! client ─▶ access list (acl) ─ refused ─▶ Refused: REFUSED answer, or nothing (aclAction)
+//!   │ served
 //! bytes ─▶ scan (wire) ─┬─ garbage / QR=1 ─────────────▶ Drop (send nothing)
 //!                       ├─ FORMERR / NOTIMP / BADVERS ─▶ Respond (error written to `out`)
 //!                       ├─ health.kudurru.internal. ───▶ Respond (SERVFAIL in lameduck)
@@ -10,12 +12,15 @@
 //!                       └─ otherwise ──────────────────▶ Resolve(query): cache, then upstream
 //! ```
 //!
-//! Error answers and the health name come before the limiter: an error answer is never larger
+//! The access list comes first, before the message is even scanned: a refused client costs
+//! one prefix lookup, and learns nothing else (not even lameduck). Error answers and the
+//! health name come before the limiter: an error answer is never larger
 //! than the query that caused it, and a health checker must see lameduck whatever its rate.
 
 use std::net::IpAddr;
 use std::time::Instant;
 
+use crate::acl::{AccessList, AclAction};
 use crate::limiter::{Limiter, RateLimit, Verdict};
 use crate::settings::Settings;
 use crate::wire::{self, Query, QueryError, ReplyOptions, class, rcode, rtype};
@@ -36,12 +41,22 @@ pub enum Decision<'a> {
     Drop,
     /// Answer from the cache or upstream.
     Resolve(Query<'a>),
+    /// The client is outside `server.allow`/`server.deny`. With `answered`, a REFUSED answer
+    /// is in `out`: send it as for [`Decision::Respond`]; without (`server.aclAction = drop`,
+    /// or a message not worth an answer), send nothing as for [`Decision::Drop`]. The shell
+    /// counts it apart (`kudurru_acl_refused_total`).
+    Refused {
+        /// Whether `out` holds an answer to send.
+        answered: bool,
+    },
 }
 
 /// What the stages read besides the message: all of it from the settings snapshot and the
 /// node's state, none of it mutable.
 #[derive(Debug, Clone, Copy)]
 pub struct Stage<'s> {
+    /// Which clients are served.
+    pub acl: &'s AccessList,
     /// Locally answered names.
     pub local: &'s LocalNames,
     /// How answers on this transport are shaped.
@@ -59,6 +74,7 @@ impl<'s> Stage<'s> {
     #[inline]
     pub fn new(settings: &'s Settings, options: &'s ReplyOptions, lameduck: bool) -> Self {
         Self {
+            acl: &settings.acl,
             local: &settings.local,
             options,
             ratelimit: &settings.ratelimit,
@@ -85,6 +101,9 @@ pub fn ingress<'a>(
     now: Instant,
     out: &mut Vec<u8>,
 ) -> Decision<'a> {
+    if !stage.acl.allows(client.addr) {
+        return refuse(msg, stage, out);
+    }
     let query = match Query::parse(msg) {
         Ok(query) => query,
         Err(QueryError::Ignore) => return Decision::Drop,
@@ -118,6 +137,25 @@ pub fn ingress<'a>(
     } else {
         Decision::Resolve(query)
     }
+}
+
+/// The answer to a client the access list refuses: REFUSED with the question (as Unbound's
+/// `refuse`), a bare header for a message that does not scan, nothing for garbage or a reply,
+/// and nothing at all with `server.aclAction = drop`.
+#[cold]
+fn refuse<'a>(msg: &[u8], stage: &Stage<'_>, out: &mut Vec<u8>) -> Decision<'a> {
+    let answered = match stage.acl.action() {
+        AclAction::Drop => false,
+        AclAction::Refuse => match Query::parse(msg) {
+            Ok(query) => {
+                wire::write_error(&query, rcode::REFUSED, stage.options, out);
+                true
+            }
+            Err(QueryError::Ignore) => false,
+            Err(_) => wire::write_header_error(msg, rcode::REFUSED, out),
+        },
+    };
+    Decision::Refused { answered }
 }
 
 fn is_health_name(key: &CacheKey) -> bool {
@@ -160,6 +198,7 @@ mod tests {
     }
 
     struct Harness {
+        acl: AccessList,
         local: LocalNames,
         options: ReplyOptions,
         ratelimit: RateLimit,
@@ -171,6 +210,7 @@ mod tests {
         fn new(ratelimit: RateLimit) -> Self {
             let now = Instant::now();
             Self {
+                acl: AccessList::new(&["192.0.2.0/24".parse().unwrap()], &[], AclAction::Refuse),
                 local: local(),
                 options: ReplyOptions::udp(1232),
                 ratelimit,
@@ -186,14 +226,26 @@ mod tests {
             datagram: bool,
             out: &mut Vec<u8>,
         ) -> Decision<'m> {
+            self.run_from("192.0.2.1", msg, lameduck, datagram, out)
+        }
+
+        fn run_from<'m>(
+            &mut self,
+            from: &str,
+            msg: &'m [u8],
+            lameduck: bool,
+            datagram: bool,
+            out: &mut Vec<u8>,
+        ) -> Decision<'m> {
             let stage = Stage {
+                acl: &self.acl,
                 local: &self.local,
                 options: &self.options,
                 ratelimit: &self.ratelimit,
                 lameduck,
             };
             let client = Client {
-                addr: "192.0.2.1".parse().unwrap(),
+                addr: from.parse().unwrap(),
                 datagram,
             };
             ingress(msg, &stage, client, &mut self.limiter, self.now, out)
@@ -286,5 +338,42 @@ mod tests {
             matches!(h.run(HEALTH, true, true, &mut out), Decision::Respond),
             "the health name is never limited"
         );
+    }
+
+    #[test]
+    fn a_client_outside_the_access_list_is_refused_first_or_dropped() {
+        let mut h = Harness::new(RateLimit {
+            qps: 1,
+            burst: 1,
+            slip: 0,
+            ..RateLimit::default()
+        });
+        let mut out = Vec::new();
+        for msg in [EXAMPLE, HEALTH] {
+            assert!(matches!(
+                h.run_from("198.51.100.7", msg, false, true, &mut out),
+                Decision::Refused { answered: true }
+            ));
+            assert_eq!(wire::header_rcode(&out), Some(rcode::REFUSED));
+            assert_eq!(wire::message_id(&out), wire::message_id(msg));
+            assert_eq!(&out[wire::HEADER_LEN..], &msg[wire::HEADER_LEN..]);
+        }
+        assert!(
+            matches!(
+                h.run_from("198.51.100.7", &[0; 5], false, true, &mut out),
+                Decision::Refused { answered: false }
+            ),
+            "garbage from a refused client gets nothing"
+        );
+        // The limiter never saw the refused client: an allowed one still has its burst.
+        assert!(matches!(
+            h.run(EXAMPLE, false, true, &mut out),
+            Decision::Resolve(_)
+        ));
+        h.acl = AccessList::new(&[], &[], AclAction::Drop);
+        assert!(matches!(
+            h.run(EXAMPLE, false, false, &mut out),
+            Decision::Refused { answered: false }
+        ));
     }
 }

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::acl::AccessList;
 use crate::answer::TtlPolicy;
 use crate::limiter::RateLimit;
 use crate::local::LocalNames;
@@ -47,6 +48,9 @@ pub struct Settings {
     pub tls_handshake_timeout: Duration,
     /// How long shutdown waits for in-flight queries (`server.shutdownGrace`).
     pub shutdown_grace: Duration,
+    /// Which clients are served and what the others get (`server.allow`, `server.deny`,
+    /// `server.aclAction`), compiled once. Shared: a clone does not copy the table.
+    pub acl: Arc<AccessList>,
     /// The per-client rate limiter (`ratelimit.*`).
     pub ratelimit: RateLimit,
     /// Token buckets per core (`ratelimit.tableSize`; restart-bound).

@@ -8,15 +8,17 @@ mod layers;
 const FLOORS: &[&[&str]] = &[
     // Leaves: no other module of the crate.
     &["key", "framing", "limiter", "upstream", "http"],
-    // The wire format (on the cache key), and both HTTP versions (on `http`).
-    &["wire", "http2", "http3"],
+    // The wire format (on the cache key), both HTTP versions (on `http`), and the client
+    // access list (on the limiter's prefixes).
+    &["wire", "http2", "http3", "acl"],
     // What the wire format serves: answers, local names, DoH and DoQ rules.
     &["answer", "local", "doh", "doq"],
     // The cache (of answers), and the settings snapshot (over answers' TTL policy, local names,
-    // the limiter's and the upstreams' settings).
+    // the access list, the limiter's and the upstreams' settings).
     &["cache", "settings"],
-    // The query pipeline: its stage is built from the settings snapshot.
-    &["pipeline"],
+    // The query pipeline: its stage is built from the settings snapshot; and what an operator
+    // asks of the caches (flush scopes, dump entries).
+    &["pipeline", "cache_control"],
 ];
 
 #[test]

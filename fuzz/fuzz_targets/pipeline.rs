@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use domain::base::Message;
 use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{
+    AccessList, AclAction,
     Cache, CachedAnswer, Client, Decision, Limiter, LocalNames, RateLimit, ServerIdentity, Stage,
     TtlPolicy, ingress,
 };
@@ -68,7 +69,10 @@ fuzz_target!(|input: Input| {
     };
     let payload = input.payload.clamp(512, 4096);
     let options = ReplyOptions::udp(payload);
+    // Every client served: the access list is checked before anything fuzzed here.
+    let acl = AccessList::new(&["::/0".parse().unwrap()], &[], AclAction::Refuse);
     let stage = Stage {
+        acl: &acl,
         local: &local,
         options: &options,
         ratelimit: &ratelimit,
@@ -92,6 +96,7 @@ fuzz_target!(|input: Input| {
         let at = if round == 0 { now } else { later };
         match ingress(msg, &stage, client, &mut limiter, at, &mut out) {
             Decision::Drop => {}
+            Decision::Refused { .. } => panic!("the access list admits every client"),
             Decision::Respond => check(msg, &out, None),
             Decision::Resolve(query) => {
                 let limit = input.datagram.then(|| query.udp_limit(payload));

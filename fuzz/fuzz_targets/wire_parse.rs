@@ -8,6 +8,7 @@ use kudurru_core::wire::{self, Query};
 use std::time::Instant;
 
 use kudurru_core::{
+    AccessList, AclAction,
     Client, Decision, Limiter, LocalNames, RateLimit, ServerIdentity, Stage, ingress,
 };
 use libfuzzer_sys::fuzz_target;
@@ -42,7 +43,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let now = Instant::now();
     let mut limiter = Limiter::new(64, 0, now);
+    // Every client served: the access list is checked before anything fuzzed here.
+    let acl = AccessList::new(&["::/0".parse().unwrap()], &[], AclAction::Refuse);
     let stage = Stage {
+        acl: &acl,
         local: &local,
         options: &wire::ReplyOptions::udp(1232),
         ratelimit: &ratelimit,

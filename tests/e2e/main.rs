@@ -2,8 +2,10 @@
 //! clients (dig, raw sockets for what no client sends on purpose). All traffic stays on
 //! 127.0.0.1; the default public upstreams are never used.
 
+mod acl;
 mod api;
 mod bench;
+mod cache;
 mod control;
 mod crash;
 mod defaults;

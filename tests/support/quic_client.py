@@ -15,8 +15,8 @@ h3:  each request is {"method", "path", "headers": [[name, value]], "body": hex}
      {"status": int, "headers": {name: value}, "body": hex} or {"reset": code} or
      {"timeout": true} or {"closed": ...}.
 dnspython-doq / dnspython-h3: each request is {"name", "type", "pad"?, "method"?}; dnspython
-     sends it, a connection each. Result: {"id", "rcode", "answer": [text],
-     "size": wire bytes} or {"error": text}.
+     sends it, a connection each (from the spec's "source" address, if given). Result: {"id",
+     "rcode", "answer": [text], "size": wire bytes} or {"error": text}.
 stall: sends the client's first flight of a QUIC handshake and nothing after; reports
      {"sent": datagrams} once the datagrams are out, then stays silent for `timeout` seconds.
 
@@ -175,11 +175,12 @@ def with_dnspython(spec):
         try:
             if spec["mode"] == "dnspython-doq":
                 response = dns.query.quic(query, spec["host"], port=spec["port"], timeout=spec.get("timeout", 5),
+                                          source=spec.get("source"),
                                           verify=spec["ca"], server_hostname=spec.get("server_name", "localhost"))
             else:
                 url = f"https://{spec.get('server_name', 'localhost')}:{spec['port']}{spec.get('path', '/dns-query')}"
                 response = dns.query.https(
-                    query, url, timeout=spec.get("timeout", 5), verify=spec["ca"],
+                    query, url, timeout=spec.get("timeout", 5), verify=spec["ca"], source=spec.get("source"),
                     http_version=dns.query.HTTPVersion.HTTP_3, post=request.get("method", "POST") == "POST",
                     bootstrap_address=spec["host"])
             report["results"].append({

@@ -89,6 +89,12 @@ pub(crate) fn answer_now(
             context.metrics.dropped();
             return Now::Dropped;
         }
+        Decision::Refused { answered } => {
+            context.metrics.acl_refused(answered);
+            if !answered {
+                return Now::Dropped;
+            }
+        }
         Decision::Resolve(query) => {
             let hit = worker.serve_local(query.key(), now, |answer| {
                 answer.write_response(&query, now, None, options, out)

@@ -21,10 +21,11 @@
 //!  3 upstream::udp, upstream::tcp                upstream clients
 //!  2 quic, upstream::waiters                     quinn on glommio; replies by ID
 //!  1 sys, outbox, core_context                   syscalls; the stream outbox; what listeners read
-//!  0 steering, metrics, settings, deadline, tls  shared pieces
+//!  0 steering, metrics, settings, deadline, tls  shared pieces; cache_control (operator commands)
 //! ```
 
 // Shared pieces.
+pub mod cache_control;
 mod deadline;
 pub mod metrics;
 pub mod settings;
@@ -53,6 +54,7 @@ mod doh;
 // Starting and stopping the cores.
 pub mod runtime;
 
+pub use cache_control::{CacheCommand, CacheControl, CacheReport, CoreCacheStats};
 pub use metrics::{CoreMetrics, Transport};
 pub use runtime::{ListenerSpec, Protocol, Server, ServerSpec, StartError, start};
 pub use settings::{Settings, SharedSettings};

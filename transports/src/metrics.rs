@@ -83,6 +83,9 @@ pub const RCODE_LABELS: [&str; 8] = [
 const RCODE_NONE: usize = 7;
 const RCODE_OTHER: usize = 6;
 
+/// Labels of `kudurru_acl_refused_total{action=...}`, in [`kudurru_core::AclAction`] order.
+pub const ACL_ACTION_LABELS: [&str; 2] = ["refuse", "drop"];
+
 /// Most upstreams tracked per core; further ones share the last slot.
 pub const MAX_UPSTREAMS: usize = 16;
 
@@ -179,6 +182,9 @@ pub struct CoreMetrics {
     pub cache: CacheCounters,
     /// Rate-limiter counters.
     pub ratelimit: RateLimitCounters,
+    /// Queries from clients outside `server.allow`/`server.deny`, by what they got
+    /// ([`ACL_ACTION_LABELS`]: a REFUSED answer, or nothing).
+    pub acl_refused: [AtomicU64; 2],
     /// Misses sent to the owning core.
     pub cross_core_lookups: AtomicU64,
     /// Misses that joined an identical in-flight upstream query.
@@ -226,6 +232,15 @@ impl CoreMetrics {
     /// Counts a drop: nothing was sent.
     pub fn dropped(&self) {
         bump(&self.responses[RCODE_NONE]);
+    }
+
+    /// Counts a query the access list refused; `answered`: a REFUSED answer goes out (its
+    /// rcode is counted with the responses), otherwise nothing does (counted as a drop).
+    pub fn acl_refused(&self, answered: bool) {
+        bump(&self.acl_refused[usize::from(!answered)]);
+        if !answered {
+            self.dropped();
+        }
     }
 
     /// Counts a DNS-over-HTTPS request rejected with `status`.

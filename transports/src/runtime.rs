@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
 
+use crate::cache_control::{CacheControl, Mailbox};
 use crate::metrics::CoreMetrics;
 use crate::settings::SharedSettings;
 use crate::sys::{self, SocketKind};
@@ -168,6 +169,7 @@ pub enum StartError {
 /// The running data plane.
 pub struct Server {
     threads: Vec<JoinHandle<()>>,
+    cache: CacheControl,
     stop: Arc<StopSignal>,
     ready: Arc<AtomicUsize>,
     metrics: Vec<Arc<CoreMetrics>>,
@@ -188,6 +190,11 @@ impl Server {
     /// The bound listener addresses, as (`udp`|`tcp`, address).
     pub fn bound(&self) -> &[(&'static str, SocketAddr)] {
         &self.bound
+    }
+
+    /// The handle that runs operator commands on every core's cache.
+    pub fn cache_control(&self) -> CacheControl {
+        self.cache.clone()
     }
 
     /// Asks every core to stop (non-blocking).
@@ -310,6 +317,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
     let metrics: Vec<Arc<CoreMetrics>> = (0..cores)
         .map(|_| Arc::new(CoreMetrics::default()))
         .collect();
+    let cache = CacheControl::new(cores);
     let (started_tx, started_rx) = mpsc::channel::<Result<(), StartError>>();
     let mut threads = Vec::with_capacity(cores);
     for (index, core) in per_core.into_iter().enumerate() {
@@ -323,6 +331,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
             ready: ready.clone(),
             drained: drained.clone(),
             lameduck: spec.lameduck.clone(),
+            mailbox: cache.mailbox(index),
             steering: if index == 0 {
                 groups.clone()
             } else {
@@ -373,6 +382,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
         }
     }
     let server = Server {
+        cache,
         threads,
         stop,
         ready,
@@ -420,6 +430,8 @@ struct CoreSetup {
     ready: Arc<AtomicUsize>,
     drained: Arc<AtomicUsize>,
     lameduck: Arc<AtomicBool>,
+    /// Operator commands to this core's cache.
+    mailbox: Arc<Mailbox>,
     /// One socket of each reuseport group, on core 0 only: where the steering program is attached.
     steering: Vec<RawFd>,
     cores: usize,
@@ -488,6 +500,7 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
         ready,
         drained,
         lameduck,
+        mailbox,
         steering,
         cores,
         tls,
@@ -521,6 +534,17 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
                 }
             }));
         }
+    }
+    {
+        let worker = worker.clone();
+        tasks.push(glommio::spawn_local(async move {
+            loop {
+                let (command, reply) = mailbox.recv().await;
+                let report = worker.cache_command(&command, Instant::now());
+                // The control thread gave up waiting (timeout): nobody reads the report.
+                let _ = reply.try_send((shard, report));
+            }
+        }));
     }
     let mut listeners = Vec::new();
     // QUIC endpoints, closed once the core has drained (their connections serve until then).

@@ -121,6 +121,14 @@ where
                 context.metrics.dropped();
                 break;
             }
+            Decision::Refused { answered: true } => {
+                context.metrics.acl_refused(true);
+                outbox.push(&context.metrics, &out);
+            }
+            Decision::Refused { answered: false } => {
+                context.metrics.acl_refused(false);
+                break;
+            }
             Decision::Resolve(query) => {
                 let now = Instant::now();
                 let hit = worker.serve_local(query.key(), now, |answer| {

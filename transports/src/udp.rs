@@ -84,6 +84,12 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                         context.metrics.dropped();
                         continue;
                     }
+                    Decision::Refused { answered } => {
+                        context.metrics.acl_refused(answered);
+                        if !answered {
+                            continue;
+                        }
+                    }
                     Decision::Resolve(query) => {
                         match worker.serve_local(query.key(), now, |answer| {
                             let limit = query.udp_limit(settings.edns_payload);

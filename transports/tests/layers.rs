@@ -8,8 +8,15 @@ mod layers;
 /// Bottom first.
 const FLOORS: &[&[&str]] = &[
     // Shared pieces that use no other module: the steering program, counters, the settings
-    // snapshot, deadlines, TLS configurations.
-    &["steering", "metrics", "settings", "deadline", "tls"],
+    // snapshot, deadlines, TLS configurations, the mailboxes of operator cache commands.
+    &[
+        "steering",
+        "metrics",
+        "settings",
+        "deadline",
+        "tls",
+        "cache_control",
+    ],
     // I/O primitives: the unsafe syscalls (on the steering program), the stream outbox. The
     // core context (settings, counters, limiter, lameduck, query and connection counts) sits
     // here, below the resolver, so listeners can read it without reaching the resolver.

@@ -1,7 +1,10 @@
-//! `server.*`: the node's listeners, its cores and how it names itself.
+//! `server.*`: the node's listeners, its cores, how it names itself and which clients it
+//! serves.
 
+use kudurru_core::{AccessList, AclAction, Prefix};
 use serde::{Deserialize, Serialize};
 
+use super::ConfigError;
 use super::key::{
     KeyInfo, key, parse_cpus, parse_num, parse_string, parse_strings, show_list, show_num,
     show_string,
@@ -11,6 +14,11 @@ use super::key::{
 pub const DEFAULT_LISTEN: &[&str] = &["127.0.0.1:5300", "[::1]:5300"];
 /// Default wait for in-flight queries on SIGTERM or SIGINT.
 pub const DEFAULT_SHUTDOWN_GRACE: &str = "5s";
+
+/// Default `server.allow`: loopback, private, shared (CGNAT) and link-local ranges.
+const DEFAULT_ALLOW: &[&str] = kudurru_core::acl::DEFAULT_ALLOW;
+/// Default `server.aclAction`.
+const DEFAULT_ACL_ACTION: &str = "refuse";
 
 /// `server.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,6 +36,12 @@ pub struct ServerSection {
     pub version: String,
     /// How long shutdown waits for in-flight queries.
     pub shutdown_grace: String,
+    /// Client prefixes served (the most specific of `allow` and `deny` decides).
+    pub allow: Vec<String>,
+    /// Client prefixes refused.
+    pub deny: Vec<String>,
+    /// What a refused client gets: `refuse` or `drop`.
+    pub acl_action: String,
 }
 
 impl Default for ServerSection {
@@ -39,6 +53,9 @@ impl Default for ServerSection {
             identity: String::new(),
             version: format!("kudurru {}", env!("CARGO_PKG_VERSION")),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE.into(),
+            allow: DEFAULT_ALLOW.iter().map(|s| (*s).to_owned()).collect(),
+            deny: Vec::new(),
+            acl_action: DEFAULT_ACL_ACTION.into(),
         }
     }
 }
@@ -111,4 +128,66 @@ pub(super) const KEYS: &[KeyInfo] = &[
         show: show_string,
         description: "how long SIGTERM/SIGINT waits for in-flight queries before exiting",
     },
+    key! {
+        key: "server.allow",
+        kind: "list of prefixes",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.server.allow,
+        parse: parse_strings,
+        show: show_list,
+        description: "client prefixes served (ADDR/LEN or ADDR); the most specific entry of server.allow and server.deny decides, deny on a tie, and a client in neither is refused; 0.0.0.0/0 and ::/0 make an open resolver",
+    },
+    key! {
+        key: "server.deny",
+        kind: "list of prefixes",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.server.deny,
+        parse: parse_strings,
+        show: show_list,
+        description: "client prefixes refused, also inside a broader server.allow entry",
+    },
+    key! {
+        key: "server.aclAction",
+        kind: "refuse or drop",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.server.acl_action,
+        parse: parse_string,
+        show: show_string,
+        description: "what a client outside server.allow gets: refuse = a REFUSED answer, drop = nothing (UDP no reply, streams closed or reset)",
+    },
 ];
+
+impl ServerSection {
+    /// Parses `server.allow`, `server.deny` and `server.aclAction` into the access list the
+    /// cores check first.
+    pub(super) fn access_list(&self) -> Result<AccessList, ConfigError> {
+        let prefixes = |key: &'static str, list: &[String]| {
+            list.iter()
+                .map(|p| {
+                    p.parse::<Prefix>()
+                        .map_err(|e| ConfigError::value(key, p, e))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let allow = prefixes("server.allow", &self.allow)?;
+        let deny = prefixes("server.deny", &self.deny)?;
+        let action = match self.acl_action.as_str() {
+            "refuse" => AclAction::Refuse,
+            "drop" => AclAction::Drop,
+            other => {
+                return Err(ConfigError::value(
+                    "server.aclAction",
+                    other,
+                    "expected refuse or drop",
+                ));
+            }
+        };
+        Ok(AccessList::new(&allow, &deny, action))
+    }
+}

@@ -167,6 +167,7 @@ impl Config {
             }),
         );
         let ratelimit = problems.take(self.ratelimit.validate());
+        let acl = problems.take(self.server.access_list());
         let token_max_lifetime = problems.take(duration(
             "auth.tokens.maxLifetime",
             &self.auth.tokens.max_lifetime,
@@ -266,6 +267,7 @@ impl Config {
             Some(shutdown_grace),
             Some(drain_delay),
             Some(ratelimit),
+            Some(acl),
             Some(token_max_lifetime),
             Some(audit_retention),
             Some(api_address),
@@ -278,6 +280,7 @@ impl Config {
             shutdown_grace,
             drain_delay,
             ratelimit,
+            acl,
             token_max_lifetime,
             audit_retention,
             api_address,
@@ -316,6 +319,7 @@ impl Config {
             tcp_max_pipelined: self.tcp.max_pipelined,
             tls_handshake_timeout,
             shutdown_grace,
+            acl: acl.into(),
             ratelimit,
             ratelimit_table_size: self.ratelimit.table_size,
         };

@@ -463,10 +463,11 @@ pub fn store_error(e: StoreError) -> HttpError {
 }
 
 /// A request's query string, decoded.
-struct Query(Vec<(String, String)>);
+pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
-    fn parse(text: &str) -> Result<Self, HttpError> {
+    /// Decodes `text` (`a=1&b=x%20y`).
+    pub(crate) fn parse(text: &str) -> Result<Self, HttpError> {
         let mut pairs = Vec::new();
         for part in text.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = part.split_once('=').unwrap_or((part, ""));
@@ -484,14 +485,16 @@ impl Query {
         Ok(Self(pairs))
     }
 
-    fn get(&self, key: &str) -> Option<&str> {
+    /// The first value of `key`.
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
 
-    fn flag(&self, key: &str) -> Result<bool, HttpError> {
+    /// `key` as a boolean: absent, `false` or `0` are false; `true`, `1` or empty true.
+    pub(crate) fn flag(&self, key: &str) -> Result<bool, HttpError> {
         match self.get(key) {
             None | Some("false" | "0") => Ok(false),
             Some("true" | "1" | "") => Ok(true),

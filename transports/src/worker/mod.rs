@@ -8,6 +8,7 @@
 //!          ─▶ worker.resolve       a miss: the owner core, in-flight join, upstream
 //! runtime  ─▶ worker.on_message    lookups and answers from other cores
 //!          ─▶ worker.maintain      capacities and counters, once a second
+//!          ─▶ worker.cache_command an operator's flush, stats or dump
 //! ```
 //! It exists so that a listener needs only "resolve this", not the resolver's insides: the
 //! cache shard, L1, in-flight table, upstream set and mesh peers live in [`resolver`], a child
@@ -25,6 +26,7 @@ use std::time::Instant;
 use glommio::channels::channel_mesh::Senders;
 use kudurru_core::{CacheKey, CachedAnswer};
 
+use crate::cache_control::{CacheCommand, CacheReport};
 use crate::core_context::CoreContext;
 use crate::metrics::CoreMetrics;
 use crate::settings::{Settings, SharedSettings};
@@ -106,6 +108,11 @@ impl Worker {
         }
     }
 
+    /// Runs an operator's cache command on this core's shard and L1.
+    pub(crate) fn cache_command(&self, command: &CacheCommand, now: Instant) -> CacheReport {
+        self.resolver.cache_command(command, now)
+    }
+
     /// Applies capacity changes and copies the cache and limiter counters into the metrics;
     /// run once a second.
     pub(crate) fn maintain(&self, now: Instant) {
@@ -185,6 +192,7 @@ mod tests {
             shutdown_grace: Duration::from_millis(100),
             ratelimit: RateLimit::default(),
             ratelimit_table_size: 1024,
+            acl: Default::default(),
         }
     }
 

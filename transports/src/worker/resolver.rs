@@ -27,6 +27,7 @@ use glommio::channels::channel_mesh::Senders;
 use glommio::channels::local_channel::{self, LocalSender};
 use kudurru_core::{Cache, CacheKey, CachedAnswer};
 
+use crate::cache_control::{CacheCommand, CacheReport, CoreCacheStats};
 use crate::deadline;
 use crate::metrics::CoreMetrics;
 use crate::settings::{Settings, SharedSettings};
@@ -317,6 +318,44 @@ impl Resolver {
         m.l1_entries.store(l1.len() as u64, Relaxed);
         m.evictions.store(a.evictions + b.evictions, Relaxed);
         m.expired.store(a.expired + b.expired, Relaxed);
+    }
+}
+
+impl Resolver {
+    /// Runs an operator's command on this core's shard and L1 (see [`crate::cache_control`]).
+    pub(super) fn cache_command(&self, command: &CacheCommand, now: Instant) -> CacheReport {
+        let mut cache = self.cache.borrow_mut();
+        let mut l1 = self.l1.borrow_mut();
+        match command {
+            CacheCommand::Flush(scope) => CacheReport::Flushed {
+                shard: cache.remove_where(|a| scope.matches(a.question())),
+                l1: l1.remove_where(|a| scope.matches(a.question())),
+            },
+            CacheCommand::Stats => {
+                let (a, b) = (cache.stats(), l1.stats());
+                CacheReport::Stats(CoreCacheStats {
+                    entries: cache.len(),
+                    capacity: cache.capacity(),
+                    l1_entries: if self.peers.is_some() { l1.len() } else { 0 },
+                    l1_capacity: if self.peers.is_some() {
+                        l1.capacity()
+                    } else {
+                        0
+                    },
+                    hits: a.hits + b.hits,
+                    misses: a.misses,
+                })
+            }
+            CacheCommand::Dump { limit } => CacheReport::Dump {
+                entries: cache
+                    .answers()
+                    .filter(|a| a.is_fresh(now))
+                    .take(*limit)
+                    .map(|a| kudurru_core::cache_control::DumpEntry::of(a, now))
+                    .collect(),
+                total: cache.len(),
+            },
+        }
     }
 }
 
