@@ -149,7 +149,7 @@ impl CachedAnswer {
             };
         }
         for record in &layout.records {
-            let original = wire::read_u32(&message, record.ttl_at).unwrap_or(0) & 0x7fff_ffff;
+            let original = received_ttl(wire::read_u32(&message, record.ttl_at).unwrap_or(0));
             let ttl = if negative {
                 if record.section == Section::Authority && record.rtype == rtype::SOA {
                     lifetime
@@ -431,9 +431,15 @@ fn scan_records(msg: &[u8], question_end: usize) -> Result<Layout, ReplyError> {
     Ok(Layout { records })
 }
 
+/// A TTL as received, read as RFC 2181 §8 says: a value with the most significant bit set is
+/// treated as zero (not masked: 0xFFFF_FFFF masked and clamped was cached for `cache.maxTTL`).
+fn received_ttl(raw: u32) -> u32 {
+    if raw & 0x8000_0000 != 0 { 0 } else { raw }
+}
+
 /// RFC 2308 §3: the negative TTL is the smaller of the SOA record's TTL and its MINIMUM field.
 fn soa_negative_ttl(msg: &[u8], soa: &LocatedRecord) -> Option<u32> {
-    let ttl = wire::read_u32(msg, soa.ttl_at)? & 0x7fff_ffff;
+    let ttl = received_ttl(wire::read_u32(msg, soa.ttl_at)?);
     let after_mname = wire::skip_name(msg, soa.rdata_at)?;
     let after_rname = wire::skip_name(msg, after_mname)?;
     let minimum = wire::read_u32(msg, after_rname + 16)?;
@@ -606,6 +612,36 @@ pub(crate) mod tests {
                 .remaining(t0),
             100
         );
+    }
+
+    #[test]
+    fn rfc2181_8_ttl_with_top_bit_is_zero() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 1);
+        let p = TtlPolicy::default();
+        for raw in [0xffff_ffff, 0x8000_0000, 0x8000_012c] {
+            let r = reply(&up, 0, &[(0, 1, raw, vec![192, 0, 2, 1])]);
+            let answer = CachedAnswer::from_reply(&r, &key, 1, t0, &p).unwrap();
+            assert_eq!(answer.remaining(t0), 0, "{raw:#x}");
+            assert!(!answer.is_cacheable(), "{raw:#x} is not cached");
+            let cq = client_query(NAME, false);
+            let q = Query::parse(&cq).unwrap();
+            let mut out = Vec::new();
+            answer.write_response(&q, t0, None, &UDP, &mut out);
+            let msg = Message::from_slice(&out).unwrap();
+            let ttl = msg.answer().unwrap().next().unwrap().unwrap().ttl();
+            assert_eq!(ttl.as_secs(), 0, "the client sees zero for {raw:#x}");
+        }
+        // The largest TTL without the top bit is an ordinary one, capped at cache.maxTTL.
+        let r = reply(&up, 0, &[(0, 1, 0x7fff_ffff, vec![192, 0, 2, 1])]);
+        let answer = CachedAnswer::from_reply(&r, &key, 1, t0, &p).unwrap();
+        assert_eq!(answer.remaining(t0), p.max_ttl);
+        // In a negative answer the SOA's TTL is read the same way: zero, so not cached.
+        let r = reply(&up, 3, &[(1, 6, 0xffff_ffff, soa_rdata(300))]);
+        let answer = CachedAnswer::from_reply(&r, &key, 1, t0, &p).unwrap();
+        assert_eq!(answer.kind(), AnswerKind::Negative);
+        assert!(!answer.is_cacheable());
     }
 
     #[test]
