@@ -1,7 +1,8 @@
 //! Cached answers: an upstream reply, validated once, stored pre-encoded and patched per client.
 //!
 //! ```text
-//! upstream reply ──validate (domain)──▶ canonical bytes: ID 0, lowercased question, no OPT
+//! upstream reply ──validate, scrub (domain)──▶ canonical bytes: ID 0, lowercased question, no OPT,
+//!                                        only the records that answer the question
 //!                                        + TTL field offsets, lifetime (clamped, RFC 2308)
 //! cache hit ──memcpy──▶ patch ID, RD/CD, the client's qname case, TTLs − age ──▶ add OPT? ──▶ TC?
 //! ```
@@ -9,10 +10,11 @@
 use std::time::{Duration, Instant};
 
 use domain::base::message_builder::{MessageBuilder, PushError, StaticCompressor};
-use domain::base::{Message, ParsedName, Record, Rtype};
+use domain::base::{Message, ParsedName, Rtype};
 use domain::rdata::AllRecordData;
 
 use crate::CacheKey;
+use crate::scrub::{ReplyRecord, Scrubber, Section};
 use crate::wire::{self, HEADER_LEN, rcode, rtype};
 
 /// TTL policy applied when answers are cached.
@@ -112,10 +114,8 @@ impl CachedAnswer {
             return Err(ReplyError::Truncated);
         }
         let rcode = extended_rcode(reply);
-        let negative = match rcode {
-            r if r == u16::from(rcode::NOERROR) => {
-                wire::read_u16(reply, wire::ANCOUNT_AT) == Some(0)
-            }
+        let nxdomain = match rcode {
+            r if r == u16::from(rcode::NOERROR) => false,
             r if r == u16::from(rcode::NXDOMAIN) => true,
             other => return Err(ReplyError::Rcode(other)),
         };
@@ -129,6 +129,9 @@ impl CachedAnswer {
             .min(reply.len() / MIN_RECORD_LEN);
         let mut message = rebuild(reply, records * TTL_ENTRY)?;
         message[HEADER_LEN..question_end].copy_from_slice(key.question());
+        // Counted after scrubbing: a NOERROR reply none of whose answers answer the question is
+        // NODATA, cached only with an SOA like any other (RFC 2308 §5).
+        let negative = nxdomain || wire::read_u16(&message, wire::ANCOUNT_AT) == Some(0);
         if message.len() > usize::from(u16::MAX) {
             return Err(ReplyError::Malformed("reply too large to cache"));
         }
@@ -320,7 +323,8 @@ fn validate(reply: &[u8], key: &CacheKey) -> Result<(), ReplyError> {
 }
 
 /// Re-encodes the reply with `domain` into kudurru's canonical form: every record parsed with its
-/// rdata (`AllRecordData`) and composed again with fresh name compression; the OPT record and
+/// rdata (`AllRecordData`), scrubbed ([`crate::scrub`]: only records on the way from the question
+/// to its answer are kept) and composed again with fresh name compression; the OPT record and
 /// anything after it dropped; ID zero; the upstream's flags kept.
 ///
 /// Re-encoding rather than copying means every compression pointer in a cached answer points at
@@ -341,36 +345,39 @@ fn rebuild(reply: &[u8], spare: usize) -> Result<Vec<u8>, ReplyError> {
         let q = q.map_err(|_| ReplyError::Malformed("bad question"))?;
         question.push(q).map_err(|_| NO_ROOM)?;
     }
+    let mut scrubber = Scrubber::new(msg).ok_or(BAD_RECORD)?;
     let (_, answers, authorities, additionals) = msg.sections().map_err(|_| BAD_RECORD)?;
     let mut answer = question.answer();
-    copy_section(answers, false, |r| answer.push(r))?;
+    copy_section(answers, Section::Answer, &mut scrubber, |r| answer.push(r))?;
     let mut authority = answer.authority();
-    copy_section(authorities, false, |r| authority.push(r))?;
+    copy_section(authorities, Section::Authority, &mut scrubber, |r| {
+        authority.push(r)
+    })?;
     let mut additional = authority.additional();
-    copy_section(additionals, true, |r| additional.push(r))?;
+    copy_section(additionals, Section::Additional, &mut scrubber, |r| {
+        additional.push(r)
+    })?;
     let mut out = additional.finish().into_target();
     out[..2].fill(0);
     out[2..4].copy_from_slice(&reply[2..4]);
     Ok(out)
 }
 
-/// A record as `rebuild` re-encodes it.
-type ParsedRecordOf<'a> =
-    Record<ParsedName<&'a [u8]>, AllRecordData<&'a [u8], ParsedName<&'a [u8]>>>;
-
-/// Parses every record of `section` (rdata included) and hands it to `push`. An OPT record ends
-/// the additional section (`opt_ends`: it and what follows are not cached) and is an error
-/// anywhere else.
+/// Parses every record of `section` (rdata included) and hands those the scrubber keeps to
+/// `push`. An OPT record ends the additional section (it and what follows are not cached) and
+/// is an error anywhere else. A record that does not parse makes the reply malformed, kept or
+/// not.
 fn copy_section<'a>(
-    section: domain::base::message::RecordSection<'a, [u8]>,
-    opt_ends: bool,
-    mut push: impl FnMut(ParsedRecordOf<'a>) -> Result<(), PushError>,
+    records: domain::base::message::RecordSection<'a, [u8]>,
+    section: Section,
+    scrubber: &mut Scrubber<'a>,
+    mut push: impl FnMut(ReplyRecord<'a>) -> Result<(), PushError>,
 ) -> Result<(), ReplyError> {
     const BAD_RECORD: ReplyError = ReplyError::Malformed("bad record");
-    for record in section {
+    for record in records {
         let record = record.map_err(|_| BAD_RECORD)?;
         if record.rtype() == Rtype::OPT {
-            if opt_ends {
+            if section == Section::Additional {
                 break;
             }
             return Err(ReplyError::Malformed("opt outside additional section"));
@@ -378,16 +385,11 @@ fn copy_section<'a>(
         let record = record
             .into_any_record::<AllRecordData<_, ParsedName<_>>>()
             .map_err(|_| BAD_RECORD)?;
-        push(record).map_err(|_| ReplyError::Malformed("reply does not re-encode"))?;
+        if scrubber.keep(section, &record) {
+            push(record).map_err(|_| ReplyError::Malformed("reply does not re-encode"))?;
+        }
     }
     Ok(())
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Section {
-    Answer,
-    Authority,
-    Additional,
 }
 
 #[derive(Debug, Clone, Copy)]

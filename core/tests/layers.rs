@@ -8,8 +8,9 @@ mod layers;
 const FLOORS: &[&[&str]] = &[
     // Leaves: no other module of the crate.
     &["key", "framing", "limiter", "upstream", "http"],
-    // The wire format (on the cache key), and both HTTP versions (on `http`).
-    &["wire", "http2", "http3"],
+    // The wire format (on the cache key), both HTTP versions (on `http`), and reply scrubbing
+    // (on `domain` alone: which records of a reply answer its question).
+    &["wire", "http2", "http3", "scrub"],
     // What the wire format serves: answers, local names, DoH and DoQ rules.
     &["answer", "local", "doh", "doq"],
     // The cache (of answers), and the settings snapshot (over answers' TTL policy, local names,
