@@ -3,6 +3,7 @@
 //! ```text
 //! bytes ─▶ scan (wire) ─┬─ garbage / QR=1 ─────────────▶ Drop (send nothing)
 //!                       ├─ FORMERR / NOTIMP / BADVERS ─▶ Respond (error written to `out`)
+//!                       ├─ refused (meta qtype, xfr) ──▶ Respond (FORMERR or REFUSED)
 //!                       ├─ health.kudurru.internal. ───▶ Respond (SERVFAIL in lameduck)
 //!                       ├─ rate limit ─ over ─┬─ slip (datagram) ─▶ Respond (empty, TC=1)
 //!                       │                     └─ otherwise ───────▶ Drop
@@ -101,6 +102,10 @@ pub fn ingress<'a>(
             );
         }
     };
+    if let Some(refusal) = query.refusal() {
+        wire::write_error(&query, refusal.rcode(), stage.options, out);
+        return Decision::Respond;
+    }
     if is_health_name(query.key()) {
         answer_health(&query, stage, out);
         return Decision::Respond;

@@ -53,10 +53,18 @@ pub mod rtype {
     pub const AAAA: u16 = 28;
     /// EDNS pseudo-record (RFC 6891).
     pub const OPT: u16 = 41;
+    /// Transaction key (RFC 2930), a meta type.
+    pub const TKEY: u16 = 249;
+    /// Transaction signature (RFC 8945), a meta type.
+    pub const TSIG: u16 = 250;
     /// Incremental zone transfer.
     pub const IXFR: u16 = 251;
     /// Full zone transfer.
     pub const AXFR: u16 = 252;
+    /// Mailbox-related records (RFC 1035, obsolete), a query type.
+    pub const MAILB: u16 = 253;
+    /// Mail agent records (RFC 1035, obsolete), a query type.
+    pub const MAILA: u16 = 254;
 }
 
 /// Classes kudurru looks at.
@@ -183,6 +191,29 @@ pub struct Edns {
     pub tcp_keepalive: bool,
 }
 
+/// Why kudurru answers a query that scanned with an error of its own, before any stage, rather
+/// than resolve it (the rules are Unbound's `worker_handle_request`; docs/operations.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A qtype that is not a question about data: 0 (reserved, RFC 6895 §3.1), OPT (a
+    /// pseudo-record, RFC 6891 §6.1.1), TKEY and TSIG (transaction meta types), MAILB and MAILA
+    /// (obsolete), and the unassigned rest of the meta range 128–248. FORMERR.
+    MetaType,
+    /// AXFR or IXFR on any transport: a resolver serves no zone transfers (RFC 5936 §4.2: not
+    /// defined over UDP at all). REFUSED.
+    ZoneTransfer,
+}
+
+impl Refusal {
+    /// The rcode the answer carries.
+    pub fn rcode(self) -> u8 {
+        match self {
+            Self::MetaType => rcode::FORMERR,
+            Self::ZoneTransfer => rcode::REFUSED,
+        }
+    }
+}
+
 /// Why a query cannot be answered normally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueryError {
@@ -236,9 +267,6 @@ impl<'a> Query<'a> {
         let qtype = read_u16(msg, name_end).ok_or(QueryError::FormErr)?;
         let qclass = read_u16(msg, name_end + 2).ok_or(QueryError::FormErr)?;
         let question_end = name_end + 4;
-        if qtype == rtype::OPT {
-            return Err(QueryError::FormErr);
-        }
         let edns = scan_additional(msg, question_end, counts[3])?;
         if edns.is_some_and(|e| e.version > 0) {
             return Err(QueryError::BadVers);
@@ -254,6 +282,19 @@ impl<'a> Query<'a> {
             edns,
             key,
         })
+    }
+
+    /// Whether kudurru answers this query with an error itself ([`write_error`] with the
+    /// refusal's rcode, question and OPT echoed) instead of resolving it: one range match on the
+    /// qtype already scanned.
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self.qtype {
+            rtype::AXFR | rtype::IXFR => Some(Refusal::ZoneTransfer),
+            0 | rtype::OPT | 128..=rtype::TSIG | rtype::MAILB | rtype::MAILA => {
+                Some(Refusal::MetaType)
+            }
+            _ => None,
+        }
     }
 
     /// The raw query.
@@ -827,6 +868,33 @@ pub(crate) mod tests {
             &mut out,
         );
         assert_eq!(out.len(), plain.len());
+    }
+
+    #[test]
+    fn rfc6895_3_1_meta_qtypes_are_refused_with_formerr_and_transfers_with_refused() {
+        for qtype in [0, rtype::OPT, 128, 200, 248, rtype::TKEY, rtype::TSIG] {
+            let m = query("a.test", qtype, Some((1232, 0, false)));
+            let q = Query::parse(&m).expect("a meta qtype scans");
+            assert_eq!(q.refusal(), Some(Refusal::MetaType), "qtype {qtype}");
+        }
+        for qtype in [rtype::MAILB, rtype::MAILA] {
+            let q = query("a.test", qtype, None);
+            assert_eq!(Query::parse(&q).unwrap().refusal(), Some(Refusal::MetaType));
+        }
+        for qtype in [rtype::AXFR, rtype::IXFR] {
+            let q = query("a.test", qtype, None);
+            assert_eq!(
+                Query::parse(&q).unwrap().refusal(),
+                Some(Refusal::ZoneTransfer)
+            );
+        }
+        // Data types, ANY (255) and types past the meta range are asked upstream.
+        for qtype in [rtype::A, rtype::AAAA, 46, 127, 255, 256, 32769, 65535] {
+            let q = query("a.test", qtype, None);
+            assert_eq!(Query::parse(&q).unwrap().refusal(), None, "qtype {qtype}");
+        }
+        assert_eq!(Refusal::MetaType.rcode(), rcode::FORMERR);
+        assert_eq!(Refusal::ZoneTransfer.rcode(), rcode::REFUSED);
     }
 
     #[test]
