@@ -119,3 +119,32 @@ fn rfc5936_4_2_zone_transfers_are_refused_on_every_transport() {
     );
     assert!(answer(&query(rtype::AAAA, None), true).is_none());
 }
+
+#[test]
+fn rfc7873_5_2_2_a_malformed_cookie_is_answered_formerr_with_an_opt() {
+    // COOKIE (10) of 12 bytes: neither a client cookie alone (8) nor one with a server cookie
+    // (16 to 40).
+    let q = query(
+        rtype::A,
+        Some(&[0, 10, 0, 12, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]),
+    );
+    for datagram in [true, false] {
+        let out = answer(&q, datagram).expect("answered, not resolved");
+        assert_eq!(checked_rcode(&q, &out), rcode::FORMERR);
+    }
+    let good = query(rtype::A, Some(&[0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8]));
+    assert!(
+        answer(&good, true).is_none(),
+        "a client cookie alone is resolved"
+    );
+}
+
+#[test]
+fn rfc7871_6_client_subnet_with_source_prefix_200_is_answered_formerr_with_an_opt() {
+    // ECS (8): family 1, source prefix 200, scope 0, four address octets.
+    let q = query(rtype::A, Some(&[0, 8, 0, 8, 0, 1, 200, 0, 192, 0, 2, 1]));
+    let out = answer(&q, true).expect("answered, not resolved");
+    assert_eq!(checked_rcode(&q, &out), rcode::FORMERR);
+    let good = query(rtype::A, Some(&[0, 8, 0, 7, 0, 1, 24, 0, 192, 0, 2]));
+    assert!(answer(&good, true).is_none(), "a /24 is resolved");
+}
