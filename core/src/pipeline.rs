@@ -3,7 +3,8 @@
 //! ```text
 //! bytes ─▶ scan (wire) ─┬─ garbage / QR=1 ─────────────▶ Drop (send nothing)
 //!                       ├─ FORMERR / NOTIMP / BADVERS ─▶ Respond (error written to `out`)
-//!                       ├─ refused (meta qtype, xfr) ──▶ Respond (FORMERR or REFUSED)
+//!                       ├─ Refusal (meta qtype, xfr, ─▶ Respond (FORMERR or REFUSED)
+//!                       │   malformed COOKIE or ECS)
 //!                       ├─ health.kudurru.internal. ───▶ Respond (SERVFAIL in lameduck)
 //!                       ├─ rate limit ─ over ─┬─ slip (datagram) ─▶ Respond (empty, TC=1)
 //!                       │                     └─ otherwise ───────▶ Drop
