@@ -1,7 +1,8 @@
 //! Cached answers: an upstream reply, validated once, stored pre-encoded and patched per client.
 //!
 //! ```text
-//! upstream reply ──validate (domain)──▶ canonical bytes: ID 0, lowercased question, no OPT
+//! upstream reply ──validate, scrub (domain)──▶ canonical bytes: ID 0, lowercased question, no OPT,
+//!                                        only the records that answer the question
 //!                                        + TTL field offsets, lifetime (clamped, RFC 2308)
 //! cache hit ──memcpy──▶ patch ID, RD/CD, the client's qname case, TTLs − age ──▶ add OPT? ──▶ TC?
 //! ```
@@ -9,10 +10,11 @@
 use std::time::{Duration, Instant};
 
 use domain::base::message_builder::{MessageBuilder, PushError, StaticCompressor};
-use domain::base::{Message, ParsedName, Record, Rtype};
+use domain::base::{Message, ParsedName, Rtype};
 use domain::rdata::AllRecordData;
 
 use crate::CacheKey;
+use crate::scrub::{ReplyRecord, Scrubber, Section};
 use crate::wire::{self, HEADER_LEN, rcode, rtype};
 
 /// TTL policy applied when answers are cached.
@@ -112,10 +114,8 @@ impl CachedAnswer {
             return Err(ReplyError::Truncated);
         }
         let rcode = extended_rcode(reply);
-        let negative = match rcode {
-            r if r == u16::from(rcode::NOERROR) => {
-                wire::read_u16(reply, wire::ANCOUNT_AT) == Some(0)
-            }
+        let nxdomain = match rcode {
+            r if r == u16::from(rcode::NOERROR) => false,
             r if r == u16::from(rcode::NXDOMAIN) => true,
             other => return Err(ReplyError::Rcode(other)),
         };
@@ -129,6 +129,9 @@ impl CachedAnswer {
             .min(reply.len() / MIN_RECORD_LEN);
         let mut message = rebuild(reply, records * TTL_ENTRY)?;
         message[HEADER_LEN..question_end].copy_from_slice(key.question());
+        // Counted after scrubbing: a NOERROR reply none of whose answers answer the question is
+        // NODATA, cached only with an SOA like any other (RFC 2308 §5).
+        let negative = nxdomain || wire::read_u16(&message, wire::ANCOUNT_AT) == Some(0);
         if message.len() > usize::from(u16::MAX) {
             return Err(ReplyError::Malformed("reply too large to cache"));
         }
@@ -149,7 +152,7 @@ impl CachedAnswer {
             };
         }
         for record in &layout.records {
-            let original = wire::read_u32(&message, record.ttl_at).unwrap_or(0) & 0x7fff_ffff;
+            let original = received_ttl(wire::read_u32(&message, record.ttl_at).unwrap_or(0));
             let ttl = if negative {
                 if record.section == Section::Authority && record.rtype == rtype::SOA {
                     lifetime
@@ -325,7 +328,8 @@ fn validate(reply: &[u8], key: &CacheKey) -> Result<(), ReplyError> {
 }
 
 /// Re-encodes the reply with `domain` into kudurru's canonical form: every record parsed with its
-/// rdata (`AllRecordData`) and composed again with fresh name compression; the OPT record and
+/// rdata (`AllRecordData`), scrubbed ([`crate::scrub`]: only records on the way from the question
+/// to its answer are kept) and composed again with fresh name compression; the OPT record and
 /// anything after it dropped; ID zero; the upstream's flags kept.
 ///
 /// Re-encoding rather than copying means every compression pointer in a cached answer points at
@@ -346,36 +350,39 @@ fn rebuild(reply: &[u8], spare: usize) -> Result<Vec<u8>, ReplyError> {
         let q = q.map_err(|_| ReplyError::Malformed("bad question"))?;
         question.push(q).map_err(|_| NO_ROOM)?;
     }
+    let mut scrubber = Scrubber::new(msg).ok_or(BAD_RECORD)?;
     let (_, answers, authorities, additionals) = msg.sections().map_err(|_| BAD_RECORD)?;
     let mut answer = question.answer();
-    copy_section(answers, false, |r| answer.push(r))?;
+    copy_section(answers, Section::Answer, &mut scrubber, |r| answer.push(r))?;
     let mut authority = answer.authority();
-    copy_section(authorities, false, |r| authority.push(r))?;
+    copy_section(authorities, Section::Authority, &mut scrubber, |r| {
+        authority.push(r)
+    })?;
     let mut additional = authority.additional();
-    copy_section(additionals, true, |r| additional.push(r))?;
+    copy_section(additionals, Section::Additional, &mut scrubber, |r| {
+        additional.push(r)
+    })?;
     let mut out = additional.finish().into_target();
     out[..2].fill(0);
     out[2..4].copy_from_slice(&reply[2..4]);
     Ok(out)
 }
 
-/// A record as `rebuild` re-encodes it.
-type ParsedRecordOf<'a> =
-    Record<ParsedName<&'a [u8]>, AllRecordData<&'a [u8], ParsedName<&'a [u8]>>>;
-
-/// Parses every record of `section` (rdata included) and hands it to `push`. An OPT record ends
-/// the additional section (`opt_ends`: it and what follows are not cached) and is an error
-/// anywhere else.
+/// Parses every record of `section` (rdata included) and hands those the scrubber keeps to
+/// `push`. An OPT record ends the additional section (it and what follows are not cached) and
+/// is an error anywhere else. A record that does not parse makes the reply malformed, kept or
+/// not.
 fn copy_section<'a>(
-    section: domain::base::message::RecordSection<'a, [u8]>,
-    opt_ends: bool,
-    mut push: impl FnMut(ParsedRecordOf<'a>) -> Result<(), PushError>,
+    records: domain::base::message::RecordSection<'a, [u8]>,
+    section: Section,
+    scrubber: &mut Scrubber<'a>,
+    mut push: impl FnMut(ReplyRecord<'a>) -> Result<(), PushError>,
 ) -> Result<(), ReplyError> {
     const BAD_RECORD: ReplyError = ReplyError::Malformed("bad record");
-    for record in section {
+    for record in records {
         let record = record.map_err(|_| BAD_RECORD)?;
         if record.rtype() == Rtype::OPT {
-            if opt_ends {
+            if section == Section::Additional {
                 break;
             }
             return Err(ReplyError::Malformed("opt outside additional section"));
@@ -383,16 +390,11 @@ fn copy_section<'a>(
         let record = record
             .into_any_record::<AllRecordData<_, ParsedName<_>>>()
             .map_err(|_| BAD_RECORD)?;
-        push(record).map_err(|_| ReplyError::Malformed("reply does not re-encode"))?;
+        if scrubber.keep(section, &record) {
+            push(record).map_err(|_| ReplyError::Malformed("reply does not re-encode"))?;
+        }
     }
     Ok(())
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Section {
-    Answer,
-    Authority,
-    Additional,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -436,9 +438,15 @@ fn scan_records(msg: &[u8], question_end: usize) -> Result<Layout, ReplyError> {
     Ok(Layout { records })
 }
 
+/// A TTL as received, read as RFC 2181 §8 says: a value with the most significant bit set is
+/// treated as zero (not masked: 0xFFFF_FFFF masked and clamped was cached for `cache.maxTTL`).
+fn received_ttl(raw: u32) -> u32 {
+    if raw & 0x8000_0000 != 0 { 0 } else { raw }
+}
+
 /// RFC 2308 §3: the negative TTL is the smaller of the SOA record's TTL and its MINIMUM field.
 fn soa_negative_ttl(msg: &[u8], soa: &LocatedRecord) -> Option<u32> {
-    let ttl = wire::read_u32(msg, soa.ttl_at)? & 0x7fff_ffff;
+    let ttl = received_ttl(wire::read_u32(msg, soa.ttl_at)?);
     let after_mname = wire::skip_name(msg, soa.rdata_at)?;
     let after_rname = wire::skip_name(msg, after_mname)?;
     let minimum = wire::read_u32(msg, after_rname + 16)?;
@@ -611,6 +619,36 @@ pub(crate) mod tests {
                 .remaining(t0),
             100
         );
+    }
+
+    #[test]
+    fn rfc2181_8_ttl_with_top_bit_is_zero() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 1);
+        let p = TtlPolicy::default();
+        for raw in [0xffff_ffff, 0x8000_0000, 0x8000_012c] {
+            let r = reply(&up, 0, &[(0, 1, raw, vec![192, 0, 2, 1])]);
+            let answer = CachedAnswer::from_reply(&r, &key, 1, t0, &p).unwrap();
+            assert_eq!(answer.remaining(t0), 0, "{raw:#x}");
+            assert!(!answer.is_cacheable(), "{raw:#x} is not cached");
+            let cq = client_query(NAME, false);
+            let q = Query::parse(&cq).unwrap();
+            let mut out = Vec::new();
+            answer.write_response(&q, t0, None, &UDP, &mut out);
+            let msg = Message::from_slice(&out).unwrap();
+            let ttl = msg.answer().unwrap().next().unwrap().unwrap().ttl();
+            assert_eq!(ttl.as_secs(), 0, "the client sees zero for {raw:#x}");
+        }
+        // The largest TTL without the top bit is an ordinary one, capped at cache.maxTTL.
+        let r = reply(&up, 0, &[(0, 1, 0x7fff_ffff, vec![192, 0, 2, 1])]);
+        let answer = CachedAnswer::from_reply(&r, &key, 1, t0, &p).unwrap();
+        assert_eq!(answer.remaining(t0), p.max_ttl);
+        // In a negative answer the SOA's TTL is read the same way: zero, so not cached.
+        let r = reply(&up, 3, &[(1, 6, 0xffff_ffff, soa_rdata(300))]);
+        let answer = CachedAnswer::from_reply(&r, &key, 1, t0, &p).unwrap();
+        assert_eq!(answer.kind(), AnswerKind::Negative);
+        assert!(!answer.is_cacheable());
     }
 
     #[test]

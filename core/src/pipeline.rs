@@ -5,6 +5,8 @@
 //!   │ served
 //! bytes ─▶ scan (wire) ─┬─ garbage / QR=1 ─────────────▶ Drop (send nothing)
 //!                       ├─ FORMERR / NOTIMP / BADVERS ─▶ Respond (error written to `out`)
+//!                       ├─ Refusal (meta qtype, xfr, ─▶ Respond (FORMERR or REFUSED)
+//!                       │   malformed COOKIE or ECS)
 //!                       ├─ health.kudurru.internal. ───▶ Respond (SERVFAIL in lameduck)
 //!                       ├─ rate limit ─ over ─┬─ slip (datagram) ─▶ Respond (empty, TC=1)
 //!                       │                     └─ otherwise ───────▶ Drop
@@ -120,6 +122,10 @@ pub fn ingress<'a>(
             );
         }
     };
+    if let Some(refusal) = query.refusal() {
+        wire::write_error(&query, refusal.rcode(), stage.options, out);
+        return Decision::Respond;
+    }
     if is_health_name(query.key()) {
         answer_health(&query, stage, out);
         return Decision::Respond;

@@ -53,10 +53,18 @@ pub mod rtype {
     pub const AAAA: u16 = 28;
     /// EDNS pseudo-record (RFC 6891).
     pub const OPT: u16 = 41;
+    /// Transaction key (RFC 2930), a meta type.
+    pub const TKEY: u16 = 249;
+    /// Transaction signature (RFC 8945), a meta type.
+    pub const TSIG: u16 = 250;
     /// Incremental zone transfer.
     pub const IXFR: u16 = 251;
     /// Full zone transfer.
     pub const AXFR: u16 = 252;
+    /// Mailbox-related records (RFC 1035, obsolete), a query type.
+    pub const MAILB: u16 = 253;
+    /// Mail agent records (RFC 1035, obsolete), a query type.
+    pub const MAILA: u16 = 254;
 }
 
 /// Classes kudurru looks at.
@@ -67,6 +75,10 @@ pub mod class {
     pub const CH: u16 = 3;
 }
 
+/// The EDNS option code for edns-client-subnet (RFC 7871).
+pub const OPTION_CLIENT_SUBNET: u16 = 8;
+/// The EDNS option code for COOKIE (RFC 7873).
+pub const OPTION_COOKIE: u16 = 10;
 /// The EDNS option code for padding (RFC 7830).
 pub const OPTION_PADDING: u16 = 12;
 /// The EDNS option code for edns-tcp-keepalive (RFC 7828).
@@ -183,6 +195,33 @@ pub struct Edns {
     pub tcp_keepalive: bool,
 }
 
+/// Why kudurru answers a query that scanned with an error of its own, before any stage, rather
+/// than resolve it (the rules are Unbound's `worker_handle_request`; docs/operations.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A qtype that is not a question about data: 0 (reserved, RFC 6895 §3.1), OPT (a
+    /// pseudo-record, RFC 6891 §6.1.1), TKEY and TSIG (transaction meta types), MAILB and MAILA
+    /// (obsolete), and the unassigned rest of the meta range 128–248. FORMERR.
+    MetaType,
+    /// AXFR or IXFR on any transport: a resolver serves no zone transfers (RFC 5936 §4.2: not
+    /// defined over UDP at all). REFUSED.
+    ZoneTransfer,
+    /// An EDNS option kudurru reads is malformed: a COOKIE of a length RFC 7873 §4 does not
+    /// allow (§5.2.2), or an edns-client-subnet option whose family, prefix lengths or address
+    /// RFC 7871 §6 does not allow. FORMERR, with an OPT (RFC 6891 §7).
+    MalformedOption,
+}
+
+impl Refusal {
+    /// The rcode the answer carries.
+    pub fn rcode(self) -> u8 {
+        match self {
+            Self::MetaType | Self::MalformedOption => rcode::FORMERR,
+            Self::ZoneTransfer => rcode::REFUSED,
+        }
+    }
+}
+
 /// Why a query cannot be answered normally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueryError {
@@ -204,6 +243,7 @@ pub struct Query<'a> {
     qtype: u16,
     qclass: u16,
     edns: Option<Edns>,
+    malformed_option: bool,
     key: CacheKey,
 }
 
@@ -236,10 +276,7 @@ impl<'a> Query<'a> {
         let qtype = read_u16(msg, name_end).ok_or(QueryError::FormErr)?;
         let qclass = read_u16(msg, name_end + 2).ok_or(QueryError::FormErr)?;
         let question_end = name_end + 4;
-        if qtype == rtype::OPT {
-            return Err(QueryError::FormErr);
-        }
-        let edns = scan_additional(msg, question_end, counts[3])?;
+        let (edns, malformed_option) = scan_additional(msg, question_end, counts[3])?;
         if edns.is_some_and(|e| e.version > 0) {
             return Err(QueryError::BadVers);
         }
@@ -252,8 +289,23 @@ impl<'a> Query<'a> {
             qtype,
             qclass,
             edns,
+            malformed_option,
             key,
         })
+    }
+
+    /// Whether kudurru answers this query with an error itself ([`write_error`] with the
+    /// refusal's rcode, question and OPT echoed) instead of resolving it: one range match on the
+    /// qtype already scanned, and a flag the option walk set.
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self.qtype {
+            rtype::AXFR | rtype::IXFR => Some(Refusal::ZoneTransfer),
+            0 | rtype::OPT | 128..=rtype::TSIG | rtype::MAILB | rtype::MAILA => {
+                Some(Refusal::MetaType)
+            }
+            _ if self.malformed_option => Some(Refusal::MalformedOption),
+            _ => None,
+        }
     }
 
     /// The raw query.
@@ -409,9 +461,15 @@ pub fn record_at(msg: &[u8], pos: usize) -> Option<RecordAt> {
     })
 }
 
-/// Scans the additional section of a query for its OPT record.
-fn scan_additional(msg: &[u8], mut pos: usize, count: u16) -> Result<Option<Edns>, QueryError> {
+/// Scans the additional section of a query for its OPT record; the flag says whether an option
+/// kudurru reads was malformed.
+fn scan_additional(
+    msg: &[u8],
+    mut pos: usize,
+    count: u16,
+) -> Result<(Option<Edns>, bool), QueryError> {
     let mut edns = None;
+    let mut malformed = false;
     for _ in 0..count {
         let rr = record_at(msg, pos).ok_or(QueryError::FormErr)?;
         if rr.rtype == rtype::OPT {
@@ -421,14 +479,14 @@ fn scan_additional(msg: &[u8], mut pos: usize, count: u16) -> Result<Option<Edns
             }
             let payload = read_u16(msg, rr.ttl_at - 2).ok_or(QueryError::FormErr)?;
             let ttl = read_u32(msg, rr.ttl_at).ok_or(QueryError::FormErr)?;
-            let (padding, tcp_keepalive) =
-                scan_options(&msg[rr.rdata_at..rr.end]).ok_or(QueryError::FormErr)?;
+            let options = scan_options(&msg[rr.rdata_at..rr.end]).ok_or(QueryError::FormErr)?;
+            malformed = options.malformed;
             edns = Some(Edns {
                 udp_payload: payload.max(CLASSIC_UDP_PAYLOAD),
                 version: (ttl >> 16) as u8,
                 dnssec_ok: ttl & OPT_DO != 0,
-                padding,
-                tcp_keepalive,
+                padding: options.padding,
+                tcp_keepalive: options.tcp_keepalive,
             });
         }
         pos = rr.end;
@@ -436,26 +494,73 @@ fn scan_additional(msg: &[u8], mut pos: usize, count: u16) -> Result<Option<Edns
     if pos != msg.len() {
         return Err(QueryError::FormErr);
     }
-    Ok(edns)
+    Ok((edns, malformed))
 }
 
-/// Walks EDNS options, checking their lengths; returns whether padding and edns-tcp-keepalive
-/// were present. A keepalive option from a client must be empty (RFC 7828 §3.2.1).
-fn scan_options(mut rdata: &[u8]) -> Option<(bool, bool)> {
-    let (mut padding, mut keepalive) = (false, false);
+/// What the option walk found in a client's OPT.
+#[derive(Debug, Default)]
+struct Options {
+    padding: bool,
+    tcp_keepalive: bool,
+    /// A COOKIE or edns-client-subnet option that its RFC does not allow.
+    malformed: bool,
+}
+
+/// Walks EDNS options, checking their lengths (a length past the OPT's rdata is an error). A
+/// keepalive option from a client must be empty (RFC 7828 §3.2.1); COOKIE and edns-client-subnet
+/// are checked as their RFCs say (a flag, answered FORMERR with an OPT); others are skipped.
+fn scan_options(mut rdata: &[u8]) -> Option<Options> {
+    let mut options = Options::default();
     while !rdata.is_empty() {
         let code = read_u16(rdata, 0)?;
         let len = usize::from(read_u16(rdata, 2)?);
-        rdata = rdata.get(4 + len..)?;
-        padding |= code == OPTION_PADDING;
-        if code == OPTION_TCP_KEEPALIVE {
-            if len != 0 {
-                return None;
+        let data = rdata.get(4..4 + len)?;
+        rdata = &rdata[4 + len..];
+        match code {
+            OPTION_PADDING => options.padding = true,
+            OPTION_TCP_KEEPALIVE => {
+                if len != 0 {
+                    return None;
+                }
+                options.tcp_keepalive = true;
             }
-            keepalive = true;
+            OPTION_COOKIE => options.malformed |= !is_valid_cookie(len),
+            OPTION_CLIENT_SUBNET => options.malformed |= !is_valid_client_subnet(data),
+            _ => {}
         }
     }
-    Some((padding, keepalive))
+    Some(options)
+}
+
+/// RFC 7873 §4: an 8-byte client cookie, optionally followed by a server cookie of 8 to 32 bytes.
+fn is_valid_cookie(len: usize) -> bool {
+    len == 8 || (16..=40).contains(&len)
+}
+
+/// RFC 7871 §6: FAMILY 1 (IPv4, prefixes up to 32) or 2 (IPv6, up to 128); SCOPE PREFIX-LENGTH 0
+/// in queries; exactly as many ADDRESS octets as SOURCE PREFIX-LENGTH needs, with no bit set past
+/// it. FAMILY 0 with both prefixes 0 and no address is accepted too: `dig +subnet=0` sends it to
+/// opt out, and BIND accepts it.
+fn is_valid_client_subnet(data: &[u8]) -> bool {
+    let (Some(family), Some(&source), Some(&scope)) = (read_u16(data, 0), data.get(2), data.get(3))
+    else {
+        return false;
+    };
+    let address = &data[4..];
+    let longest = match family {
+        0 => return source == 0 && scope == 0 && address.is_empty(),
+        1 => 32,
+        2 => 128,
+        _ => return false,
+    };
+    let octets = usize::from(source).div_ceil(8);
+    let spare_bits = octets * 8 - usize::from(source);
+    source <= longest
+        && scope == 0
+        && address.len() == octets
+        && address
+            .last()
+            .is_none_or(|&last| last & ((1u8 << spare_bits) - 1) == 0)
 }
 
 /// Response header bits that kudurru sets from a query.
@@ -827,6 +932,115 @@ pub(crate) mod tests {
             &mut out,
         );
         assert_eq!(out.len(), plain.len());
+    }
+
+    #[test]
+    fn rfc6895_3_1_meta_qtypes_are_refused_with_formerr_and_transfers_with_refused() {
+        for qtype in [0, rtype::OPT, 128, 200, 248, rtype::TKEY, rtype::TSIG] {
+            let m = query("a.test", qtype, Some((1232, 0, false)));
+            let q = Query::parse(&m).expect("a meta qtype scans");
+            assert_eq!(q.refusal(), Some(Refusal::MetaType), "qtype {qtype}");
+        }
+        for qtype in [rtype::MAILB, rtype::MAILA] {
+            let q = query("a.test", qtype, None);
+            assert_eq!(Query::parse(&q).unwrap().refusal(), Some(Refusal::MetaType));
+        }
+        for qtype in [rtype::AXFR, rtype::IXFR] {
+            let q = query("a.test", qtype, None);
+            assert_eq!(
+                Query::parse(&q).unwrap().refusal(),
+                Some(Refusal::ZoneTransfer)
+            );
+        }
+        // Data types, ANY (255) and types past the meta range are asked upstream.
+        for qtype in [rtype::A, rtype::AAAA, 46, 127, 255, 256, 32769, 65535] {
+            let q = query("a.test", qtype, None);
+            assert_eq!(Query::parse(&q).unwrap().refusal(), None, "qtype {qtype}");
+        }
+        assert_eq!(Refusal::MetaType.rcode(), rcode::FORMERR);
+        assert_eq!(Refusal::ZoneTransfer.rcode(), rcode::REFUSED);
+    }
+
+    /// `query` with `(code, data)` appended to its OPT record (the query must have one, last).
+    fn with_option(mut m: Vec<u8>, code: u16, data: &[u8]) -> Vec<u8> {
+        let rdlen_at = m.len() - 2;
+        m.extend_from_slice(&code.to_be_bytes());
+        m.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        m.extend_from_slice(data);
+        let rdlen = (m.len() - rdlen_at - 2) as u16;
+        m[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+        m
+    }
+
+    fn option_refusal(code: u16, data: &[u8]) -> Option<Refusal> {
+        let m = with_option(
+            query("a.test", rtype::A, Some((1232, 0, false))),
+            code,
+            data,
+        );
+        Query::parse(&m)
+            .expect("a malformed option still scans")
+            .refusal()
+    }
+
+    #[test]
+    fn rfc7873_5_2_2_malformed_cookie_is_formerr() {
+        for len in [0, 1, 7, 9, 15, 41, 64] {
+            assert_eq!(
+                option_refusal(OPTION_COOKIE, &vec![0xab; len]),
+                Some(Refusal::MalformedOption),
+                "cookie of {len} bytes"
+            );
+        }
+        for len in [8, 16, 24, 40] {
+            assert_eq!(
+                option_refusal(OPTION_COOKIE, &vec![0xab; len]),
+                None,
+                "{len}"
+            );
+        }
+        assert_eq!(Refusal::MalformedOption.rcode(), rcode::FORMERR);
+    }
+
+    #[test]
+    fn rfc7871_6_malformed_client_subnet_is_formerr() {
+        let ecs = |family: u16, source: u8, scope: u8, address: &[u8]| {
+            let mut data = family.to_be_bytes().to_vec();
+            data.extend_from_slice(&[source, scope]);
+            data.extend_from_slice(address);
+            option_refusal(OPTION_CLIENT_SUBNET, &data)
+        };
+        let bad = Some(Refusal::MalformedOption);
+        assert_eq!(
+            ecs(1, 200, 0, &[192, 0, 2, 0]),
+            bad,
+            "source prefix 200 for IPv4"
+        );
+        assert_eq!(ecs(1, 33, 0, &[192, 0, 2, 0, 0]), bad);
+        assert_eq!(ecs(2, 129, 0, &[0x20; 17]), bad);
+        assert_eq!(ecs(3, 8, 0, &[1]), bad, "unknown family");
+        assert_eq!(
+            ecs(1, 24, 0, &[192, 0, 2, 0]),
+            bad,
+            "too many address octets"
+        );
+        assert_eq!(ecs(1, 24, 0, &[192, 0]), bad, "too few address octets");
+        assert_eq!(ecs(1, 20, 0, &[192, 0, 0x2f]), bad, "bits past the prefix");
+        assert_eq!(ecs(1, 24, 8, &[192, 0, 2]), bad, "a scope in a query");
+        assert_eq!(ecs(0, 8, 0, &[1]), bad, "family 0 with a prefix");
+        assert_eq!(
+            option_refusal(OPTION_CLIENT_SUBNET, &[0, 1, 24]),
+            bad,
+            "short"
+        );
+        assert_eq!(ecs(1, 24, 0, &[192, 0, 2]), None);
+        assert_eq!(ecs(1, 20, 0, &[192, 0, 0x20]), None);
+        assert_eq!(ecs(1, 0, 0, &[]), None, "opting out");
+        assert_eq!(ecs(0, 0, 0, &[]), None, "opting out as dig +subnet=0 does");
+        assert_eq!(ecs(2, 56, 0, &[0x20, 1, 0xd, 0xb8, 0, 0, 0]), None);
+        assert_eq!(ecs(2, 128, 0, &[0x20; 16]), None);
+        // Options kudurru does not read are not judged.
+        assert_eq!(option_refusal(65001, &[1, 2, 3]), None);
     }
 
     #[test]

@@ -8,9 +8,10 @@ mod layers;
 const FLOORS: &[&[&str]] = &[
     // Leaves: no other module of the crate.
     &["key", "framing", "limiter", "upstream", "http"],
-    // The wire format (on the cache key), both HTTP versions (on `http`), and the client
-    // access list (on the limiter's prefixes).
-    &["wire", "http2", "http3", "acl"],
+    // The wire format (on the cache key), both HTTP versions (on `http`), the client access
+    // list (on the limiter's prefixes), and reply scrubbing (on `domain` alone: which records
+    // of a reply answer its question).
+    &["wire", "http2", "http3", "acl", "scrub"],
     // What the wire format serves: answers, local names, DoH and DoQ rules.
     &["answer", "local", "doh", "doq"],
     // The cache (of answers), and the settings snapshot (over answers' TTL policy, local names,

@@ -14,10 +14,14 @@ use crate::http::{BodyError, Method};
 pub const MAX_LOCAL_RESETS: u32 = 1024;
 /// Streams a client may reset before their answer beyond the number of answers it took.
 pub const RESET_ALLOWANCE: u32 = 100;
-/// Frames that carry no request (PING, SETTINGS, PRIORITY, empty DATA or CONTINUATION,
-/// unknown types) a connection may send beyond four per request.
+/// Frames that carry no request and free nothing a connection may send beyond four per request
+/// (RFC 9113 §10.5): PING, SETTINGS and their acknowledgements, PRIORITY, GOAWAY, empty DATA or
+/// CONTINUATION, unknown types, RST_STREAM on a stream not open, and WINDOW_UPDATE that unblocks
+/// no response (on the connection with nothing waiting, on a closed stream, on an open stream
+/// with nothing to send).
 pub const IDLE_FRAME_ALLOWANCE: u32 = 1000;
-/// Streams recently reset by this side whose late frames are ignored (RFC 9113 §5.1 "closed").
+/// Streams recently reset by this side whose late frames are ignored (RFC 9113 §5.1 "closed"),
+/// and streams recently closed whose late HEADERS are a stream error, not a new stream.
 const RESET_MEMORY: usize = 128;
 /// Dynamic table the response encoder uses: small, so its lookups stay short.
 const ENCODER_TABLE: usize = 512;
@@ -145,6 +149,8 @@ pub struct Connection {
     /// Streams whose DATA waits for window, oldest first.
     blocked: VecDeque<u32>,
     recently_reset: VecDeque<u32>,
+    /// Streams that were open and are closed, newest last ([`RESET_MEMORY`] of them).
+    recently_closed: VecDeque<u32>,
     /// Streams whose body is still arriving.
     receiving: usize,
     requests: u32,
@@ -201,6 +207,7 @@ impl Connection {
             released: 0,
             blocked: VecDeque::new(),
             recently_reset: VecDeque::new(),
+            recently_closed: VecDeque::new(),
             receiving: 0,
             requests: 0,
             responses: 0,
@@ -722,7 +729,15 @@ impl Connection {
             if self.recently_reset.contains(&id) {
                 return Ok(());
             }
-            return self.stream_error(id, ErrorCode::STREAM_CLOSED);
+            if self.recently_closed.contains(&id) {
+                return self.stream_error(id, ErrorCode::STREAM_CLOSED);
+            }
+            // RFC 9113 §5.1.1: a new stream's identifier must be greater than every one the
+            // client used; a lower one that never opened is an unexpected identifier.
+            return Err(error(
+                ErrorCode::PROTOCOL_ERROR,
+                "stream identifier lower than one already used",
+            ));
         }
         self.last_stream = id;
         let mut head = HeadBuilder::new(self.config.max_head);
@@ -809,6 +824,9 @@ impl Connection {
                     "connection window over 2^31-1",
                 ));
             }
+            if self.blocked.is_empty() {
+                return self.idle_frame();
+            }
             self.flush_blocked();
             return Ok(());
         }
@@ -819,7 +837,8 @@ impl Connection {
             ));
         }
         let Some(stream) = self.streams.get_mut(&id) else {
-            return Ok(()); // closed: allowed (RFC 9113 §6.9)
+            // Closed: allowed (RFC 9113 §6.9), but it frees nothing.
+            return self.idle_frame();
         };
         if increment == 0 {
             return self.stream_error(id, ErrorCode::PROTOCOL_ERROR);
@@ -828,9 +847,10 @@ impl Connection {
         if stream.send_window > i64::from(frame::MAX_WINDOW) {
             return self.stream_error(id, ErrorCode::FLOW_CONTROL_ERROR);
         }
-        if !stream.pending.is_empty() {
-            self.flush_stream(id);
+        if stream.pending.is_empty() {
+            return self.idle_frame();
         }
+        self.flush_stream(id);
         Ok(())
     }
 
@@ -850,16 +870,21 @@ impl Connection {
                 "RST_STREAM on an idle stream",
             ));
         }
-        if self.remove(header.stream).is_some_and(|s| !s.responded) {
-            self.client_resets = self.client_resets.saturating_add(1);
-            if self.client_resets > RESET_ALLOWANCE.saturating_add(self.responses) {
-                return Err(error(
-                    ErrorCode::ENHANCE_YOUR_CALM,
-                    "too many streams reset before their answer",
-                ));
+        match self.remove(header.stream) {
+            Some(stream) if !stream.responded => {
+                self.client_resets = self.client_resets.saturating_add(1);
+                if self.client_resets > RESET_ALLOWANCE.saturating_add(self.responses) {
+                    return Err(error(
+                        ErrorCode::ENHANCE_YOUR_CALM,
+                        "too many streams reset before their answer",
+                    ));
+                }
+                Ok(())
             }
+            Some(_) => Ok(()),
+            // Already closed: it resets nothing.
+            None => self.idle_frame(),
         }
-        Ok(())
     }
 
     fn settings(&mut self, header: Header, payload: &[u8]) -> Result<(), ConnectionError> {
@@ -873,7 +898,8 @@ impl Connection {
                     "SETTINGS acknowledgement with a payload",
                 ));
             }
-            return Ok(());
+            // This side sends SETTINGS once: every acknowledgement past that one is idle.
+            return self.idle_frame();
         }
         if !payload.len().is_multiple_of(6) {
             return Err(error(
@@ -982,7 +1008,7 @@ impl Connection {
             ));
         }
         self.peer_goaway = true;
-        Ok(())
+        self.idle_frame()
     }
 
     // ---- stream bookkeeping -------------------------------------------------------------
@@ -1027,6 +1053,10 @@ impl Connection {
     /// Forgets `id`, returning flow-control credit for any body it held.
     fn remove(&mut self, id: u32) -> Option<Stream> {
         let stream = self.streams.remove(&id)?;
+        if self.recently_closed.len() == RESET_MEMORY {
+            self.recently_closed.pop_front();
+        }
+        self.recently_closed.push_back(id);
         if stream.head.is_some() {
             self.receiving -= 1;
             self.release(stream.body.len() as u32);

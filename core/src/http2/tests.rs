@@ -831,6 +831,113 @@ fn rfc9113_10_5_frames_without_requests_are_bounded() {
 }
 
 #[test]
+fn rfc9113_5_1_1_a_stream_id_lower_than_one_already_used_is_a_protocol_error() {
+    let mut client = Client::new(CONFIG);
+    client.headers(5, &get_fields("/"), true);
+    client.request();
+    client.take();
+    let result = client.send(&raw_frame(
+        kind::HEADERS,
+        flag::END_HEADERS | flag::END_STREAM,
+        3,
+        &block(&get_fields("/")),
+    ));
+    assert_goaway(result, &mut client, ErrorCode::PROTOCOL_ERROR);
+
+    // A stream that was open and closed is no new stream: HEADERS on it is a stream error
+    // (RFC 9113 §5.1 "closed"), and the connection goes on.
+    let mut client = Client::new(CONFIG);
+    client.headers(1, &get_fields("/"), true);
+    client.request();
+    client.connection.respond(1, 200, &[], b"x");
+    client.take();
+    client.headers(1, &get_fields("/"), true);
+    assert_reset(&mut client, 1, ErrorCode::STREAM_CLOSED);
+    client.headers(3, &get_fields("/"), true);
+    assert_eq!(client.request().stream, 3);
+}
+
+/// Sends `frame` until the connection fails or `times` were sent; returns the last result.
+fn flood(client: &mut Client, frame: &[u8], times: u32) -> Result<(), ConnectionError> {
+    for _ in 0..times {
+        client.send(frame)?;
+        client.take();
+    }
+    Ok(())
+}
+
+#[test]
+fn rfc9113_10_5_a_window_update_flood_ends_the_connection() {
+    // 10,000 one-byte increments of the connection window, with nothing waiting for it.
+    let mut client = Client::new(CONFIG);
+    let frame = raw_frame(kind::WINDOW_UPDATE, 0, 0, &[0, 0, 0, 1]);
+    let result = flood(&mut client, &frame, 10_000);
+    assert_goaway(result, &mut client, ErrorCode::ENHANCE_YOUR_CALM);
+
+    // The same on a stream that has closed.
+    let mut client = Client::new(CONFIG);
+    client.headers(1, &get_fields("/"), true);
+    client.request();
+    client.connection.respond(1, 200, &[], b"x");
+    client.take();
+    let frame = raw_frame(kind::WINDOW_UPDATE, 0, 1, &[0, 0, 0, 1]);
+    let result = flood(&mut client, &frame, 10_000);
+    assert_goaway(result, &mut client, ErrorCode::ENHANCE_YOUR_CALM);
+}
+
+#[test]
+fn rfc9113_10_5_a_settings_ack_flood_ends_the_connection() {
+    let mut client = Client::new(CONFIG);
+    let frame = raw_frame(kind::SETTINGS, flag::ACK, 0, &[]);
+    let result = flood(&mut client, &frame, 5_000);
+    assert_goaway(result, &mut client, ErrorCode::ENHANCE_YOUR_CALM);
+}
+
+#[test]
+fn rfc9113_10_5_resets_of_closed_streams_and_goaways_are_bounded() {
+    for frame in [
+        raw_frame(kind::RST_STREAM, 0, 1, &[0, 0, 0, 8]),
+        raw_frame(kind::GOAWAY, 0, 0, &[0; 8]),
+    ] {
+        let mut client = Client::new(CONFIG);
+        client.headers(1, &get_fields("/"), true);
+        client.request();
+        client.connection.respond(1, 200, &[], b"x");
+        client.take();
+        let result = flood(&mut client, &frame, 10_000);
+        assert_goaway(result, &mut client, ErrorCode::ENHANCE_YOUR_CALM);
+    }
+}
+
+#[test]
+fn rfc9113_6_9_window_updates_that_free_a_waiting_response_are_not_counted() {
+    // A client with a one-byte stream window pulls each byte of its answers with a
+    // WINDOW_UPDATE: more updates than the idle allowance, none of them idle.
+    let config = Config {
+        max_streams: 100,
+        ..CONFIG
+    };
+    let mut client = Client::with_settings(config, &[(setting::INITIAL_WINDOW_SIZE, 1)]);
+    let body = vec![7u8; 64];
+    let mut updates = 0;
+    for n in 0..20u32 {
+        let stream = 2 * n + 1;
+        client.headers(stream, &get_fields("/"), true);
+        client.request();
+        client.connection.respond(stream, 200, &[], &body);
+        client.take();
+        for _ in 1..body.len() {
+            client
+                .send(&raw_frame(kind::WINDOW_UPDATE, 0, stream, &[0, 0, 0, 1]))
+                .expect("a window update that frees a byte is no flood");
+            updates += 1;
+        }
+        client.take();
+    }
+    assert!(updates > IDLE_FRAME_ALLOWANCE, "{updates}");
+}
+
+#[test]
 fn rfc9113_10_5_stream_errors_are_bounded() {
     let config = Config {
         max_streams: 10_000,
