@@ -1,4 +1,4 @@
-//! Arbitrary requests to the objects API (method, path, query, body) against an in-memory
+//! Arbitrary requests to the objects API (method, route, name, query, body) against an in-memory
 //! store, several on one store: never panics and never answers 5xx; a refused write changes
 //! nothing (the store's revision stays), an accepted one moves it.
 #![no_main]
@@ -10,12 +10,20 @@ use libfuzzer_sys::fuzz_target;
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
-fuzz_target!(|requests: Vec<(u8, &str, &str, &[u8])>| {
+fuzz_target!(|requests: Vec<(u8, u8, &str, &str, &[u8])>| {
     let store = open_store(std::path::Path::new("/nonexistent"), true).expect("memory store");
     let actor = Actor::principal("token:fuzz").expect("a valid principal");
-    for (method, path, query, body) in requests.into_iter().take(16) {
+    for (method, route, name, query, body) in requests.into_iter().take(16) {
         let method = METHODS[usize::from(method) % METHODS.len()];
-        let Some(target) = Target::parse(path) else {
+        // Real routes most of the time, so the handlers are reached; arbitrary paths too.
+        let path = match route % 5 {
+            0 => "/api/v1/clientgroups".to_owned(),
+            1 => format!("/api/v1/clientgroups/{name}"),
+            2 => format!("/api/v1/clientgroups/{name}/status"),
+            3 => "/api/v1/audit".to_owned(),
+            _ => name.to_owned(),
+        };
+        let Some(target) = Target::parse(&path) else {
             continue;
         };
         if target.permission(method).is_none() {
