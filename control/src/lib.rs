@@ -20,6 +20,7 @@ pub mod health;
 pub mod http;
 pub mod lameduck;
 pub mod layers;
+pub mod noise;
 pub mod objects;
 pub mod openapi;
 pub mod ops;

@@ -10,6 +10,7 @@ use kudurru_transports::{ServerSpec, StartError};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Registry, reload};
@@ -18,6 +19,7 @@ use crate::cli::ServeArgs;
 use crate::config::{Config, ConfigError};
 use crate::http::{self, Limits, Listener};
 use crate::layers::{Inputs, Sources};
+use crate::noise::PeerNoise;
 use crate::ops;
 use crate::reload::Reloadable;
 use crate::watch::FileWatcher;
@@ -91,7 +93,7 @@ pub type LogHandle = reload::Handle<EnvFilter, Registry>;
 
 /// Installs the tracing subscriber for `log.level` and `log.format`; the handle changes the
 /// level later (`log.level` is hot).
-pub fn init_logging(config: &Config) -> Option<LogHandle> {
+pub fn init_logging(config: &Config, noise: &PeerNoise) -> Option<LogHandle> {
     let filter = EnvFilter::try_new(&config.log.level).unwrap_or_else(|_| "info".into());
     let (filter, handle) = reload::Layer::new(filter);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -100,9 +102,11 @@ pub fn init_logging(config: &Config) -> Option<LogHandle> {
         .with_writer(std::io::stderr);
     let registry = tracing_subscriber::registry().with(filter);
     let installed = if config.log.format == "json" {
-        registry.with(fmt.json()).try_init()
+        registry
+            .with(fmt.json().with_filter(noise.clone()))
+            .try_init()
     } else {
-        registry.with(fmt).try_init()
+        registry.with(fmt.with_filter(noise.clone())).try_init()
     };
     installed.ok().map(|()| handle)
 }
@@ -123,7 +127,8 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     let inputs = Inputs::capture(args, std::env::vars())?;
     let ignored_env = inputs.ignored_env.clone();
     let reloadable = Arc::new(Reloadable::start(inputs)?);
-    let log_handle = init_logging(&reloadable.current().config);
+    let noise = PeerNoise::default();
+    let log_handle = init_logging(&reloadable.current().config, &noise);
     if !ignored_env.is_empty() {
         tracing::warn!(variables = ?ignored_env, "ignoring KUDURRU_ variables that name no configuration key (a Kubernetes Service named kudurru sets such variables)");
     }
@@ -134,6 +139,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .build()
         .map_err(ServeError::Runtime)?;
+    runtime.spawn(crate::noise::summarize(noise));
     let server = runtime.block_on(control(reloadable, log_handle, args.ephemeral))?;
     // Ends the watcher tasks and any connection still open past the grace; a blocking task
     // (a settings write) gets a moment to finish. Their handles to the data plane go with them.

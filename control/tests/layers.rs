@@ -8,8 +8,9 @@ mod layers;
 /// Bottom first. A folder (`config`, `http`) is one unit: its files may use each other.
 const FLOORS: &[&[&str]] = &[
     // Pieces that use no other module: atomic files and hashes, the configuration document
-    // and its keys, the HTTP layer, the API client of the command line.
-    &["files", "config", "http", "client"],
+    // and its keys, the HTTP layer, the API client of the command line, the log's limit on
+    // peer-triggered library warnings.
+    &["files", "config", "http", "client", "noise"],
     // The command line (its defaults come from config); tokens and the file watcher (on files).
     &["cli", "tokens", "watch"],
     // The layers (defaults → files → env → flags, from the command line); certificates (loaded

@@ -406,3 +406,31 @@ fn tls_listener_errors_are_specific() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("bad.crt: no CERTIFICATE block"), "{err}");
 }
+
+#[test]
+fn a_flood_of_tls_openings_that_make_rustls_warn_logs_at_most_a_burst() {
+    // Each connection opens with a ChangeCipherSpec record: rustls logs a warning for every
+    // one. 300 of them must not make 300 log lines (issue: per-peer warnings flood the log).
+    let d = dir("ccs-flood");
+    let (cert, key) = cert_pair(&d, "a");
+    let log = d.join("kudurru.log");
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .tls(&cert, &key)
+        .stderr_to(&log)
+        .start();
+    let tls = k.tls.unwrap();
+    for _ in 0..300 {
+        let mut s = TcpStream::connect(tls).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let _ = std::io::Write::write_all(&mut s, &[0x14, 0x03, 0x03, 0x00, 0x01, 0x01]);
+        let _ = Read::read(&mut s, &mut [0u8; 64]);
+    }
+    let out = kdig_tls(tls, &cert, &["localhost", "A"]);
+    assert!(out.contains("status: NOERROR"), "{out}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines = text.matches("Received a ChangeCipherSpec").count();
+    assert!(
+        (1..=kudurru_control::noise::BURST as usize).contains(&lines),
+        "{lines} rustls warnings for 300 connections"
+    );
+}
