@@ -74,12 +74,28 @@ pub fn server_configs(cert: &Path, key: &Path) -> Result<TlsServers, CertError> 
 
 /// The server configuration for the pair in `cert` and `key` (ALPN set per transport later).
 fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CertError> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| CertError::Pem {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    };
+    server_config_from_pem(&read(cert)?, &read(key)?, cert, key)
+}
+
+/// The server configuration for a PEM certificate chain and key already read from `cert` and
+/// `key` (the names are for errors).
+pub fn server_config_from_pem(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    cert: &Path,
+    key: &Path,
+) -> Result<rustls::ServerConfig, CertError> {
     let pem_error = |path: &Path, e: rustls::pki_types::pem::Error| CertError::Pem {
         path: path.to_owned(),
         message: e.to_string(),
     };
-    let chain = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| pem_error(cert, e))?
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error(cert, e))?;
     if chain.is_empty() {
@@ -87,7 +103,7 @@ fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, CertEr
             path: cert.to_owned(),
         });
     }
-    let private_key = PrivateKeyDer::from_pem_file(key).map_err(|e| pem_error(key, e))?;
+    let private_key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| pem_error(key, e))?;
     let invalid = |source| CertError::Invalid {
         cert: cert.to_owned(),
         key: key.to_owned(),

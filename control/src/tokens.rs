@@ -273,12 +273,12 @@ impl TokenStore {
         {
             return Ok(entries.clone());
         }
-        let doc: Document = serde_json::from_slice(&bytes).map_err(|source| TokenError::Parse {
+        let tokens = parse_token_file(&bytes).map_err(|source| TokenError::Parse {
             path: self.path.clone(),
             source,
         })?;
-        *cache = Some((hash, doc.tokens.clone()));
-        Ok(doc.tokens)
+        *cache = Some((hash, tokens.clone()));
+        Ok(tokens)
     }
 
     fn save(&self, entries: Vec<Entry>) -> Result<(), TokenError> {
@@ -341,32 +341,51 @@ impl TokenStore {
 
     /// As [`TokenStore::verify`], with the token's id: the principal its writes are audited as.
     pub fn identify(&self, token: &str, max_lifetime: Duration) -> Result<(Role, String), Refusal> {
-        let rest = token
-            .strip_prefix("kdr_")
-            .ok_or(Refusal::Unauthorized("malformed token"))?;
-        let (id, secret) = rest
-            .split_once('_')
-            .ok_or(Refusal::Unauthorized("malformed token"))?;
+        // A malformed token is refused before the file is read.
+        parse_token(token)?;
         let entries = self
             .load()
             .map_err(|_| Refusal::Unauthorized("the token file cannot be read"))?;
-        let digest = hex(&sha256(secret.as_bytes()));
-        let mut found = None;
-        for entry in &entries {
-            // Every entry is compared, so timing does not tell which ids exist.
-            let matched = constant_time_eq(entry.id.as_bytes(), id.as_bytes())
-                & constant_time_eq(entry.sha256.as_bytes(), digest.as_bytes());
-            if matched {
-                found = Some(entry);
-            }
-        }
-        let entry = found.ok_or(Refusal::Unauthorized("unknown or revoked token"))?;
-        let now = now_unix();
-        if now >= entry.expires || now >= entry.created.saturating_add(max_lifetime.as_secs()) {
-            return Err(Refusal::Unauthorized("token expired"));
-        }
-        Ok((entry.role, entry.id.clone()))
+        identify_among(&entries, token, max_lifetime, now_unix())
     }
+}
+
+/// The id and secret of `kdr_<id>_<secret>`.
+fn parse_token(token: &str) -> Result<(&str, &str), Refusal> {
+    token
+        .strip_prefix("kdr_")
+        .and_then(|rest| rest.split_once('_'))
+        .ok_or(Refusal::Unauthorized("malformed token"))
+}
+
+/// The entries of a token file's bytes.
+pub fn parse_token_file(bytes: &[u8]) -> Result<Vec<Entry>, serde_json::Error> {
+    serde_json::from_slice::<Document>(bytes).map(|doc| doc.tokens)
+}
+
+/// The role and id of `token` among `entries` at `now` (Unix seconds): every entry is compared
+/// in constant time, so timing does not tell which ids exist.
+pub fn identify_among(
+    entries: &[Entry],
+    token: &str,
+    max_lifetime: Duration,
+    now: u64,
+) -> Result<(Role, String), Refusal> {
+    let (id, secret) = parse_token(token)?;
+    let digest = hex(&sha256(secret.as_bytes()));
+    let mut found = None;
+    for entry in entries {
+        let matched = constant_time_eq(entry.id.as_bytes(), id.as_bytes())
+            & constant_time_eq(entry.sha256.as_bytes(), digest.as_bytes());
+        if matched {
+            found = Some(entry);
+        }
+    }
+    let entry = found.ok_or(Refusal::Unauthorized("unknown or revoked token"))?;
+    if now >= entry.expires || now >= entry.created.saturating_add(max_lifetime.as_secs()) {
+        return Err(Refusal::Unauthorized("token expired"));
+    }
+    Ok((entry.role, entry.id.clone()))
 }
 
 #[cfg(test)]
