@@ -10,13 +10,13 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use kudurru_core::wire;
-use kudurru_e2e::{Kudurru, Scratch, TestUpstream, cert_pair, python, query_bytes, unique_name};
+use kudurru_e2e::{Kudurru, Scratch, TestUpstream, cert_pair, query_bytes, unique_name};
 use serde_json::{Value, json};
 
 /// The rcode text each transport's client saw for `name` from `source`, in transport order;
@@ -86,30 +86,8 @@ fn curl_http1(addr: SocketAddr, ca: &Path, source: &str, name: &str) -> String {
 
 /// One query through dnspython (quic_client.py) from `source`: its rcode, or `none`.
 fn dnspython(mode: &str, addr: SocketAddr, ca: &Path, source: &str, name: &str) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("support/quic_client.py");
-    let spec = json!({
-        "mode": mode, "host": addr.ip().to_string(), "port": addr.port(),
-        "ca": ca.display().to_string(), "source": source, "timeout": 2,
-        "requests": [{"name": name}],
-    });
-    let mut child = Command::new(python())
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python runs");
-    let mut stdin = child.stdin.take().unwrap();
-    std::io::Write::write_all(&mut stdin, spec.to_string().as_bytes()).unwrap();
-    drop(stdin);
-    let output = child.wait_with_output().expect("python runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "no report ({e}): {stdout} {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
+    let spec = json!({ "source": source, "timeout": 2, "requests": [{"name": name}] });
+    let report = crate::quic::client(mode, addr, ca, spec);
     report["results"][0]["rcode"]
         .as_str()
         .unwrap_or("none")

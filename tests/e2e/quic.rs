@@ -26,7 +26,7 @@ fn script() -> PathBuf {
 }
 
 /// Runs one client session (see quic_client.py) against `addr`, verifying against `ca`.
-fn client(mode: &str, addr: SocketAddr, ca: &Path, mut spec: Value) -> Value {
+pub(crate) fn client(mode: &str, addr: SocketAddr, ca: &Path, mut spec: Value) -> Value {
     spec["mode"] = json!(mode);
     spec["host"] = json!(addr.ip().to_string());
     spec["port"] = json!(addr.port());
