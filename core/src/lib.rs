@@ -28,6 +28,7 @@ pub mod key;
 pub mod limiter;
 pub mod local;
 pub mod pipeline;
+pub mod policy;
 pub mod scrub;
 pub mod settings;
 pub mod upstream;

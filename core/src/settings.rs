@@ -7,7 +7,7 @@
 //!
 //! Parts that are large or compiled are `Arc`s of their own (today the upstream set), so
 //! cloning a snapshot to change one part shares the others instead of copying them. The
-//! compiled policy index and the zones will join them the same way, as `Arc` fields here.
+//! compiled policy index is one (`policy`); the zones will join them the same way.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +16,7 @@ use crate::acl::AccessList;
 use crate::answer::TtlPolicy;
 use crate::limiter::RateLimit;
 use crate::local::LocalNames;
+use crate::policy::PolicyIndex;
 use crate::upstream::UpstreamSpec;
 
 /// What the data plane needs from the effective configuration: one immutable snapshot, read
@@ -55,6 +56,10 @@ pub struct Settings {
     pub ratelimit: RateLimit,
     /// Token buckets per core (`ratelimit.tableSize`; restart-bound).
     pub ratelimit_table_size: usize,
+    /// Client groups, policies and compiled block lists (the objects, not the settings file):
+    /// built by the control thread's list manager. Shared: a settings reload keeps it, a list
+    /// refresh replaces only it.
+    pub policy: Arc<PolicyIndex>,
 }
 
 impl Settings {

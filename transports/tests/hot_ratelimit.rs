@@ -31,6 +31,7 @@ fn settings(ratelimit: RateLimit) -> Settings {
         shutdown_grace: Duration::from_millis(100),
         ratelimit,
         ratelimit_table_size: 1024,
+        policy: Default::default(),
         acl: Default::default(),
     }
 }

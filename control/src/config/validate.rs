@@ -322,6 +322,7 @@ impl Config {
             acl: acl.into(),
             ratelimit,
             ratelimit_table_size: self.ratelimit.table_size,
+            policy: Default::default(),
         };
         Ok(Validated {
             settings,

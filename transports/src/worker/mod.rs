@@ -192,6 +192,7 @@ mod tests {
             shutdown_grace: Duration::from_millis(100),
             ratelimit: RateLimit::default(),
             ratelimit_table_size: 1024,
+            policy: Default::default(),
             acl: Default::default(),
         }
     }

@@ -1,0 +1,37 @@
+//! Blocking: block lists, client groups and policies, compiled once on the control thread and
+//! read by every core from the settings snapshot.
+//!
+//! ```text
+//! control thread (kudurru-control)                      every core (one snapshot per query)
+//! ─────────────────────────────────                     ───────────────────────────────────
+//! list body ─▶ blocklist::parse ─▶ ParsedList            client (address, client ID)
+//!                 │                                         ▼ groups (prefix table, ID map)
+//!                 ▼                                       plan (policies active for those groups)
+//! Matcher::with_list (replace one list's entries)           ▼ rewrites, then matcher.lookup
+//!                 ▼                                       allow ─▶ pass │ deny ─▶ block answer
+//! PolicyIndex::build(matcher, groups, policies, now) ─▶ Arc in Settings
+//! ```
+//!
+//! Sans-IO like the rest of `core`: a body in, a matcher out; a query and a client in, a
+//! decision and an answer out. Schedules are resolved when the index is built (the control
+//! thread rebuilds it at the next schedule change), so a core never reads a clock or a time
+//! zone to decide.
+
+pub mod answer;
+pub mod blocklist;
+pub mod index;
+pub mod matcher;
+pub mod name;
+pub mod schedule;
+pub mod spec;
+
+pub use blocklist::{Action, Format, ParseStats, ParsedList, Rule, Scope, parse};
+pub use index::{
+    Blocked, BuildReport, DEFAULT_GROUP, Explanation, GroupSpec, PolicyDecision, PolicyIndex,
+    PolicySource,
+};
+pub use matcher::{Hit, ListId, ListMode, Matcher, Role};
+pub use schedule::Schedule;
+pub use spec::{
+    BlockListSpec, BlockResponse, ClientGroupSpec, ListSource, PolicySpec, Rewrite, RewriteTarget,
+};
