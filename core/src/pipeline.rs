@@ -10,6 +10,8 @@
 //!                       ├─ health.kudurru.internal. ───▶ Respond (SERVFAIL in lameduck)
 //!                       ├─ rate limit ─ over ─┬─ slip (datagram) ─▶ Respond (empty, TC=1)
 //!                       │                     └─ otherwise ───────▶ Drop
+//!                       ├─ policy (groups, policies, ──▶ Blocked (block answer or rewrite
+//!                       │   lists)                        in `out`, or nothing: RPZ drop)
 //!                       ├─ local name (local) ─────────▶ Respond (answer written to `out`)
 //!                       └─ otherwise ──────────────────▶ Resolve(query): cache, then upstream
 //! ```
@@ -24,6 +26,7 @@ use std::time::Instant;
 
 use crate::acl::{AccessList, AclAction};
 use crate::limiter::{Limiter, RateLimit, Verdict};
+use crate::policy::{Blocked, PolicyDecision, PolicyIndex};
 use crate::settings::Settings;
 use crate::wire::{self, Query, QueryError, ReplyOptions, class, rcode, rtype};
 use crate::{CacheKey, LocalNames};
@@ -51,6 +54,16 @@ pub enum Decision<'a> {
         /// Whether `out` holds an answer to send.
         answered: bool,
     },
+    /// A policy decided (`kudurru_blocked_total`): with `answered`, a block answer or a
+    /// rewrite is in `out`, sent as for [`Decision::Respond`]; without (RPZ `rpz-drop.`),
+    /// nothing is sent. The shell counts `blocked` on its core
+    /// ([`crate::policy::PolicyIndex::count`]).
+    Blocked {
+        /// The policy and list that decided.
+        blocked: Blocked,
+        /// Whether `out` holds an answer to send.
+        answered: bool,
+    },
 }
 
 /// What the stages read besides the message: all of it from the settings snapshot and the
@@ -59,6 +72,8 @@ pub enum Decision<'a> {
 pub struct Stage<'s> {
     /// Which clients are served.
     pub acl: &'s AccessList,
+    /// Client groups, policies and block lists.
+    pub policy: &'s PolicyIndex,
     /// Locally answered names.
     pub local: &'s LocalNames,
     /// How answers on this transport are shaped.
@@ -77,6 +92,7 @@ impl<'s> Stage<'s> {
     pub fn new(settings: &'s Settings, options: &'s ReplyOptions, lameduck: bool) -> Self {
         Self {
             acl: &settings.acl,
+            policy: &settings.policy,
             local: &settings.local,
             options,
             ratelimit: &settings.ratelimit,
@@ -87,18 +103,21 @@ impl<'s> Stage<'s> {
 
 /// Who sent a message.
 #[derive(Debug, Clone, Copy)]
-pub struct Client {
+pub struct Client<'c> {
     /// The peer's address.
     pub addr: IpAddr,
     /// Whether it came as a datagram (UDP): only datagrams slip.
     pub datagram: bool,
+    /// The client ID an encrypted transport carried (the DoH path segment, or the TLS SNI's
+    /// first label under `blocking.clientIdDomains`), for client groups.
+    pub id: Option<&'c str>,
 }
 
 /// Runs the stages on `msg` from `client`, writing any immediate response into `out`.
 pub fn ingress<'a>(
     msg: &'a [u8],
     stage: &Stage<'_>,
-    client: Client,
+    client: Client<'_>,
     limiter: &mut Limiter,
     now: Instant,
     out: &mut Vec<u8>,
@@ -137,6 +156,26 @@ pub fn ingress<'a>(
             return Decision::Respond;
         }
         Verdict::Slip | Verdict::Drop => return Decision::Drop,
+    }
+    if !stage.policy.is_empty() {
+        match stage
+            .policy
+            .decide(&query, client.addr, client.id, stage.options, out)
+        {
+            PolicyDecision::Pass => {}
+            PolicyDecision::Answer(blocked) => {
+                return Decision::Blocked {
+                    blocked,
+                    answered: true,
+                };
+            }
+            PolicyDecision::Drop(blocked) => {
+                return Decision::Blocked {
+                    blocked,
+                    answered: false,
+                };
+            }
+        }
     }
     if stage.local.answer(&query, stage.options, out) {
         Decision::Respond
@@ -243,8 +282,10 @@ mod tests {
             datagram: bool,
             out: &mut Vec<u8>,
         ) -> Decision<'m> {
+            let policy = PolicyIndex::default();
             let stage = Stage {
                 acl: &self.acl,
+                policy: &policy,
                 local: &self.local,
                 options: &self.options,
                 ratelimit: &self.ratelimit,
@@ -253,6 +294,7 @@ mod tests {
             let client = Client {
                 addr: from.parse().unwrap(),
                 datagram,
+                id: None,
             };
             ingress(msg, &stage, client, &mut self.limiter, self.now, out)
         }

@@ -49,8 +49,10 @@ fn answer(msg: &[u8], datagram: bool) -> Option<Vec<u8>> {
         &[],
         kudurru_core::acl::AclAction::Refuse,
     );
+    let policy = kudurru_core::policy::PolicyIndex::default();
     let stage = Stage {
         acl: &acl,
+        policy: &policy,
         local: &local,
         options: &options,
         ratelimit: &ratelimit,
@@ -59,12 +61,16 @@ fn answer(msg: &[u8], datagram: bool) -> Option<Vec<u8>> {
     let client = Client {
         addr: "192.0.2.1".parse().unwrap(),
         datagram,
+        id: None,
     };
     let mut limiter = Limiter::new(64, 1, now);
     let mut out = Vec::new();
     match kudurru_core::ingress(msg, &stage, client, &mut limiter, now, &mut out) {
         Decision::Respond => Some(out),
-        Decision::Drop | Decision::Resolve(_) | Decision::Refused { .. } => None,
+        Decision::Drop
+        | Decision::Resolve(_)
+        | Decision::Refused { .. }
+        | Decision::Blocked { .. } => None,
     }
 }
 

@@ -24,7 +24,11 @@ use crate::worker::Worker;
 /// Answers `message` from `client` under the current settings snapshot, loaded once; `None`
 /// when the pipeline drops it (nothing may be sent). Counts the response (or the drop) in the
 /// core's metrics.
-pub(crate) async fn answer(worker: &Rc<Worker>, message: &[u8], client: Client) -> Option<Vec<u8>> {
+pub(crate) async fn answer(
+    worker: &Rc<Worker>,
+    message: &[u8],
+    client: Client<'_>,
+) -> Option<Vec<u8>> {
     let _active = Active::enter(worker.context());
     let mut out = Vec::with_capacity(512);
     let settings = worker.context().settings();
@@ -68,7 +72,7 @@ pub(crate) fn answer_now(
     worker: &Worker,
     settings: &Settings,
     message: &[u8],
-    client: Client,
+    client: Client<'_>,
     out: &mut Vec<u8>,
 ) -> Now {
     let context = worker.context();
@@ -92,6 +96,13 @@ pub(crate) fn answer_now(
         Decision::Refused { answered } => {
             context.metrics.acl_refused(answered);
             if !answered {
+                return Now::Dropped;
+            }
+        }
+        Decision::Blocked { blocked, answered } => {
+            settings.policy.count(context.shard(), blocked);
+            if !answered {
+                context.metrics.dropped();
                 return Now::Dropped;
             }
         }

@@ -29,6 +29,8 @@ pub(crate) struct CoreContext {
     /// Open client connections (TCP, DoT, DoH, DoQ, DoH3), held to `tcp.maxConnectionsPerCore`.
     pub(crate) tcp_connections: Cell<usize>,
     lameduck: Arc<AtomicBool>,
+    /// This core's shard number (its slot in per-core counters such as the policy index's).
+    shard: usize,
     /// Client queries being resolved right now (shutdown waits for these).
     active: Cell<usize>,
 }
@@ -36,6 +38,7 @@ pub(crate) struct CoreContext {
 impl CoreContext {
     /// The context of a core that has served nothing yet; its limiter is sized by `snapshot`.
     pub(crate) fn new(
+        shard: usize,
         settings: SharedSettings,
         metrics: Arc<CoreMetrics>,
         lameduck: Arc<AtomicBool>,
@@ -52,6 +55,7 @@ impl CoreContext {
             limiter: RefCell::new(limiter),
             tcp_connections: Cell::new(0),
             lameduck,
+            shard,
             active: Cell::new(0),
         }
     }
@@ -61,6 +65,11 @@ impl CoreContext {
     /// are read per connection or per read.
     pub(crate) fn settings(&self) -> arc_swap::Guard<Arc<Settings>> {
         self.settings.load()
+    }
+
+    /// This core's shard number.
+    pub(crate) fn shard(&self) -> usize {
+        self.shard
     }
 
     /// Whether the node is in lameduck (the health name answers SERVFAIL).

@@ -52,6 +52,7 @@ async fn connection(worker: Rc<Worker>, connection: quinn::Connection) {
     let client = Client {
         addr: connection.remote_address().ip(),
         datagram: false,
+        id: None,
     };
     loop {
         match connection.accept_bi().await {
@@ -73,7 +74,7 @@ async fn connection(worker: Rc<Worker>, connection: quinn::Connection) {
 async fn stream(
     worker: &Rc<Worker>,
     connection: &quinn::Connection,
-    client: Client,
+    client: Client<'_>,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {

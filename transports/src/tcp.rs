@@ -64,6 +64,7 @@ where
     let client = Client {
         addr: peer.ip(),
         datagram: false,
+        id: None,
     };
     let (mut reader, writer) = futures_lite::io::split(stream);
     // A connection-level value, read once per connection (the idle timeout, once per read);
@@ -128,6 +129,14 @@ where
             Decision::Refused { answered: false } => {
                 context.metrics.acl_refused(false);
                 break;
+            }
+            Decision::Blocked { blocked, answered } => {
+                settings.policy.count(context.shard(), blocked);
+                if !answered {
+                    context.metrics.dropped();
+                    break;
+                }
+                outbox.push(&context.metrics, &out);
             }
             Decision::Resolve(query) => {
                 let now = Instant::now();

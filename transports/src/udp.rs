@@ -77,6 +77,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                 let client = Client {
                     addr: peer.ip(),
                     datagram: true,
+                    id: None,
                 };
                 match ingress(message, &stage, client, &mut limiter, now, &mut out) {
                     Decision::Respond => {}
@@ -87,6 +88,13 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                     Decision::Refused { answered } => {
                         context.metrics.acl_refused(answered);
                         if !answered {
+                            continue;
+                        }
+                    }
+                    Decision::Blocked { blocked, answered } => {
+                        settings.policy.count(context.shard(), blocked);
+                        if !answered {
+                            context.metrics.dropped();
                             continue;
                         }
                     }

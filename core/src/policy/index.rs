@@ -18,6 +18,7 @@ use std::time::Duration;
 use crate::answer::CachedAnswer;
 use crate::wire::{Query, ReplyOptions};
 
+use super::blocklist::Format;
 use super::matcher::{ListId, Matcher};
 use super::spec::{ClientGroupSpec, PolicySpec};
 
@@ -40,6 +41,29 @@ pub struct PolicySource<'a> {
     pub name: &'a str,
     /// Its spec.
     pub spec: &'a PolicySpec,
+}
+
+/// What [`PolicyIndex::build`] compiles.
+#[derive(Debug, Clone, Copy)]
+pub struct BuildInputs<'a> {
+    /// The compiled lists.
+    pub matcher: &'a Arc<Matcher>,
+    /// The loaded lists by name, with their slot in `matcher` and their format (to render
+    /// the deciding rule in [`Explanation`]); a list not here is reported missing.
+    pub lists: &'a HashMap<String, (ListId, Format)>,
+    /// The enabled client groups.
+    pub groups: &'a [GroupSpec<'a>],
+    /// The enabled policies.
+    pub policies: &'a [PolicySource<'a>],
+    /// The instant schedules are resolved at.
+    pub now: jiff::Timestamp,
+    /// The TTL of block answers a policy does not set (`blocking.blockTTL`).
+    pub block_ttl: Duration,
+    /// The names under which a TLS SNI's first label is a client ID
+    /// (`blocking.clientIdDomains`), lowercase wire.
+    pub client_id_domains: &'a [Box<[u8]>],
+    /// How many cores count blocks (per-core counters).
+    pub cores: usize,
 }
 
 /// What [`PolicyIndex::build`] found besides the index.
@@ -78,40 +102,20 @@ pub enum PolicyDecision {
 #[derive(Debug, Default)]
 pub struct PolicyIndex {
     matcher: Arc<Matcher>,
+    /// Policies in effect now (enabled, in their schedule window).
+    in_effect: usize,
 }
 
 impl PolicyIndex {
-    /// Compiles the enabled `groups` and `policies` over `matcher`, whose lists are named by
-    /// `lists` (name → slot; a list not in it is reported missing), with schedules resolved at
-    /// `now`. `block_ttl` is the default TTL of block answers (`blocking.blockTTL`);
-    /// `client_id_domains` are the names under which a TLS SNI's first label is a client ID
-    /// (`blocking.clientIdDomains`). `cores` sizes the per-core block counters.
-    pub fn build(
-        matcher: Arc<Matcher>,
-        lists: &HashMap<String, ListId>,
-        groups: &[GroupSpec<'_>],
-        policies: &[PolicySource<'_>],
-        now: jiff::Timestamp,
-        block_ttl: Duration,
-        client_id_domains: &[String],
-        cores: usize,
-    ) -> (Self, BuildReport) {
-        let _ = (
-            matcher,
-            lists,
-            groups,
-            policies,
-            now,
-            block_ttl,
-            client_id_domains,
-            cores,
-        );
+    /// Compiles `inputs` into the index a snapshot carries, and what the build found.
+    pub fn build(inputs: BuildInputs<'_>) -> (Self, BuildReport) {
+        let _ = inputs;
         unimplemented!("PolicyIndex::build")
     }
 
     /// Whether no policy applies to anyone: the stage costs one branch.
     pub fn is_empty(&self) -> bool {
-        unimplemented!("PolicyIndex::is_empty")
+        self.in_effect == 0
     }
 
     /// The matcher it was built over.

@@ -27,8 +27,8 @@ pub mod spec;
 
 pub use blocklist::{Action, Format, ParseStats, ParsedList, Rule, Scope, parse};
 pub use index::{
-    Blocked, BuildReport, DEFAULT_GROUP, Explanation, GroupSpec, PolicyDecision, PolicyIndex,
-    PolicySource,
+    Blocked, BuildInputs, BuildReport, DEFAULT_GROUP, Explanation, GroupSpec, PolicyDecision,
+    PolicyIndex, PolicySource,
 };
 pub use matcher::{Hit, ListId, ListMode, Matcher, Role};
 pub use schedule::Schedule;

@@ -27,7 +27,7 @@ pub(crate) struct Endpoint {
     pub(crate) worker: Rc<Worker>,
     /// The one path served.
     pub(crate) path: Rc<str>,
-    pub(crate) client: Client,
+    pub(crate) client: Client<'static>,
     pub(crate) peer: SocketAddr,
     /// The `Alt-Svc` value advertising DNS over HTTP/3 (RFC 7838), when it is served.
     pub(crate) alt_svc: Option<Rc<str>>,
@@ -57,6 +57,7 @@ impl Endpoint {
             client: Client {
                 addr: peer.ip(),
                 datagram: false,
+                id: None,
             },
             peer,
             alt_svc,

@@ -63,7 +63,7 @@ impl Worker {
         );
         Self {
             resolver,
-            context: CoreContext::new(settings, metrics, lameduck, &snapshot),
+            context: CoreContext::new(shard, settings, metrics, lameduck, &snapshot),
         }
     }
 
