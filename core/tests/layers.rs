@@ -7,13 +7,26 @@ mod layers;
 /// Bottom first.
 const FLOORS: &[&[&str]] = &[
     // Leaves: no other module of the crate.
-    &["key", "framing", "limiter", "upstream", "http"],
+    &[
+        "key",
+        "framing",
+        "limiter",
+        "upstream",
+        "http",
+        "policy::name",
+        "policy::schedule",
+    ],
     // The wire format (on the cache key), both HTTP versions (on `http`), the client access
     // list (on the limiter's prefixes), and reply scrubbing (on `domain` alone: which records
     // of a reply answer its question).
-    &["wire", "http2", "http3", "acl", "scrub"],
-    // What the wire format serves: answers, local names, DoH and DoQ rules.
-    &["answer", "local", "doh", "doq"],
+    &["wire", "http2", "http3", "acl", "scrub", "policy::blocklist"],
+    // What the wire format serves: answers, local names, DoH and DoQ rules; the compiled
+    // block lists and the typed blocking specs.
+    &["answer", "local", "doh", "doq", "policy::matcher", "policy::spec"],
+    // Blocking, bottom up: block answers and rewrites, the policy index, the module's face.
+    &["policy::answer"],
+    &["policy::index"],
+    &["policy"],
     // The cache (of answers), and the settings snapshot (over answers' TTL policy, local names,
     // the access list, the limiter's and the upstreams' settings).
     &["cache", "settings"],
