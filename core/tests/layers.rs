@@ -21,9 +21,11 @@ const FLOORS: &[&[&str]] = &[
     // of a reply answer its question).
     &["wire", "http2", "http3", "acl", "scrub", "policy::blocklist"],
     // What the wire format serves: answers, local names, DoH and DoQ rules; the compiled
-    // block lists and the typed blocking specs.
-    &["answer", "local", "doh", "doq", "policy::matcher", "policy::spec"],
-    // Blocking, bottom up: block answers and rewrites, the policy index, the module's face.
+    // block lists.
+    &["answer", "local", "doh", "doq", "policy::matcher"],
+    // Blocking, bottom up: the typed specs, block answers and rewrites, the policy index, the
+    // module's face.
+    &["policy::spec"],
     &["policy::answer"],
     &["policy::index"],
     &["policy"],
