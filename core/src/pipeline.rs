@@ -64,6 +64,18 @@ pub enum Decision<'a> {
         /// Whether `out` holds an answer to send.
         answered: bool,
     },
+    /// A policy rewrote the name to a CNAME: resolve `target` (cache, then upstream), then
+    /// answer with [`crate::policy::answer::write_chased`]. Counted like `Blocked`.
+    Chase {
+        /// The query being answered.
+        query: Query<'a>,
+        /// The policy (and list) that rewrote it.
+        blocked: Blocked,
+        /// The CNAME's target, with the query's type and class.
+        target: CacheKey,
+        /// The CNAME record's TTL.
+        ttl: u32,
+    },
 }
 
 /// What the stages read besides the message: all of it from the settings snapshot and the
@@ -173,6 +185,18 @@ pub fn ingress<'a>(
                 return Decision::Blocked {
                     blocked,
                     answered: false,
+                };
+            }
+            PolicyDecision::Chase {
+                blocked,
+                target,
+                ttl,
+            } => {
+                return Decision::Chase {
+                    query,
+                    blocked,
+                    target,
+                    ttl,
                 };
             }
         }

@@ -70,7 +70,8 @@ fn answer(msg: &[u8], datagram: bool) -> Option<Vec<u8>> {
         Decision::Drop
         | Decision::Resolve(_)
         | Decision::Refused { .. }
-        | Decision::Blocked { .. } => None,
+        | Decision::Blocked { .. }
+        | Decision::Chase { .. } => None,
     }
 }
 

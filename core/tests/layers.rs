@@ -19,7 +19,14 @@ const FLOORS: &[&[&str]] = &[
     // The wire format (on the cache key), both HTTP versions (on `http`), the client access
     // list (on the limiter's prefixes), and reply scrubbing (on `domain` alone: which records
     // of a reply answer its question).
-    &["wire", "http2", "http3", "acl", "scrub", "policy::blocklist"],
+    &[
+        "wire",
+        "http2",
+        "http3",
+        "acl",
+        "scrub",
+        "policy::blocklist",
+    ],
     // What the wire format serves: answers, local names, DoH and DoQ rules; the compiled
     // block lists.
     &["answer", "local", "doh", "doq", "policy::matcher"],

@@ -15,11 +15,66 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Instant;
 
-use kudurru_core::wire::{self, ReplyOptions};
-use kudurru_core::{Client, Decision, Settings, Stage, ingress};
+use kudurru_core::wire::{self, Query, ReplyOptions};
+use kudurru_core::{CacheKey, CachedAnswer, Client, Decision, Settings, Stage, ingress, policy};
 
 use crate::core_context::Active;
 use crate::worker::Worker;
+
+/// What a query is answered from: its own key, or the target of a policy's CNAME rewrite
+/// (the answer is then the CNAME and the target's records, `policy::answer::write_chased`).
+/// Boxed target: the variant is rare (rewrites), and `Now` and DoH's `Answer` carry a
+/// `Lookup` on every miss.
+#[derive(Clone)]
+pub(crate) enum Lookup {
+    /// The query's own name.
+    Own,
+    /// A policy rewrote the name to a CNAME to `target`, TTL `ttl`.
+    Chase {
+        /// The CNAME's target with the query's type and class.
+        target: Box<CacheKey>,
+        /// The CNAME's TTL.
+        ttl: u32,
+    },
+}
+
+impl Lookup {
+    /// The key to serve or resolve.
+    pub(crate) fn key<'k>(&'k self, query: &'k Query<'_>) -> &'k CacheKey {
+        match self {
+            Self::Own => query.key(),
+            Self::Chase { target, .. } => target,
+        }
+    }
+
+    /// Writes the answer to `query` from `answer`, the cached answer for [`Self::key`].
+    pub(crate) fn write(
+        &self,
+        query: &Query<'_>,
+        answer: &CachedAnswer,
+        now: Instant,
+        limit: Option<usize>,
+        options: &ReplyOptions,
+        out: &mut Vec<u8>,
+    ) {
+        match self {
+            Self::Own => {
+                answer.write_response(query, now, limit, options, out);
+            }
+            Self::Chase { target, ttl } => {
+                policy::answer::write_chased(
+                    query,
+                    target.qname(),
+                    *ttl,
+                    answer,
+                    now,
+                    options,
+                    out,
+                );
+            }
+        }
+    }
+}
 
 /// Answers `message` from `client` under the current settings snapshot, loaded once; `None`
 /// when the pipeline drops it (nothing may be sent). Counts the response (or the drop) in the
@@ -35,11 +90,11 @@ pub(crate) async fn answer(
     match answer_now(worker, &settings, message, client, &mut out) {
         Now::Answered => Some(out),
         Now::Dropped => None,
-        Now::Miss => {
+        Now::Miss(lookup) => {
             let settings = arc_swap::Guard::into_inner(settings);
             // Boxed: a miss's state (the upstream exchange, a cross-core lookup) would otherwise
             // widen every request's future, hits included, past the allocator's thread cache.
-            Some(Box::pin(answer_miss(worker, &settings, message)).await)
+            Some(Box::pin(answer_miss(worker, &settings, message, lookup)).await)
         }
     }
 }
@@ -61,7 +116,7 @@ pub(crate) enum Now {
     /// The pipeline dropped the query: send nothing (counted).
     Dropped,
     /// A cache miss on this core: [`answer_miss`] finishes it.
-    Miss,
+    Miss(Lookup),
 }
 
 /// The synchronous part of [`answer`] under `settings`, the query's snapshot: ingress, then a
@@ -111,7 +166,25 @@ pub(crate) fn answer_now(
                 answer.write_response(&query, now, None, options, out)
             });
             if hit.is_none() {
-                return Now::Miss;
+                return Now::Miss(Lookup::Own);
+            }
+        }
+        Decision::Chase {
+            query,
+            blocked,
+            target,
+            ttl,
+        } => {
+            settings.policy.count(context.shard(), blocked);
+            let lookup = Lookup::Chase {
+                target: Box::new(target),
+                ttl,
+            };
+            let hit = worker.serve_local(&target, now, |answer| {
+                lookup.write(&query, answer, now, None, options, out)
+            });
+            if hit.is_none() {
+                return Now::Miss(lookup);
             }
         }
     }
@@ -127,13 +200,14 @@ pub(crate) async fn answer_miss(
     worker: &Rc<Worker>,
     settings: &Arc<Settings>,
     message: &[u8],
+    lookup: Lookup,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
     // Ingress accepted this message, so it parses.
-    if let Ok(query) = wire::Query::parse(message) {
-        let answer = worker.resolve(query.key(), settings).await;
+    if let Ok(query) = Query::parse(message) {
+        let answer = worker.resolve(lookup.key(&query), settings).await;
         let options = reply_options(settings);
-        answer.write_response(&query, Instant::now(), None, &options, &mut out);
+        lookup.write(&query, &answer, Instant::now(), None, &options, &mut out);
     }
     worker
         .context()

@@ -29,6 +29,7 @@ use kudurru_core::wire::{Query, ReplyOptions};
 use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
 use crate::accept;
+use crate::answer::Lookup;
 use crate::core_context::{Active, CoreContext};
 use crate::deadline::within;
 use crate::metrics::{CoreMetrics, Transport};
@@ -138,10 +139,24 @@ where
                 }
                 outbox.push(&context.metrics, &out);
             }
-            Decision::Resolve(query) => {
+            Decision::Resolve(_) | Decision::Chase { .. } => {
+                let (query, lookup) = match decision {
+                    Decision::Chase {
+                        query,
+                        blocked,
+                        target,
+                        ttl,
+                    } => {
+                        settings.policy.count(context.shard(), blocked);
+                        let target = Box::new(target);
+                        (query, Lookup::Chase { target, ttl })
+                    }
+                    Decision::Resolve(query) => (query, Lookup::Own),
+                    _ => unreachable!("matched above"),
+                };
                 let now = Instant::now();
-                let hit = worker.serve_local(query.key(), now, |answer| {
-                    answer.write_response(&query, now, None, &options, &mut out)
+                let hit = worker.serve_local(lookup.key(&query), now, |answer| {
+                    lookup.write(&query, answer, now, None, &options, &mut out)
                 });
                 if hit.is_some() {
                     outbox.push(&context.metrics, &out);
@@ -155,9 +170,9 @@ where
                     let Ok(query) = Query::parse(&message) else {
                         return;
                     };
-                    let answer = worker.resolve(query.key(), &settings).await;
+                    let answer = worker.resolve(lookup.key(&query), &settings).await;
                     let mut out = Vec::with_capacity(1024);
-                    answer.write_response(&query, Instant::now(), None, &options, &mut out);
+                    lookup.write(&query, &answer, Instant::now(), None, &options, &mut out);
                     let context = worker.context();
                     outbox.push(&context.metrics, &out);
                     Outbox::flush(&outbox, &context.metrics, &context.settings);

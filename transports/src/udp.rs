@@ -16,6 +16,7 @@ use glommio::net::{Readiness, UdpSocket};
 use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 
+use crate::answer::Lookup;
 use crate::core_context::Active;
 use crate::metrics::Transport;
 use crate::sys::{self, MmsgBatch};
@@ -111,10 +112,39 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                                     socket.clone(),
                                     message.to_vec(),
                                     peer,
+                                    Lookup::Own,
                                 );
                                 glommio::spawn_local(task).detach();
                                 continue;
                             }
+                        }
+                    }
+                    Decision::Chase {
+                        query,
+                        blocked,
+                        target,
+                        ttl,
+                    } => {
+                        settings.policy.count(context.shard(), blocked);
+                        let lookup = Lookup::Chase {
+                            target: Box::new(target),
+                            ttl,
+                        };
+                        let limit = query.udp_limit(settings.edns_payload);
+                        let hit = worker.serve_local(&target, now, |answer| {
+                            lookup.write(&query, answer, now, Some(limit), &options, &mut out)
+                        });
+                        if hit.is_none() {
+                            let task = resolve_and_reply(
+                                worker.clone(),
+                                Arc::clone(&settings),
+                                socket.clone(),
+                                message.to_vec(),
+                                peer,
+                                lookup,
+                            );
+                            glommio::spawn_local(task).detach();
+                            continue;
                         }
                     }
                 }
@@ -208,17 +238,19 @@ async fn resolve_and_reply(
     socket: Rc<UdpSocket>,
     message: Vec<u8>,
     peer: SocketAddr,
+    lookup: Lookup,
 ) {
     let _active = Active::enter(worker.context());
     // The message already scanned once in the receive loop; it scans the same way again.
     let Ok(query) = Query::parse(&message) else {
         return;
     };
-    let answer = worker.resolve(query.key(), &settings).await;
+    let answer = worker.resolve(lookup.key(&query), &settings).await;
     let mut out = Vec::with_capacity(1232);
     let limit = query.udp_limit(settings.edns_payload);
-    answer.write_response(
+    lookup.write(
         &query,
+        &answer,
         Instant::now(),
         Some(limit),
         &ReplyOptions::udp(settings.edns_payload),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::answer::CachedAnswer;
+use crate::key::CacheKey;
 use crate::wire::{Query, ReplyOptions};
 
 use super::blocklist::Format;
@@ -89,6 +90,7 @@ pub struct Blocked {
 
 /// What the policy stage decided for one query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // returned by value on the stack: boxing would allocate per rewrite
 pub enum PolicyDecision {
     /// No policy answers it: on to local names, the cache and upstream.
     Pass,
@@ -96,6 +98,18 @@ pub enum PolicyDecision {
     Answer(Blocked),
     /// Send nothing (RPZ `rpz-drop.`).
     Drop(Blocked),
+    /// A rewrite (or RPZ local data) to a CNAME: the shell resolves `target` as any query
+    /// (cache, then upstream) and answers with the CNAME, TTL `ttl`, then the target's records
+    /// ([`super::answer::write_chased`]), as AdGuard Home's rewrites and Unbound's
+    /// `local-data` CNAMEs do: stub resolvers do not chase a CNAME themselves.
+    Chase {
+        /// The policy (and list, for RPZ) that decided.
+        blocked: Blocked,
+        /// The CNAME's target, with the query's type and class.
+        target: CacheKey,
+        /// The CNAME record's TTL.
+        ttl: u32,
+    },
 }
 
 /// The compiled groups, policies and lists one snapshot carries.

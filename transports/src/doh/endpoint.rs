@@ -13,7 +13,7 @@ use kudurru_core::doh::{self, Request, RequestError, Status};
 use kudurru_core::http::{BodyError, Method};
 use kudurru_core::{Client, Settings};
 
-use crate::answer::{Now, answer, answer_now};
+use crate::answer::{Lookup, Now, answer, answer_now};
 use crate::metrics::Transport;
 use crate::worker::Worker;
 
@@ -104,7 +104,7 @@ pub(crate) fn date() -> Rc<str> {
 /// A request answered at once, or a miss to resolve under the snapshot it was admitted under.
 pub(crate) enum Answer {
     Ready(Reply),
-    Miss(Vec<u8>, Arc<Settings>),
+    Miss(Vec<u8>, Arc<Settings>, Lookup),
 }
 
 /// Classifies one HTTP/2 or HTTP/3 request (counted as a query on `transport`) and answers it
@@ -149,7 +149,7 @@ pub(crate) fn classify(
     ) {
         Now::Answered => Answer::Ready(Reply::Answer(out)),
         Now::Dropped => Answer::Ready(Reply::Abort),
-        Now::Miss => Answer::Miss(message, arc_swap::Guard::into_inner(settings)),
+        Now::Miss(lookup) => Answer::Miss(message, arc_swap::Guard::into_inner(settings), lookup),
     }
 }
 

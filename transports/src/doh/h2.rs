@@ -247,12 +247,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http2Driver<S> {
                     let mut connection = self.shared.connection.borrow_mut();
                     h2_respond(&mut connection, &self.endpoint, stream, reply);
                 }
-                Answer::Miss(message, settings) => {
+                Answer::Miss(message, settings, lookup) => {
                     self.shared.in_flight.set(self.shared.in_flight.get() + 1);
                     let (endpoint, shared) = (self.endpoint.clone(), self.shared.clone());
                     spawn_queued(async move {
                         let _active = Active::enter(endpoint.worker.context());
-                        let out = answer_miss(&endpoint.worker, &settings, &message).await;
+                        let out = answer_miss(&endpoint.worker, &settings, &message, lookup).await;
                         let mut connection = shared.connection.borrow_mut();
                         h2_respond(&mut connection, &endpoint, stream, Reply::Answer(out));
                         drop(connection);

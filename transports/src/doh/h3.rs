@@ -240,9 +240,11 @@ async fn request(
     );
     let reply = match answer {
         Answer::Ready(reply) => reply,
-        Answer::Miss(message, settings) => {
+        Answer::Miss(message, settings, lookup) => {
             // Boxed, as in `answer::answer`: a miss's state would widen every request's future.
-            Reply::Answer(Box::pin(answer_miss(&endpoint.worker, &settings, &message)).await)
+            Reply::Answer(
+                Box::pin(answer_miss(&endpoint.worker, &settings, &message, lookup)).await,
+            )
         }
     };
     let Some(out) = encode(endpoint, reply) else {
