@@ -171,7 +171,7 @@ pub fn request(
         Some(at) => (&target[..at], Some(&target[at + 1..])),
         None => (target, None),
     };
-    if target_path != path.as_bytes() {
+    if match_path(target_path, path).is_none() {
         return Err(RequestError::NotFound);
     }
     match method {
@@ -229,6 +229,69 @@ pub fn check_message(message: &[u8]) -> Result<(), RequestError> {
     }
 }
 
+/// A client ID carried in a DoH path (`/dns-query/{id}`, as AdGuard Home's): a lowercase DNS
+/// label (a-z, 0-9, `-`, at most 63 bytes), held inline so a request's ID costs no allocation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ClientId {
+    bytes: [u8; 63],
+    len: u8,
+}
+
+impl ClientId {
+    /// `label` as a client ID, if it is a lowercase DNS label.
+    pub fn from_label(label: &[u8]) -> Option<Self> {
+        let valid = !label.is_empty()
+            && label.len() <= 63
+            && label
+                .iter()
+                .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && label[0] != b'-'
+            && label[label.len() - 1] != b'-';
+        if !valid {
+            return None;
+        }
+        let mut bytes = [0; 63];
+        bytes[..label.len()].copy_from_slice(label);
+        Some(Self {
+            bytes,
+            len: label.len() as u8,
+        })
+    }
+
+    /// The ID.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII letters, digits and hyphens are ever stored.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for ClientId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ClientId").field(&self.as_str()).finish()
+    }
+}
+
+/// Whether `target_path` (a request target without its query) is the endpoint at `path`,
+/// with the client ID a further segment carries: `Some(None)` for the path itself,
+/// `Some(Some(id))` for `{path}/{id}`, `None` for anything else (404).
+pub fn match_path(target_path: &[u8], path: &str) -> Option<Option<ClientId>> {
+    let rest = target_path.strip_prefix(path.as_bytes())?;
+    match rest {
+        [] => Some(None),
+        [b'/', id @ ..] => ClientId::from_label(id).map(Some),
+        _ => None,
+    }
+}
+
+/// The client ID in a request `target` for the endpoint at `path`, if it carries one.
+pub fn client_id(target: &[u8], path: &str) -> Option<ClientId> {
+    let target_path = match target.iter().position(|&b| b == b'?') {
+        Some(at) => &target[..at],
+        None => target,
+    };
+    match_path(target_path, path).flatten()
+}
+
 /// A complete HTTP/1.1 request head.
 #[derive(Debug)]
 pub struct Http1Head {
@@ -242,6 +305,8 @@ pub struct Http1Head {
     pub chunked: bool,
     /// Whether the connection stays open after the answer (RFC 9112 §9.3).
     pub keep_alive: bool,
+    /// The client ID of the target's path (`/dns-query/{id}`).
+    pub client_id: Option<ClientId>,
 }
 
 /// Parses an HTTP/1.1 (or 1.0) request head at the start of `buffer` for the endpoint at
@@ -317,6 +382,7 @@ pub fn parse_http1_head(buffer: &[u8], path: &str) -> Result<Option<Http1Head>, 
         content_length,
         chunked,
         keep_alive,
+        client_id: client_id(target.as_bytes(), path),
     }))
 }
 
@@ -421,6 +487,65 @@ pub fn min_ttl(msg: &[u8]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client ID is one lowercase label after the endpoint's path (AdGuard Home's
+    /// `/dns-query/{id}`); anything else after the path is another resource (404), not an ID.
+    #[test]
+    fn a_doh_path_segment_after_the_endpoint_is_the_client_id() {
+        let id = |target: &[u8]| client_id(target, PATH).map(|id| id.as_str().to_owned());
+        assert_eq!(id(b"/dns-query/kids?dns=AAAB"), Some("kids".into()));
+        assert_eq!(id(b"/dns-query/office-2"), Some("office-2".into()));
+        assert_eq!(id(b"/dns-query?dns=AAAB"), None);
+        for not_found in [
+            &b"/dns-query/Kids"[..],
+            b"/dns-query/kids/more",
+            b"/dns-query/",
+            b"/dns-query/-kids",
+            b"/dns-queryx",
+            b"/dns-query/a.b",
+        ] {
+            assert_eq!(match_path(not_found, PATH), None, "{not_found:?}");
+            assert_eq!(
+                request(b"POST", not_found, PATH, Some(b"application/dns-message")),
+                Err(RequestError::NotFound),
+                "{not_found:?}"
+            );
+        }
+        let long = [b'a'; 64];
+        let mut target = b"/dns-query/".to_vec();
+        target.extend_from_slice(&long);
+        assert_eq!(
+            match_path(&target, PATH),
+            None,
+            "a label is at most 63 bytes"
+        );
+        target.pop();
+        assert_eq!(
+            match_path(&target, PATH)
+                .flatten()
+                .map(|id| id.as_str().len()),
+            Some(63)
+        );
+        assert_eq!(
+            request(
+                b"POST",
+                b"/dns-query/kids",
+                PATH,
+                Some(b"application/dns-message")
+            ),
+            Ok(Request::Post)
+        );
+        let head = parse_http1_head(
+            b"POST /dns-query/kids HTTP/1.1\r\nContent-Type: application/dns-message\r\nContent-Length: 12\r\n\r\n",
+            PATH,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            head.client_id.map(|id| id.as_str().to_owned()),
+            Some("kids".into())
+        );
+    }
     use crate::wire::tests::query;
 
     const PATH: &str = "/dns-query";
@@ -468,7 +593,7 @@ mod tests {
         type Case<'a> = (&'a [u8], &'a [u8], Option<&'a [u8]>, u16);
         let cases: [Case<'_>; 9] = [
             (b"GET", b"/other", None, 404),
-            (b"GET", b"/dns-query/x?dns=AAAA", None, 404),
+            (b"GET", b"/dns-query/x/y?dns=AAAA", None, 404),
             (b"PUT", b"/dns-query", None, 405),
             (b"HEAD", b"/dns-query?dns=AAAA", None, 405),
             (b"GET", b"/dns-query", None, 400),

@@ -56,6 +56,32 @@ where
     }
 }
 
+/// The client ID a TLS server name carries (`kids.dns.example.net` → `kids` under
+/// `blocking.clientIdDomains`), read once per connection with the snapshot of the moment;
+/// `None` when the client sent no SNI or one under no client-ID domain, or no policy is in
+/// effect (a connection opened before the first policy keeps no ID).
+pub(crate) fn sni_client_id(context: &CoreContext, server_name: Option<&str>) -> Option<Rc<str>> {
+    let server_name = server_name?;
+    let settings = context.settings();
+    if settings.policy.is_empty() {
+        return None;
+    }
+    let mut label = [0; 63];
+    settings
+        .policy
+        .client_id_from_sni(server_name, &mut label)
+        .map(Rc::from)
+}
+
+/// The TLS server name (SNI) a QUIC client sent in its handshake.
+pub(crate) fn quic_server_name(connection: &quinn::Connection) -> Option<String> {
+    connection
+        .handshake_data()?
+        .downcast::<quinn::crypto::rustls::HandshakeData>()
+        .ok()?
+        .server_name
+}
+
 /// The server side of a TLS handshake, bounded by `tls.handshakeTimeout`; `None` (connection
 /// closed) when it fails or takes too long.
 pub(crate) async fn tls_handshake(

@@ -49,16 +49,21 @@ fn code(code: ErrorCode) -> VarInt {
 /// Serves one connection: each stream is answered here, or in a task of its own when it has to
 /// wait.
 async fn connection(worker: Rc<Worker>, connection: quinn::Connection) {
-    let client = Client {
-        addr: connection.remote_address().ip(),
-        datagram: false,
-        id: None,
-    };
+    let addr = connection.remote_address().ip();
+    let id = accept::sni_client_id(
+        worker.context(),
+        accept::quic_server_name(&connection).as_deref(),
+    );
     loop {
         match connection.accept_bi().await {
             Ok((send, recv)) => {
-                let (worker, connection) = (worker.clone(), connection.clone());
+                let (worker, connection, id) = (worker.clone(), connection.clone(), id.clone());
                 inline_or_queued(async move {
+                    let client = Client {
+                        addr,
+                        datagram: false,
+                        id: id.as_deref(),
+                    };
                     stream(&worker, &connection, client, send, recv).await;
                 });
             }

@@ -40,7 +40,7 @@ use crate::worker::Worker;
 /// Accepts connections until the task is dropped.
 pub(crate) async fn serve(worker: Rc<Worker>, listener: TcpListener) {
     accept::tcp(worker, listener, |worker, stream, peer| async move {
-        connection(&worker, stream, peer, Transport::Tcp).await;
+        connection(&worker, stream, peer, None, Transport::Tcp).await;
     })
     .await;
 }
@@ -51,21 +51,28 @@ pub(crate) async fn serve_tls(worker: Rc<Worker>, listener: TcpListener, tls: Tl
         let config = tls.load().dot.clone();
         async move {
             if let Some(stream) = accept::tls_handshake(worker.context(), stream, config).await {
-                connection(&worker, stream, peer, Transport::Dot).await;
+                let id = accept::sni_client_id(worker.context(), stream.get_ref().1.server_name());
+                connection(&worker, stream, peer, id.as_deref(), Transport::Dot).await;
             }
         }
     })
     .await;
 }
 
-async fn connection<S>(worker: &Rc<Worker>, stream: S, peer: SocketAddr, transport: Transport)
-where
+/// Serves one connection from `peer`; `id` is the client ID its TLS server name carried.
+async fn connection<S>(
+    worker: &Rc<Worker>,
+    stream: S,
+    peer: SocketAddr,
+    id: Option<&str>,
+    transport: Transport,
+) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let client = Client {
         addr: peer.ip(),
         datagram: false,
-        id: None,
+        id,
     };
     let (mut reader, writer) = futures_lite::io::split(stream);
     // A connection-level value, read once per connection (the idle timeout, once per read);

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kudurru_core::doh::{self, Request, RequestError, Status};
+use kudurru_core::doh::{self, ClientId, Request, RequestError, Status};
 use kudurru_core::http::{BodyError, Method};
 use kudurru_core::{Client, Settings};
 
@@ -27,7 +27,8 @@ pub(crate) struct Endpoint {
     pub(crate) worker: Rc<Worker>,
     /// The one path served.
     pub(crate) path: Rc<str>,
-    pub(crate) client: Client<'static>,
+    /// The client ID the connection's TLS server name carried (a path's ID wins over it).
+    sni_id: Option<Rc<str>>,
     pub(crate) peer: SocketAddr,
     /// The `Alt-Svc` value advertising DNS over HTTP/3 (RFC 7838), when it is served.
     pub(crate) alt_svc: Option<Rc<str>>,
@@ -44,32 +45,38 @@ pub(crate) enum Reply {
 }
 
 impl Endpoint {
-    /// The endpoint of one connection from `peer`.
+    /// The endpoint of one connection from `peer`, whose TLS server name carried `sni_id`.
     pub(crate) fn new(
         worker: Rc<Worker>,
         path: Rc<str>,
         peer: SocketAddr,
+        sni_id: Option<Rc<str>>,
         alt_svc: Option<Rc<str>>,
     ) -> Self {
         Self {
             worker,
             path,
-            client: Client {
-                addr: peer.ip(),
-                datagram: false,
-                id: None,
-            },
+            sni_id,
             peer,
             alt_svc,
         }
     }
 
-    /// Answers one DNS message that a valid request carried.
-    pub(crate) async fn resolve(&self, message: &[u8]) -> Reply {
+    /// The client of a request whose path carried `path_id`: the path's ID, else the SNI's.
+    pub(crate) fn client<'a>(&'a self, path_id: Option<&'a ClientId>) -> Client<'a> {
+        Client {
+            addr: self.peer.ip(),
+            datagram: false,
+            id: path_id.map(ClientId::as_str).or(self.sni_id.as_deref()),
+        }
+    }
+
+    /// Answers one DNS message that a valid request carried, its path's client ID `path_id`.
+    pub(crate) async fn resolve(&self, message: &[u8], path_id: Option<ClientId>) -> Reply {
         if let Err(e) = doh::check_message(message) {
             return Reply::Error(e.into());
         }
-        match answer(&self.worker, message, self.client).await {
+        match answer(&self.worker, message, self.client(path_id.as_ref())).await {
             Some(out) => Reply::Answer(out),
             None => Reply::Abort,
         }
@@ -140,11 +147,12 @@ pub(crate) fn classify(
     }
     let settings = endpoint.worker.context().settings();
     let mut out = Vec::with_capacity(512);
+    let path_id = doh::client_id(target, &endpoint.path);
     match answer_now(
         &endpoint.worker,
         &settings,
         &message,
-        endpoint.client,
+        endpoint.client(path_id.as_ref()),
         &mut out,
     ) {
         Now::Answered => Answer::Ready(Reply::Answer(out)),

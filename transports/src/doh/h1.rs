@@ -59,14 +59,14 @@ where
         let mut consumed = head.len;
         let reply = match head.request {
             Err(e) => Reply::Error(Status::from(e)),
-            Ok(Request::Get(message)) => endpoint.resolve(&message).await,
+            Ok(Request::Get(message)) => endpoint.resolve(&message, head.client_id).await,
             Ok(Request::Post) if head.chunked => {
                 let body_deadline = Instant::now() + idle;
                 loop {
                     match doh::chunked_body(&buffer[head.len..]) {
                         Ok(Some((message, len))) => {
                             consumed += len;
-                            break endpoint.resolve(&message).await;
+                            break endpoint.resolve(&message, head.client_id).await;
                         }
                         Ok(None) => {}
                         Err(e) => break Reply::Error(e.into()),
@@ -98,7 +98,9 @@ where
                     }
                     if complete {
                         consumed += len;
-                        endpoint.resolve(&buffer[head.len..head.len + len]).await
+                        endpoint
+                            .resolve(&buffer[head.len..head.len + len], head.client_id)
+                            .await
                     } else {
                         Reply::Error(Status::TIMEOUT)
                     }
