@@ -120,9 +120,13 @@ pub struct Client<'c> {
     pub addr: IpAddr,
     /// Whether it came as a datagram (UDP): only datagrams slip.
     pub datagram: bool,
-    /// The client ID an encrypted transport carried (the DoH path segment, or the TLS SNI's
-    /// first label under `blocking.clientIdDomains`), for client groups.
+    /// The client ID a DoH request's path carried (`/dns-query/{id}`), for client groups.
     pub id: Option<&'c str>,
+    /// The TLS server name (SNI) of an encrypted connection: its first label is the client ID
+    /// when the rest is one of `blocking.clientIdDomains` and the path carried none. Resolved
+    /// per query (only while a policy is in effect), so a connection opened before a change
+    /// of policies or domains follows it.
+    pub sni: Option<&'c str>,
 }
 
 /// Runs the stages on `msg` from `client`, writing any immediate response into `out`.
@@ -170,9 +174,15 @@ pub fn ingress<'a>(
         Verdict::Slip | Verdict::Drop => return Decision::Drop,
     }
     if !stage.policy.is_empty() {
+        let mut label = [0; 63];
+        let id = match (client.id, client.sni) {
+            (Some(id), _) => Some(id),
+            (None, Some(sni)) => stage.policy.client_id_from_sni(sni, &mut label),
+            (None, None) => None,
+        };
         match stage
             .policy
-            .decide(&query, client.addr, client.id, stage.options, out)
+            .decide(&query, client.addr, id, stage.options, out)
         {
             PolicyDecision::Pass => {}
             PolicyDecision::Answer(blocked) => {
@@ -319,6 +329,7 @@ mod tests {
                 addr: from.parse().unwrap(),
                 datagram,
                 id: None,
+                sni: None,
             };
             ingress(msg, &stage, client, &mut self.limiter, self.now, out)
         }

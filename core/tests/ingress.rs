@@ -62,6 +62,7 @@ fn answer(msg: &[u8], datagram: bool) -> Option<Vec<u8>> {
         addr: "192.0.2.1".parse().unwrap(),
         datagram,
         id: None,
+        sni: None,
     };
     let mut limiter = Limiter::new(64, 1, now);
     let mut out = Vec::new();

@@ -56,30 +56,22 @@ where
     }
 }
 
-/// The client ID a TLS server name carries (`kids.dns.example.net` → `kids` under
-/// `blocking.clientIdDomains`), read once per connection with the snapshot of the moment;
-/// `None` when the client sent no SNI or one under no client-ID domain, or no policy is in
-/// effect (a connection opened before the first policy keeps no ID).
-pub(crate) fn sni_client_id(context: &CoreContext, server_name: Option<&str>) -> Option<Rc<str>> {
-    let server_name = server_name?;
-    let settings = context.settings();
-    if settings.policy.is_empty() {
-        return None;
-    }
-    let mut label = [0; 63];
-    settings
-        .policy
-        .client_id_from_sni(server_name, &mut label)
-        .map(Rc::from)
+/// The TLS server name (SNI) a client sent, kept for the connection: the policy stage finds
+/// the client ID in it (`kids.dns.example.net` under `blocking.clientIdDomains`).
+pub(crate) fn tls_server_name(
+    stream: &futures_rustls::server::TlsStream<TcpStream>,
+) -> Option<Rc<str>> {
+    stream.get_ref().1.server_name().map(Rc::from)
 }
 
-/// The TLS server name (SNI) a QUIC client sent in its handshake.
-pub(crate) fn quic_server_name(connection: &quinn::Connection) -> Option<String> {
+/// The TLS server name (SNI) a QUIC client sent in its handshake, kept for the connection.
+pub(crate) fn quic_server_name(connection: &quinn::Connection) -> Option<Rc<str>> {
     connection
         .handshake_data()?
         .downcast::<quinn::crypto::rustls::HandshakeData>()
         .ok()?
         .server_name
+        .map(Rc::from)
 }
 
 /// The server side of a TLS handshake, bounded by `tls.handshakeTimeout`; `None` (connection

@@ -50,19 +50,17 @@ fn code(code: ErrorCode) -> VarInt {
 /// wait.
 async fn connection(worker: Rc<Worker>, connection: quinn::Connection) {
     let addr = connection.remote_address().ip();
-    let id = accept::sni_client_id(
-        worker.context(),
-        accept::quic_server_name(&connection).as_deref(),
-    );
+    let sni = accept::quic_server_name(&connection);
     loop {
         match connection.accept_bi().await {
             Ok((send, recv)) => {
-                let (worker, connection, id) = (worker.clone(), connection.clone(), id.clone());
+                let (worker, connection, sni) = (worker.clone(), connection.clone(), sni.clone());
                 inline_or_queued(async move {
                     let client = Client {
                         addr,
                         datagram: false,
-                        id: id.as_deref(),
+                        id: None,
+                        sni: sni.as_deref(),
                     };
                     stream(&worker, &connection, client, send, recv).await;
                 });

@@ -51,20 +51,20 @@ pub(crate) async fn serve_tls(worker: Rc<Worker>, listener: TcpListener, tls: Tl
         let config = tls.load().dot.clone();
         async move {
             if let Some(stream) = accept::tls_handshake(worker.context(), stream, config).await {
-                let id = accept::sni_client_id(worker.context(), stream.get_ref().1.server_name());
-                connection(&worker, stream, peer, id.as_deref(), Transport::Dot).await;
+                let sni = accept::tls_server_name(&stream);
+                connection(&worker, stream, peer, sni.as_deref(), Transport::Dot).await;
             }
         }
     })
     .await;
 }
 
-/// Serves one connection from `peer`; `id` is the client ID its TLS server name carried.
+/// Serves one connection from `peer`; `sni` is the TLS server name it sent.
 async fn connection<S>(
     worker: &Rc<Worker>,
     stream: S,
     peer: SocketAddr,
-    id: Option<&str>,
+    sni: Option<&str>,
     transport: Transport,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
@@ -72,7 +72,8 @@ async fn connection<S>(
     let client = Client {
         addr: peer.ip(),
         datagram: false,
-        id,
+        id: None,
+        sni,
     };
     let (mut reader, writer) = futures_lite::io::split(stream);
     // A connection-level value, read once per connection (the idle timeout, once per read);

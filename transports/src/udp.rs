@@ -79,6 +79,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                     addr: peer.ip(),
                     datagram: true,
                     id: None,
+                    sni: None,
                 };
                 match ingress(message, &stage, client, &mut limiter, now, &mut out) {
                     Decision::Respond => {}

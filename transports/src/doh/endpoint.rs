@@ -27,8 +27,8 @@ pub(crate) struct Endpoint {
     pub(crate) worker: Rc<Worker>,
     /// The one path served.
     pub(crate) path: Rc<str>,
-    /// The client ID the connection's TLS server name carried (a path's ID wins over it).
-    sni_id: Option<Rc<str>>,
+    /// The TLS server name the connection's client sent (a path's client ID wins over it).
+    sni: Option<Rc<str>>,
     pub(crate) peer: SocketAddr,
     /// The `Alt-Svc` value advertising DNS over HTTP/3 (RFC 7838), when it is served.
     pub(crate) alt_svc: Option<Rc<str>>,
@@ -45,29 +45,30 @@ pub(crate) enum Reply {
 }
 
 impl Endpoint {
-    /// The endpoint of one connection from `peer`, whose TLS server name carried `sni_id`.
+    /// The endpoint of one connection from `peer`, which sent the TLS server name `sni`.
     pub(crate) fn new(
         worker: Rc<Worker>,
         path: Rc<str>,
         peer: SocketAddr,
-        sni_id: Option<Rc<str>>,
+        sni: Option<Rc<str>>,
         alt_svc: Option<Rc<str>>,
     ) -> Self {
         Self {
             worker,
             path,
-            sni_id,
+            sni,
             peer,
             alt_svc,
         }
     }
 
-    /// The client of a request whose path carried `path_id`: the path's ID, else the SNI's.
+    /// The client of a request whose path carried `path_id`.
     pub(crate) fn client<'a>(&'a self, path_id: Option<&'a ClientId>) -> Client<'a> {
         Client {
             addr: self.peer.ip(),
             datagram: false,
-            id: path_id.map(ClientId::as_str).or(self.sni_id.as_deref()),
+            id: path_id.map(ClientId::as_str),
+            sni: self.sni.as_deref(),
         }
     }
 

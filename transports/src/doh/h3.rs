@@ -68,11 +68,8 @@ pub(crate) async fn serve(
 async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, path: Rc<str>) {
     CoreMetrics::bump(&worker.context().metrics.doh_connections[HttpVersion::H3 as usize]);
     let peer = connection.remote_address();
-    let sni_id = accept::sni_client_id(
-        worker.context(),
-        accept::quic_server_name(&connection).as_deref(),
-    );
-    let endpoint = Rc::new(Endpoint::new(worker, path, peer, sni_id, None));
+    let sni = accept::quic_server_name(&connection);
+    let endpoint = Rc::new(Endpoint::new(worker, path, peer, sni, None));
     // Held for the connection's life: closing a control stream is a connection error.
     let Ok(mut control) = connection.open_uni().await else {
         return;

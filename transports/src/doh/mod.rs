@@ -48,8 +48,8 @@ pub(crate) async fn serve(
             let Some(stream) = accept::tls_handshake(worker.context(), stream, config).await else {
                 return;
             };
-            let sni_id = accept::sni_client_id(worker.context(), stream.get_ref().1.server_name());
-            let endpoint = Endpoint::new(worker, path, peer, sni_id, alt_svc);
+            let sni = accept::tls_server_name(&stream);
+            let endpoint = Endpoint::new(worker, path, peer, sni, alt_svc);
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                 CoreMetrics::bump(
                     &endpoint.worker.context().metrics.doh_connections[HttpVersion::H2 as usize],
