@@ -41,6 +41,6 @@ pub use framing::FrameBuffer;
 pub use key::CacheKey;
 pub use limiter::{Limiter, LimiterStats, Prefix, RateLimit, Verdict};
 pub use local::{LocalNames, ServerIdentity};
-pub use pipeline::{Client, Decision, HEALTH_NAME, Stage, ingress};
+pub use pipeline::{Client, Decision, HEALTH_NAME, Stage, cloaked, ingress};
 pub use settings::Settings;
 pub use upstream::{Selector, UpstreamOrder, UpstreamProtocol, UpstreamSpec};

@@ -29,7 +29,7 @@ use crate::limiter::{Limiter, RateLimit, Verdict};
 use crate::policy::{Blocked, PolicyDecision, PolicyIndex};
 use crate::settings::Settings;
 use crate::wire::{self, Query, QueryError, ReplyOptions, class, rcode, rtype};
-use crate::{CacheKey, LocalNames};
+use crate::{CacheKey, CachedAnswer, LocalNames};
 
 /// The name health checkers ask (dnsdist `checkName`, `mustResolve`): NOERROR normally, SERVFAIL
 /// while the node is in lameduck, so load balancers drain it while every other name resolves.
@@ -175,11 +175,7 @@ pub fn ingress<'a>(
     }
     if !stage.policy.is_empty() {
         let mut label = [0; 63];
-        let id = match (client.id, client.sni) {
-            (Some(id), _) => Some(id),
-            (None, Some(sni)) => stage.policy.client_id_from_sni(sni, &mut label),
-            (None, None) => None,
-        };
+        let id = client_id(stage.policy, &client, &mut label);
         match stage
             .policy
             .decide(&query, client.addr, id, stage.options, out)
@@ -216,6 +212,42 @@ pub fn ingress<'a>(
     } else {
         Decision::Resolve(query)
     }
+}
+
+/// The client ID of `client` for `policy`: the DoH path's, else the one its TLS server name
+/// carries under `blocking.clientIdDomains` (lowercased into `label`).
+fn client_id<'c>(
+    policy: &PolicyIndex,
+    client: &Client<'c>,
+    label: &'c mut [u8; 63],
+) -> Option<&'c str> {
+    match (client.id, client.sni) {
+        (Some(id), _) => Some(id),
+        (None, Some(sni)) => policy.client_id_from_sni(sni, label),
+        (None, None) => None,
+    }
+}
+
+/// CNAME cloaking, on the way back: whether `answer` (from the cache or upstream), about to
+/// be served to `client` for `query`, reaches through its CNAME chain a name the client's
+/// policies block. If so the block answer is in `out` (or, for an RPZ drop, nothing is to be
+/// sent); `Pass` means serve `answer`. One branch while no policy is in effect, one flag test
+/// for an answer without a CNAME.
+#[inline]
+pub fn cloaked(
+    policy: &PolicyIndex,
+    client: Client<'_>,
+    query: &Query<'_>,
+    answer: &CachedAnswer,
+    options: &ReplyOptions,
+    out: &mut Vec<u8>,
+) -> PolicyDecision {
+    if policy.is_empty() {
+        return PolicyDecision::Pass;
+    }
+    let mut label = [0; 63];
+    let id = client_id(policy, &client, &mut label);
+    policy.cloaked(answer, query, client.addr, id, options, out)
 }
 
 /// The answer to a client the access list refuses: REFUSED with the question (as Unbound's

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Instant;
 
+use kudurru_core::policy::PolicyDecision;
 use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{CacheKey, CachedAnswer, Client, Decision, Settings, Stage, ingress, policy};
 
@@ -47,19 +48,38 @@ impl Lookup {
         }
     }
 
-    /// Writes the answer to `query` from `answer`, the cached answer for [`Self::key`].
+    /// Writes the answer to `query` from `answer`, the cached answer for [`Self::key`], as
+    /// `to` says; unless CNAME cloaking blocks it for the client, when the block answer is
+    /// written instead (and counted). `false`: send nothing (an RPZ drop, counted).
     pub(crate) fn write(
         &self,
+        to: &Answering<'_>,
         query: &Query<'_>,
         answer: &CachedAnswer,
         now: Instant,
-        limit: Option<usize>,
-        options: &ReplyOptions,
         out: &mut Vec<u8>,
-    ) {
+    ) -> bool {
         match self {
             Self::Own => {
-                answer.write_response(query, now, limit, options, out);
+                match kudurru_core::cloaked(
+                    &to.settings.policy,
+                    to.client,
+                    query,
+                    answer,
+                    to.options,
+                    out,
+                ) {
+                    PolicyDecision::Pass => {
+                        answer.write_response(query, now, to.limit, to.options, out);
+                    }
+                    PolicyDecision::Answer(blocked) => to.settings.policy.count(to.shard, blocked),
+                    PolicyDecision::Drop(blocked) | PolicyDecision::Chase { blocked, .. } => {
+                        // A cloaked name that a rule rewrites is blocked like a dropped one:
+                        // the client asked for the name, not for the rule's target.
+                        to.settings.policy.count(to.shard, blocked);
+                        return false;
+                    }
+                }
             }
             Self::Chase { target, ttl } => {
                 policy::answer::write_chased(
@@ -68,12 +88,29 @@ impl Lookup {
                     *ttl,
                     answer,
                     now,
-                    options,
+                    to.options,
                     out,
                 );
             }
         }
+        true
     }
+}
+
+/// For whom and how an answer is written: the query's snapshot (its policies), the core that
+/// counts blocks, the client, the transport's EDNS options and, on UDP, the size limit.
+#[derive(Clone, Copy)]
+pub(crate) struct Answering<'a> {
+    /// The snapshot the query was admitted under.
+    pub(crate) settings: &'a Settings,
+    /// The core's shard number (per-core block counters).
+    pub(crate) shard: usize,
+    /// Who asked.
+    pub(crate) client: Client<'a>,
+    /// How the transport shapes answers.
+    pub(crate) options: &'a ReplyOptions,
+    /// The most bytes a UDP answer may have (`None` on streams).
+    pub(crate) limit: Option<usize>,
 }
 
 /// Answers `message` from `client` under the current settings snapshot, loaded once; `None`
@@ -94,7 +131,7 @@ pub(crate) async fn answer(
             let settings = arc_swap::Guard::into_inner(settings);
             // Boxed: a miss's state (the upstream exchange, a cross-core lookup) would otherwise
             // widen every request's future, hits included, past the allocator's thread cache.
-            Some(Box::pin(answer_miss(worker, &settings, message, lookup)).await)
+            Box::pin(answer_miss(worker, &settings, message, lookup, client)).await
         }
     }
 }
@@ -142,6 +179,13 @@ pub(crate) fn answer_now(
         now,
         out,
     );
+    let to = Answering {
+        settings,
+        shard: context.shard(),
+        client,
+        options,
+        limit: None,
+    };
     match decision {
         Decision::Respond => {}
         Decision::Drop => {
@@ -162,11 +206,15 @@ pub(crate) fn answer_now(
             }
         }
         Decision::Resolve(query) => {
-            let hit = worker.serve_local(query.key(), now, |answer| {
-                answer.write_response(&query, now, None, options, out)
-            });
-            if hit.is_none() {
-                return Now::Miss(Lookup::Own);
+            match worker.serve_local(query.key(), now, |answer| {
+                Lookup::Own.write(&to, &query, answer, now, out)
+            }) {
+                Some(true) => {}
+                Some(false) => {
+                    context.metrics.dropped();
+                    return Now::Dropped;
+                }
+                None => return Now::Miss(Lookup::Own),
             }
         }
         Decision::Chase {
@@ -181,7 +229,7 @@ pub(crate) fn answer_now(
                 ttl,
             };
             let hit = worker.serve_local(&target, now, |answer| {
-                lookup.write(&query, answer, now, None, options, out)
+                lookup.write(&to, &query, answer, now, out)
             });
             if hit.is_none() {
                 return Now::Miss(lookup);
@@ -195,25 +243,37 @@ pub(crate) fn answer_now(
 }
 
 /// Resolves a query [`answer_now`] found missing on this core (it passed ingress there, under
-/// `settings`) and returns the counted answer.
+/// `settings`, from `client`) and returns the counted answer; `None` when nothing may be sent
+/// (CNAME cloaking reached an RPZ drop).
 pub(crate) async fn answer_miss(
     worker: &Rc<Worker>,
     settings: &Arc<Settings>,
     message: &[u8],
     lookup: Lookup,
-) -> Vec<u8> {
+    client: Client<'_>,
+) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(512);
     // Ingress accepted this message, so it parses.
     if let Ok(query) = Query::parse(message) {
         let answer = worker.resolve(lookup.key(&query), settings).await;
         let options = reply_options(settings);
-        lookup.write(&query, &answer, Instant::now(), None, &options, &mut out);
+        let to = Answering {
+            settings,
+            shard: worker.context().shard(),
+            client,
+            options: &options,
+            limit: None,
+        };
+        if !lookup.write(&to, &query, &answer, Instant::now(), &mut out) {
+            worker.context().metrics.dropped();
+            return None;
+        }
     }
     worker
         .context()
         .metrics
         .response(wire::header_rcode(&out).unwrap_or(0));
-    out
+    Some(out)
 }
 
 /// Runs `request` here as far as it goes without waiting, and the rest in a task of its own,

@@ -29,7 +29,7 @@ use kudurru_core::wire::{Query, ReplyOptions};
 use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
 use crate::accept;
-use crate::answer::Lookup;
+use crate::answer::{Answering, Lookup};
 use crate::core_context::{Active, CoreContext};
 use crate::deadline::within;
 use crate::metrics::{CoreMetrics, Transport};
@@ -52,7 +52,7 @@ pub(crate) async fn serve_tls(worker: Rc<Worker>, listener: TcpListener, tls: Tl
         async move {
             if let Some(stream) = accept::tls_handshake(worker.context(), stream, config).await {
                 let sni = accept::tls_server_name(&stream);
-                connection(&worker, stream, peer, sni.as_deref(), Transport::Dot).await;
+                connection(&worker, stream, peer, sni, Transport::Dot).await;
             }
         }
     })
@@ -64,7 +64,7 @@ async fn connection<S>(
     worker: &Rc<Worker>,
     stream: S,
     peer: SocketAddr,
-    sni: Option<&str>,
+    sni: Option<Rc<str>>,
     transport: Transport,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
@@ -73,7 +73,7 @@ async fn connection<S>(
         addr: peer.ip(),
         datagram: false,
         id: None,
-        sni,
+        sni: sni.as_deref(),
     };
     let (mut reader, writer) = futures_lite::io::split(stream);
     // A connection-level value, read once per connection (the idle timeout, once per read);
@@ -163,14 +163,27 @@ async fn connection<S>(
                     _ => unreachable!("matched above"),
                 };
                 let now = Instant::now();
-                let hit = worker.serve_local(lookup.key(&query), now, |answer| {
-                    lookup.write(&query, answer, now, None, &options, &mut out)
-                });
-                if hit.is_some() {
-                    outbox.push(&context.metrics, &out);
-                    continue;
+                let to = Answering {
+                    settings: &settings,
+                    shard: context.shard(),
+                    client,
+                    options: &options,
+                    limit: None,
+                };
+                match worker.serve_local(lookup.key(&query), now, |answer| {
+                    lookup.write(&to, &query, answer, now, &mut out)
+                }) {
+                    Some(true) => {
+                        outbox.push(&context.metrics, &out);
+                        continue;
+                    }
+                    Some(false) => {
+                        context.metrics.dropped();
+                        break;
+                    }
+                    None => {}
                 }
-                let (worker, outbox) = (worker.clone(), outbox.clone());
+                let (worker, outbox, sni) = (worker.clone(), outbox.clone(), sni.clone());
                 let settings = Arc::clone(&settings);
                 glommio::spawn_local(async move {
                     let _active = Active::enter(worker.context());
@@ -180,8 +193,24 @@ async fn connection<S>(
                     };
                     let answer = worker.resolve(lookup.key(&query), &settings).await;
                     let mut out = Vec::with_capacity(1024);
-                    lookup.write(&query, &answer, Instant::now(), None, &options, &mut out);
                     let context = worker.context();
+                    let to = Answering {
+                        settings: &settings,
+                        shard: context.shard(),
+                        client: Client {
+                            addr: peer.ip(),
+                            datagram: false,
+                            id: None,
+                            sni: sni.as_deref(),
+                        },
+                        options: &options,
+                        limit: None,
+                    };
+                    // A cloaked RPZ drop sends nothing for this query; the connection goes on.
+                    if !lookup.write(&to, &query, &answer, Instant::now(), &mut out) {
+                        context.metrics.dropped();
+                        return;
+                    }
                     outbox.push(&context.metrics, &out);
                     Outbox::flush(&outbox, &context.metrics, &context.settings);
                 })

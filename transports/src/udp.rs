@@ -16,7 +16,7 @@ use glommio::net::{Readiness, UdpSocket};
 use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 
-use crate::answer::Lookup;
+use crate::answer::{Answering, Lookup};
 use crate::core_context::Active;
 use crate::metrics::Transport;
 use crate::sys::{self, MmsgBatch};
@@ -101,11 +101,21 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                         }
                     }
                     Decision::Resolve(query) => {
+                        let to = Answering {
+                            settings: &settings,
+                            shard: context.shard(),
+                            client,
+                            options: &options,
+                            limit: Some(query.udp_limit(settings.edns_payload)),
+                        };
                         match worker.serve_local(query.key(), now, |answer| {
-                            let limit = query.udp_limit(settings.edns_payload);
-                            answer.write_response(&query, now, Some(limit), &options, &mut out)
+                            Lookup::Own.write(&to, &query, answer, now, &mut out)
                         }) {
-                            Some(_) => {}
+                            Some(true) => {}
+                            Some(false) => {
+                                context.metrics.dropped();
+                                continue;
+                            }
                             None => {
                                 let task = resolve_and_reply(
                                     worker.clone(),
@@ -131,9 +141,15 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                             target: Box::new(target),
                             ttl,
                         };
-                        let limit = query.udp_limit(settings.edns_payload);
+                        let to = Answering {
+                            settings: &settings,
+                            shard: context.shard(),
+                            client,
+                            options: &options,
+                            limit: Some(query.udp_limit(settings.edns_payload)),
+                        };
                         let hit = worker.serve_local(&target, now, |answer| {
-                            lookup.write(&query, answer, now, Some(limit), &options, &mut out)
+                            lookup.write(&to, &query, answer, now, &mut out)
                         });
                         if hit.is_none() {
                             let task = resolve_and_reply(
@@ -248,15 +264,23 @@ async fn resolve_and_reply(
     };
     let answer = worker.resolve(lookup.key(&query), &settings).await;
     let mut out = Vec::with_capacity(1232);
-    let limit = query.udp_limit(settings.edns_payload);
-    lookup.write(
-        &query,
-        &answer,
-        Instant::now(),
-        Some(limit),
-        &ReplyOptions::udp(settings.edns_payload),
-        &mut out,
-    );
+    let options = ReplyOptions::udp(settings.edns_payload);
+    let to = Answering {
+        settings: &settings,
+        shard: worker.context().shard(),
+        client: Client {
+            addr: peer.ip(),
+            datagram: true,
+            id: None,
+            sni: None,
+        },
+        options: &options,
+        limit: Some(query.udp_limit(settings.edns_payload)),
+    };
+    if !lookup.write(&to, &query, &answer, Instant::now(), &mut out) {
+        worker.context().metrics.dropped();
+        return;
+    }
     worker
         .context()
         .metrics

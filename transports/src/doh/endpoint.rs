@@ -112,7 +112,7 @@ pub(crate) fn date() -> Rc<str> {
 /// A request answered at once, or a miss to resolve under the snapshot it was admitted under.
 pub(crate) enum Answer {
     Ready(Reply),
-    Miss(Vec<u8>, Arc<Settings>, Lookup),
+    Miss(Vec<u8>, Arc<Settings>, Lookup, Option<ClientId>),
 }
 
 /// Classifies one HTTP/2 or HTTP/3 request (counted as a query on `transport`) and answers it
@@ -158,7 +158,12 @@ pub(crate) fn classify(
     ) {
         Now::Answered => Answer::Ready(Reply::Answer(out)),
         Now::Dropped => Answer::Ready(Reply::Abort),
-        Now::Miss(lookup) => Answer::Miss(message, arc_swap::Guard::into_inner(settings), lookup),
+        Now::Miss(lookup) => Answer::Miss(
+            message,
+            arc_swap::Guard::into_inner(settings),
+            lookup,
+            path_id,
+        ),
     }
 }
 

@@ -247,14 +247,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http2Driver<S> {
                     let mut connection = self.shared.connection.borrow_mut();
                     h2_respond(&mut connection, &self.endpoint, stream, reply);
                 }
-                Answer::Miss(message, settings, lookup) => {
+                Answer::Miss(message, settings, lookup, path_id) => {
                     self.shared.in_flight.set(self.shared.in_flight.get() + 1);
                     let (endpoint, shared) = (self.endpoint.clone(), self.shared.clone());
                     spawn_queued(async move {
                         let _active = Active::enter(endpoint.worker.context());
-                        let out = answer_miss(&endpoint.worker, &settings, &message, lookup).await;
+                        let client = endpoint.client(path_id.as_ref());
+                        let reply =
+                            answer_miss(&endpoint.worker, &settings, &message, lookup, client)
+                                .await
+                                .map_or(Reply::Abort, Reply::Answer);
                         let mut connection = shared.connection.borrow_mut();
-                        h2_respond(&mut connection, &endpoint, stream, Reply::Answer(out));
+                        h2_respond(&mut connection, &endpoint, stream, reply);
                         drop(connection);
                         shared.in_flight.set(shared.in_flight.get() - 1);
                         shared.wake();

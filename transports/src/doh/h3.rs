@@ -241,11 +241,18 @@ async fn request(
     );
     let reply = match answer {
         Answer::Ready(reply) => reply,
-        Answer::Miss(message, settings, lookup) => {
+        Answer::Miss(message, settings, lookup, path_id) => {
+            let client = endpoint.client(path_id.as_ref());
             // Boxed, as in `answer::answer`: a miss's state would widen every request's future.
-            Reply::Answer(
-                Box::pin(answer_miss(&endpoint.worker, &settings, &message, lookup)).await,
-            )
+            Box::pin(answer_miss(
+                &endpoint.worker,
+                &settings,
+                &message,
+                lookup,
+                client,
+            ))
+            .await
+            .map_or(Reply::Abort, Reply::Answer)
         }
     };
     let Some(out) = encode(endpoint, reply) else {
