@@ -192,6 +192,41 @@ fn silent_upstream_times_out_and_the_next_upstream_answers() {
     assert!(k.metric_sum("kudurru_upstream_errors_total") >= 1.0);
 }
 
+/// Issue 32 item 2: an upstream that always answers in 2 s, past the default 1.5 s
+/// `upstream.timeout`, is answered at its own pace: the first attempt stays open while the
+/// second goes, and its reply is the answer (not SERVFAIL after three sends, each reply dropped
+/// as belonging to an abandoned attempt).
+#[test]
+fn a_steadily_slow_upstream_is_answered_by_an_attempt_kept_open() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let mut second_sends = 0;
+    for _ in 0..2 {
+        let name = unique_name("slow2s-");
+        let started = Instant::now();
+        let answer = try_dig(k.addr, &[&name, "A", "+tries=1", "+timeout=8"])
+            .expect("an answer, not a client timeout");
+        assert_eq!(answer.status, "NOERROR", "{}", answer.raw);
+        let sends = upstream.total(&name);
+        assert!(
+            (1..=2).contains(&sends),
+            "{sends} upstream sends for one query"
+        );
+        second_sends += sends - 1;
+        assert!(
+            started.elapsed() < Duration::from_millis(3500),
+            "answered when the first reply came: {:?}",
+            started.elapsed()
+        );
+    }
+    // Only replies to attempts given up after the answer came may arrive unclaimed.
+    thread::sleep(Duration::from_millis(2200));
+    assert!(
+        k.metric_sum("kudurru_upstream_mismatched_replies_total") <= second_sends as f64,
+        "no reply to an open attempt was dropped as foreign"
+    );
+}
+
 #[test]
 fn spoofed_reply_with_wrong_id_is_ignored_and_the_genuine_one_accepted() {
     let upstream = TestUpstream::start();

@@ -517,6 +517,10 @@ fn respond(message: &[u8], transport: &'static str, seen: &Mutex<Seen>) -> Vec<V
         wire::write_error(&query, rcode::SERVFAIL, &UDP, &mut out);
     } else if first.starts_with("silent-") {
         return Vec::new();
+    } else if first.starts_with("slow2s-") {
+        // Slower than the default `upstream.timeout` (1.5 s), every time.
+        thread::sleep(Duration::from_secs(2));
+        answer_a(&mut out, 300);
     } else if first.starts_with("slow-") {
         thread::sleep(Duration::from_millis(400));
         answer_a(&mut out, 300);

@@ -16,12 +16,14 @@ mod tcp;
 mod udp;
 mod waiters;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use kudurru_core::wire::write_upstream_query;
 use kudurru_core::{
@@ -68,9 +70,15 @@ impl Upstreams {
     }
 
     /// Resolves `key` over the upstream set of `settings` (the query's snapshot, which also gives
-    /// the timeouts and the TTL policy): fastest healthy first, next one on failure, around
-    /// again up to [`PASSES`] times, SERVFAIL (cached briefly, RFC 9520) when every attempt failed or
+    /// the timeouts and the TTL policy): fastest healthy first, the next one when an attempt
+    /// fails or outlasts its upstream's attempt timeout ([`attempt_timeout`]), around again up
+    /// to [`PASSES`] times; SERVFAIL (cached briefly, RFC 9520) when every attempt failed or
     /// `upstream.resolveTimeout` passed.
+    ///
+    /// Attempts overlap: one that outlasts its timeout stays open until the resolve deadline
+    /// while the next is sent, and the first good reply to any of them is the answer (as
+    /// Unbound keeps its earlier queries open). A steadily slow upstream is therefore answered
+    /// at its own pace instead of being asked again and again and dropped as "late".
     pub(crate) async fn forward(
         &self,
         key: &CacheKey,
@@ -85,57 +93,161 @@ impl Upstreams {
         // A list rather than a flag per upstream: empty (no allocation) on nearly every miss; a
         // zeroed `Vec<bool>` was a `calloc`, which glibc serves without its per-thread cache.
         let mut refused: Vec<usize> = Vec::new();
-        // The clock is read once per attempt and once when it ends; every other time on this path
-        // (the attempt's deadline, the answer's storage time, the selector's) is one of those.
+        let mut open: Vec<Open<'_>> = Vec::new();
+        let mut next = 0;
+        // The clock is read once per attempt and once when one ends or its timeout passes;
+        // every other time on this path is one of those.
         let mut now = start;
-        for index in (0..attempts).map(|attempt| order[attempt % order.len()]) {
+        loop {
             if now >= deadline {
                 break;
             }
-            if refused.contains(&index) {
-                continue;
+            // Send the next attempt, unless every one is sent.
+            while next < attempts {
+                let index = order[next % order.len()];
+                next += 1;
+                if refused.contains(&index) {
+                    continue;
+                }
+                // The order indexes this snapshot's upstream set.
+                let Some(&spec) = settings.upstreams.get(index) else {
+                    continue;
+                };
+                CoreMetrics::bump(&self.metrics.upstream(index).queries);
+                let connection = Rc::new(Cell::new(0));
+                let attempt = ask(
+                    self,
+                    Target { index, spec },
+                    key,
+                    now,
+                    deadline,
+                    &settings.ttl,
+                    connection.clone(),
+                );
+                open.push(Open {
+                    index,
+                    spec,
+                    started: now,
+                    timed_out: false,
+                    connection,
+                    // Boxed: attempts are kept side by side while they overlap.
+                    attempt: Box::pin(attempt),
+                });
+                break;
             }
-            // The order indexes this snapshot's upstream set.
-            let Some(&spec) = settings.upstreams.get(index) else {
+            if open.is_empty() {
+                break;
+            }
+            // The newest attempt's timeout, when another may follow it; else the deadline.
+            let newest = open.len() - 1;
+            let wake = if next < attempts && !open[newest].timed_out {
+                let timeout = self.attempt_timeout(open[newest].index, settings);
+                deadline.min(open[newest].started + timeout)
+            } else {
+                deadline
+            };
+            let ended = until(
+                wake,
+                std::future::poll_fn(|cx| {
+                    for (i, open) in open.iter_mut().enumerate() {
+                        if let Poll::Ready(result) = open.attempt.as_mut().poll(cx) {
+                            return Poll::Ready((i, result));
+                        }
+                    }
+                    Poll::Pending
+                }),
+            )
+            .await;
+            let Some((i, result)) = ended else {
+                // The newest attempt outlasted its timeout: it stays open, the next one goes.
+                now = Instant::now();
+                let late = &mut open[newest];
+                if !late.timed_out && now < deadline {
+                    late.timed_out = true;
+                    self.timed_out(late, now, settings);
+                }
                 continue;
             };
-            let attempt_deadline = deadline.min(now + settings.upstream_timeout);
-            let counters = self.metrics.upstream(index);
-            CoreMetrics::bump(&counters.queries);
-            let result = ask(self, index, spec, key, now, attempt_deadline, &settings.ttl).await;
+            let done = open.swap_remove(i);
             let (result, ended) = match result {
                 Ok((answer, ended)) => (Ok(answer), ended),
                 Err(kind) => (Err(kind), Instant::now()),
             };
-            let rtt = ended.saturating_duration_since(now);
             now = ended;
-            {
-                let (current, selector) = &mut *self.selector.borrow_mut();
-                // Not when the selector follows another set (a reload since the order was taken).
-                if current.get(index) == Some(&spec) {
-                    match &result {
-                        Ok(_) => selector.on_success(index, rtt),
-                        Err(_) => selector.on_failure(index, ended, settings.upstream_timeout),
-                    }
-                }
-            }
+            let counters = self.metrics.upstream(done.index);
+            let rtt = ended.saturating_duration_since(done.started);
             match result {
                 Ok(answer) => {
+                    self.with_selector(done.index, done.spec, |selector| {
+                        selector.on_success(done.index, rtt);
+                    });
                     counters.observe(rtt);
                     return (answer, ended);
                 }
+                // Already counted when its timeout passed.
+                Err(UpstreamError::Timeout) if done.timed_out => {}
                 Err(kind) => {
+                    self.with_selector(done.index, done.spec, |selector| {
+                        selector.on_failure(done.index, ended, settings.upstream_timeout);
+                    });
                     counters.error(kind);
                     if kind == UpstreamError::BadReply {
-                        refused.push(index);
+                        refused.push(done.index);
                     }
-                    tracing::debug!(upstream = %spec, query = ?key, error = kind.label(), "upstream attempt failed");
+                    tracing::debug!(upstream = %done.spec, query = ?key, error = kind.label(), "upstream attempt failed");
                 }
             }
         }
-        CoreMetrics::bump(&self.metrics.upstream_exhausted);
+        // Attempts still open at the deadline time out now (those past their own timeout were
+        // counted then).
         let now = Instant::now();
+        for late in open.iter().filter(|open| !open.timed_out) {
+            self.timed_out(late, now, settings);
+        }
+        CoreMetrics::bump(&self.metrics.upstream_exhausted);
         (CachedAnswer::failure(key, now, &settings.ttl), now)
+    }
+
+    /// How long an attempt at upstream `index` waits before the next attempt is sent (it stays
+    /// open after that): three times the upstream's smoothed RTT, at least
+    /// [`MIN_ATTEMPT_TIMEOUT`] and at most `upstream.timeout` (the whole of it while the RTT is
+    /// unknown), as Unbound derives its timeouts from each server's RTT.
+    fn attempt_timeout(&self, index: usize, settings: &Settings) -> Duration {
+        let (current, selector) = &*self.selector.borrow();
+        let srtt = match settings.upstreams.get(index) {
+            Some(spec) if current.get(index) == Some(spec) => selector.srtt(index),
+            _ => None,
+        };
+        srtt.map_or(settings.upstream_timeout, |srtt| {
+            (srtt * 3)
+                .max(MIN_ATTEMPT_TIMEOUT)
+                .min(settings.upstream_timeout)
+        })
+    }
+
+    /// Counts `late`, an attempt past its timeout at `now`, as a timeout of its upstream, and
+    /// retires the TCP connection it waits on from new queries.
+    fn timed_out(&self, late: &Open<'_>, now: Instant, settings: &Settings) {
+        if late.connection.get() != 0 {
+            self.tcp_pool(late.index, late.spec.addr)
+                .retire(late.connection.get());
+        }
+        self.with_selector(late.index, late.spec, |selector| {
+            selector.on_failure(late.index, now, settings.upstream_timeout);
+        });
+        self.metrics
+            .upstream(late.index)
+            .error(UpstreamError::Timeout);
+        tracing::debug!(upstream = %late.spec, error = UpstreamError::Timeout.label(), "upstream attempt timed out; kept open");
+    }
+
+    /// Runs `f` on the core's selector when it follows the set `spec` (upstream `index`) is
+    /// from: not after a reload changed the set since the query's order was taken.
+    fn with_selector(&self, index: usize, spec: UpstreamSpec, f: impl FnOnce(&mut Selector)) {
+        let (current, selector) = &mut *self.selector.borrow_mut();
+        if current.get(index) == Some(&spec) {
+            f(selector);
+        }
     }
 
     /// The order in which to try the upstreams of `settings` at `now`: the core's selector's,
@@ -191,17 +303,45 @@ impl Upstreams {
 /// Unbound do), always bounded by `upstream.resolveTimeout`.
 const PASSES: usize = 3;
 
-/// One attempt at one upstream, started at `now`, bounded by `deadline`; the answer comes with
-/// the time it was taken at.
-async fn ask(
-    upstreams: &Upstreams,
+/// The shortest wait before a second attempt is sent, however fast the upstream usually is: a
+/// brief stall of a fast upstream does not double the queries sent to the set.
+const MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// An attempt in flight, with what its end is counted against.
+struct Open<'a> {
     index: usize,
     spec: UpstreamSpec,
+    started: Instant,
+    /// Whether its timeout passed (counted then; it stays open until the resolve deadline).
+    timed_out: bool,
+    /// The serial number of the TCP connection it was sent on (0: none, or over UDP).
+    connection: Rc<Cell<u64>>,
+    attempt: Pin<Box<dyn Future<Output = AttemptResult> + 'a>>,
+}
+
+/// An attempt's end: the answer and when it came, or why there is none.
+type AttemptResult = Result<(CachedAnswer, Instant), UpstreamError>;
+
+/// Which upstream an attempt asks: its index in the set, and its spec.
+#[derive(Clone, Copy)]
+struct Target {
+    index: usize,
+    spec: UpstreamSpec,
+}
+
+/// One attempt at one upstream, started at `now`, bounded by `deadline`; the answer comes with
+/// the time it was taken at. A query sent over TCP writes its connection's serial number to
+/// `connection`.
+async fn ask(
+    upstreams: &Upstreams,
+    target: Target,
     key: &CacheKey,
     now: Instant,
     deadline: Instant,
     policy: &TtlPolicy,
-) -> Result<(CachedAnswer, Instant), UpstreamError> {
+    connection: Rc<Cell<u64>>,
+) -> AttemptResult {
+    let Target { index, spec } = target;
     let counters = upstreams.metrics.upstream(index);
     let outcome = match spec.protocol {
         UpstreamProtocol::Udp => {
@@ -211,7 +351,7 @@ async fn ask(
         // TCP futures are boxed: their state would otherwise widen every UDP attempt's future.
         UpstreamProtocol::Tcp => {
             let pool = upstreams.tcp_pool(index, spec.addr);
-            let ask = ask_tcp(&pool, key, policy, counters);
+            let ask = ask_tcp(&pool, key, policy, counters, &connection);
             until(deadline, Box::pin(ask)).await
         }
     };
@@ -220,7 +360,7 @@ async fn ask(
         Some(Err(Attempt::Truncated)) => {
             CoreMetrics::bump(&counters.tcp_retries);
             let pool = upstreams.tcp_pool(index, spec.addr);
-            let ask = ask_tcp(&pool, key, policy, counters);
+            let ask = ask_tcp(&pool, key, policy, counters, &connection);
             match until(deadline, Box::pin(ask)).await {
                 None => Err(UpstreamError::Timeout),
                 Some(result) => result.map_err(Attempt::into_error),
@@ -274,8 +414,10 @@ async fn ask_tcp(
     key: &CacheKey,
     policy: &TtlPolicy,
     counters: &UpstreamCounters,
+    connection: &Cell<u64>,
 ) -> Result<(CachedAnswer, Instant), Attempt> {
     let exchange = pool.send(key).await.map_err(network)?;
+    connection.set(exchange.connection_serial());
     let answer = answer_from(exchange.registration(), key, policy, counters, true).await;
     // Not reached when the attempt times out: the exchange is dropped waiting.
     exchange.replied();

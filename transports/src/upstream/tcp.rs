@@ -3,7 +3,7 @@
 //! Unbound and dnsdist reuse theirs. A connection that ends (the upstream closed it, a read or
 //! write failed) fails its waiting queries over at once and the next query opens a new one; one
 //! with nothing asked for [`IDLE_CLOSE`] is closed from this side, and one on which a query
-//! timed out gets no new queries ([`TcpExchange`]).
+//! timed out gets no new queries ([`TcpPool::retire`], [`TcpExchange`]).
 //!
 //! ```text
 //! ask ─▶ connection (reuse, or open one: one opening at a time) ─▶ random free ID
@@ -50,6 +50,8 @@ pub(crate) struct TcpPool {
     /// Read only when a write has to wait (`tcp.idleTimeout`, see [`Outbox::flush`]).
     settings: SharedSettings,
     index: usize,
+    /// The serial number of the next connection opened.
+    serials: Cell<u64>,
 }
 
 /// The connection new queries go to; shared with the exchanges, which take it out when they are
@@ -57,6 +59,8 @@ pub(crate) struct TcpPool {
 type Slot = Rc<RefCell<Option<Rc<Connection>>>>;
 
 struct Connection {
+    /// Which connection of the pool this is (from 1), so a timed-out attempt can name it.
+    serial: u64,
     outbox: Rc<Outbox<TcpStream>>,
     waiters: Waiters,
     ended: Rc<Cell<bool>>,
@@ -113,6 +117,11 @@ impl TcpExchange {
     pub(crate) fn registration(&self) -> &Registration {
         &self.registration
     }
+
+    /// The serial number of the connection it was sent on (see [`TcpPool::retire`]).
+    pub(crate) fn connection_serial(&self) -> u64 {
+        self.connection.serial
+    }
 }
 
 impl TcpPool {
@@ -130,6 +139,18 @@ impl TcpPool {
             metrics,
             settings,
             index,
+            serials: Cell::new(1),
+        }
+    }
+
+    /// Takes connection `serial` out of the pool, if it is still the one new queries go to: a
+    /// query on it outlasted its attempt timeout, so it may be dead without having been closed
+    /// (a peer that vanished, a middlebox that forgot it), and nothing else would tell. New
+    /// queries get a new connection; those already waiting on it keep it until their deadlines.
+    pub(crate) fn retire(&self, serial: u64) {
+        let mut slot = self.connection.borrow_mut();
+        if slot.as_ref().is_some_and(|c| c.serial == serial) {
+            *slot = None;
         }
     }
 
@@ -184,7 +205,10 @@ impl TcpPool {
             self.index,
         ))
         .detach();
+        let serial = self.serials.get();
+        self.serials.set(serial + 1);
         let connection = Rc::new(Connection {
+            serial,
             outbox: Rc::new(Outbox::upstream(writer)),
             waiters,
             ended,
