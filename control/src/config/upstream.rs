@@ -52,7 +52,7 @@ pub(super) const KEYS: &[KeyInfo] = &[
         field: |c| c.upstream.timeout,
         parse: parse_string,
         show: show_string,
-        description: "one attempt at one upstream; then the next upstream is tried",
+        description: "the longest wait for one attempt before the next is sent (3x the upstream's smoothed RTT, at least 200 ms, at most this); earlier attempts stay open until upstream.resolveTimeout",
     },
     key! {
         key: "upstream.resolveTimeout",
