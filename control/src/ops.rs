@@ -179,7 +179,7 @@ pub fn render_metrics(state: &OpsState) -> String {
             .enumerate()
             .map(|(i, label)| (label, sum(m, |c| c.acl_refused[i].load(Relaxed)))),
     );
-    let cache: [(&str, &str, &str, Counter); 6] = [
+    let cache: [(&str, &str, &str, Counter); 7] = [
         (
             "kudurru_cache_hits_total",
             "counter",
@@ -215,6 +215,12 @@ pub fn render_metrics(state: &OpsState) -> String {
             "gauge",
             "Copies of other cores' answers held in the core's L1.",
             |c| c.cache.l1_entries.load(Relaxed),
+        ),
+        (
+            "kudurru_client_connections",
+            "gauge",
+            "Client connections (TCP, DoT, DoH, DoQ, DoH3) open on the core, sampled once a second.",
+            |c| c.client_connections.load(Relaxed),
         ),
     ];
     let ratelimit: [(&str, &str, &str, Counter); 5] = [
@@ -255,7 +261,7 @@ pub fn render_metrics(state: &OpsState) -> String {
             let _ = writeln!(out, "{name}{{core=\"{core}\"}} {}", get(cm));
         }
     }
-    let plain: [(&str, &str, Counter); 8] = [
+    let plain: [(&str, &str, Counter); 10] = [
         (
             "kudurru_cross_core_lookups_total",
             "Cache misses sent to the owning core.",
@@ -273,8 +279,18 @@ pub fn render_metrics(state: &OpsState) -> String {
         ),
         (
             "kudurru_tcp_refused_total",
-            "Client connections (TCP, DoT, DoH, DoQ, DoH3) refused at once: per-core limit reached.",
+            "Client connections (TCP, DoT, DoH, DoQ, DoH3) refused at once: per-core limit reached and none could be closed for them.",
             |c| c.tcp_refused.load(Relaxed),
+        ),
+        (
+            "kudurru_tcp_refused_per_client_total",
+            "Client connections refused at once: their client prefix held tcp.maxConnectionsPerClient (TCP, DoT, DoH) or quic.maxConnectionsPerClient (DoQ, DoH3) on the core.",
+            |c| c.tcp_refused_per_client.load(Relaxed),
+        ),
+        (
+            "kudurru_tcp_evicted_total",
+            "Client connections closed to admit a new one on a full core: the one longest without a query.",
+            |c| c.tcp_evicted.load(Relaxed),
         ),
         (
             "kudurru_tcp_timeouts_total",

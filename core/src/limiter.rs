@@ -26,7 +26,7 @@ use std::time::Instant;
 
 /// An IP prefix such as `192.0.2.0/24` or `2001:db8::/32`. IPv4 is held as IPv4-mapped IPv6,
 /// so one comparison serves both families.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Prefix {
     bits: u128,
     /// Length in IPv6 terms (an IPv4 /24 is 120).

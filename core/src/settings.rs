@@ -41,8 +41,15 @@ pub struct Settings {
     pub resolve_timeout: Duration,
     /// Idle time after which a client TCP connection is closed (`tcp.idleTimeout`, RFC 7766 §6.2.3).
     pub tcp_idle_timeout: Duration,
-    /// Most client TCP connections per core (`tcp.maxConnectionsPerCore`).
+    /// Most client connections per core, all connection transports together
+    /// (`tcp.maxConnectionsPerCore`); at the limit the longest-idle one is closed.
     pub tcp_max_connections: usize,
+    /// Most TCP, DoT and DoH connections one client prefix holds per core
+    /// (`tcp.maxConnectionsPerClient`).
+    pub tcp_max_connections_per_client: usize,
+    /// Most DoQ and DoH3 connections one client prefix holds per core
+    /// (`quic.maxConnectionsPerClient`).
+    pub quic_max_connections_per_client: usize,
     /// Most queries in flight on one TCP connection (`tcp.maxPipelined`).
     pub tcp_max_pipelined: usize,
     /// How long a DNS-over-TLS client may take to finish its handshake (`tls.handshakeTimeout`).

@@ -209,39 +209,47 @@ fn rfc7766_6_2_3_idle_and_half_open_connections_are_closed() {
     assert_eq!(dig(k.addr, &["localhost", "A", "+tcp"]).status, "NOERROR");
 }
 
+/// Issue 32 item 1: at `tcp.maxConnectionsPerCore` a new connection is admitted by closing the
+/// one that went longest without a query, instead of being refused while idle connections hold
+/// the core (as Unbound's adaptive TCP timeouts do).
 #[test]
-fn tcp_connection_limit_per_core_closes_extra_connections_only() {
+fn a_full_core_closes_its_longest_idle_connection_for_a_new_one() {
     let upstream = TestUpstream::start();
     let k = Kudurru::builder(&[upstream.udp_url()])
+        .cores(1)
         .env("KUDURRU_TCP__MAXCONNECTIONSPERCORE", "2")
         .start();
-    let held: Vec<TcpStream> = (0..2)
-        .map(|_| TcpStream::connect(k.addr).unwrap())
-        .collect();
-    thread::sleep(Duration::from_millis(200));
-    let mut extra = TcpStream::connect(k.addr).unwrap();
-    extra
+    let mut oldest = TcpStream::connect(k.addr).unwrap();
+    thread::sleep(Duration::from_millis(100));
+    let mut busy = TcpStream::connect(k.addr).unwrap();
+    for s in [&oldest, &busy] {
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    }
+    // The second carries a query: the first is the longest idle.
+    let ask = |stream: &mut TcpStream, id: u16| {
+        stream
+            .write_all(&frame(&query_bytes(id, "localhost", rtype::A, 1, None)))
+            .unwrap();
+        let mut len = [0u8; 2];
+        stream.read_exact(&mut len)?;
+        let mut answer = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        stream.read_exact(&mut answer).map(|_| answer)
+    };
+    assert!(ask(&mut busy, 1).is_ok());
+    let mut newcomer = TcpStream::connect(k.addr).unwrap();
+    newcomer
         .set_read_timeout(Some(Duration::from_secs(3)))
         .unwrap();
-    let _ = extra.write_all(&frame(&query_bytes(1, "localhost", rtype::A, 1, None)));
+    assert!(ask(&mut newcomer, 2).is_ok(), "the newcomer is served");
     let mut buf = [0u8; 4];
     assert_eq!(
-        extra.read(&mut buf).unwrap_or(0),
+        oldest.read(&mut buf).unwrap_or(0),
         0,
-        "connection over the limit is closed"
+        "the longest-idle connection was closed for it"
     );
-    let mut first = &held[0];
-    first
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    first
-        .write_all(&frame(&query_bytes(2, "localhost", rtype::A, 1, None)))
-        .unwrap();
-    let mut len = [0u8; 2];
-    (&held[0])
-        .read_exact(&mut len)
-        .expect("held connections keep working");
-    assert!(k.metric_sum("kudurru_tcp_refused_total") >= 1.0);
+    assert!(ask(&mut busy, 3).is_ok(), "the busy connection is kept");
+    assert_eq!(k.metric_sum("kudurru_tcp_evicted_total"), 1.0);
+    assert_eq!(k.metric_sum("kudurru_tcp_refused_total"), 0.0);
 }
 
 #[test]

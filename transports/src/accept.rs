@@ -1,7 +1,8 @@
 //! The accept loops of the connection listeners: TCP for plain DNS, DoT and DoH ([`tcp`]),
-//! QUIC for DoQ and DoH3 ([`quic`]). Both count connections against
-//! `tcp.maxConnectionsPerCore`, bound the TLS handshake by `tls.handshakeTimeout`, and run each
-//! connection in a task of its own.
+//! QUIC for DoQ and DoH3 ([`quic`]). Both admit each connection to the core's table
+//! ([`crate::connections`]: per-client limits, the longest-idle connection closed when the core
+//! is full), bound the TLS handshake by `tls.handshakeTimeout`, and run each connection in a
+//! task of its own, which holds its [`Admission`] and touches it on every query.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -11,6 +12,7 @@ use std::time::Instant;
 use glommio::net::{TcpListener, TcpStream};
 use quinn::VarInt;
 
+use crate::connections::{Admission, Family, Limits, Refusal};
 use crate::core_context::CoreContext;
 use crate::deadline::until;
 use crate::metrics::CoreMetrics;
@@ -20,7 +22,7 @@ use crate::worker::Worker;
 /// of its own. All count against `tcp.maxConnectionsPerCore`.
 pub(crate) async fn tcp<F, Fut>(worker: Rc<Worker>, listener: TcpListener, serve: F)
 where
-    F: Fn(Rc<Worker>, TcpStream, SocketAddr) -> Fut,
+    F: Fn(Rc<Worker>, TcpStream, SocketAddr, Rc<Admission>) -> Fut,
     Fut: Future<Output = ()> + 'static,
 {
     loop {
@@ -33,28 +35,53 @@ where
                 continue;
             }
         };
-        let context = worker.context();
-        if context.tcp_connections.get() >= context.settings().tcp_max_connections {
-            CoreMetrics::bump(&context.metrics.tcp_refused);
-            continue; // dropping the stream closes it
-        }
-        let _ = stream.set_nodelay(true);
         let Ok(peer) = stream.peer_addr() else {
             continue;
         };
-        context
-            .tcp_connections
-            .set(context.tcp_connections.get() + 1);
-        let task = serve(worker.clone(), stream, peer);
-        let worker = worker.clone();
-        glommio::spawn_local(async move {
-            task.await;
-            let connections = &worker.context().tcp_connections;
-            connections.set(connections.get() - 1);
-        })
-        .detach();
+        // Dropping the stream on a refusal closes it.
+        let Some(admission) = admit(worker.context(), Family::Stream, peer) else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let task = serve(worker.clone(), stream, peer, admission.clone());
+        admission.set_task(glommio::spawn_local(task).detach());
     }
 }
+
+/// Admits a connection from `peer` to the core's table under the current snapshot's limits;
+/// `None` (counted, and logged at most every [`REFUSAL_LOG_PERIOD`] per core) when refused.
+fn admit(context: &CoreContext, family: Family, peer: SocketAddr) -> Option<Rc<Admission>> {
+    let settings = context.settings();
+    let limits = Limits {
+        per_core: settings.tcp_max_connections,
+        per_client: match family {
+            Family::Stream => settings.tcp_max_connections_per_client,
+            Family::Quic => settings.quic_max_connections_per_client,
+        },
+    };
+    let client = settings.ratelimit.client(peer.ip());
+    drop(settings);
+    let now = Instant::now();
+    match context
+        .connections
+        .admit(family, client, limits, now, &context.metrics)
+    {
+        Ok(admission) => Some(Rc::new(admission)),
+        Err(refusal) => {
+            if context.connections.should_log(now, REFUSAL_LOG_PERIOD) {
+                let reason = match refusal {
+                    Refusal::ClientLimit => "the client prefix holds its connection limit",
+                    Refusal::Full => "the core's connection limit is reached",
+                };
+                tracing::warn!(%peer, %client, reason, "client connections refused (logged at most every 10 s per core; kudurru_tcp_refused_per_client_total and kudurru_tcp_refused_total count them all)");
+            }
+            None
+        }
+    }
+}
+
+/// How often a core logs refused connections (a flood of them logs once per period).
+const REFUSAL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The TLS server name (SNI) a client sent, kept for the connection: the policy stage finds
 /// the client ID in it (`kids.dns.example.net` under `blocking.clientIdDomains`).
@@ -114,18 +141,17 @@ pub(crate) async fn quic<F, Fut>(
     uni: u32,
     serve: F,
 ) where
-    F: Fn(Rc<Worker>, quinn::Connection) -> Fut + 'static,
+    F: Fn(Rc<Worker>, quinn::Connection, Rc<Admission>) -> Fut + 'static,
     Fut: Future<Output = ()> + 'static,
 {
     let serve = Rc::new(serve);
     while let Some(incoming) = endpoint.accept().await {
         let context = worker.context();
-        let settings = context.settings();
-        if context.tcp_connections.get() >= settings.tcp_max_connections {
-            CoreMetrics::bump(&context.metrics.tcp_refused);
+        let Some(admission) = admit(context, Family::Quic, incoming.remote_address()) else {
             incoming.refuse();
             continue;
-        }
+        };
+        let settings = context.settings();
         let mut server = (*config()).clone();
         let mut transport = quinn::TransportConfig::default();
         let idle = quinn::IdleTimeout::try_from(settings.tcp_idle_timeout)
@@ -147,18 +173,14 @@ pub(crate) async fn quic<F, Fut>(
                 continue;
             }
         };
-        context
-            .tcp_connections
-            .set(context.tcp_connections.get() + 1);
-        let (worker, serve) = (worker.clone(), serve.clone());
-        glommio::spawn_local(async move {
+        let (worker, serve, held) = (worker.clone(), serve.clone(), admission.clone());
+        let task = glommio::spawn_local(async move {
             if let Some(connection) = quic_handshake(worker.context(), connecting, deadline).await {
-                serve(worker.clone(), connection).await;
+                serve(worker.clone(), connection, held).await;
             }
-            let connections = &worker.context().tcp_connections;
-            connections.set(connections.get() - 1);
         })
         .detach();
+        admission.set_task(task);
     }
 }
 

@@ -8,12 +8,14 @@
 //! `!Sync`, touched only by the core that owns it, and passed explicitly (no thread-local).
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use kudurru_core::Limiter;
 
+use crate::connections::Connections;
 use crate::metrics::CoreMetrics;
 use crate::settings::{Settings, SharedSettings};
 
@@ -26,8 +28,10 @@ pub(crate) struct CoreContext {
     pub(crate) metrics: Arc<CoreMetrics>,
     /// This core's token buckets (clients are steered so each prefix has one core).
     pub(crate) limiter: RefCell<Limiter>,
-    /// Open client connections (TCP, DoT, DoH, DoQ, DoH3), held to `tcp.maxConnectionsPerCore`.
-    pub(crate) tcp_connections: Cell<usize>,
+    /// Open client connections (TCP, DoT, DoH, DoQ, DoH3): who holds them, and since when
+    /// idle (`tcp.maxConnectionsPerCore`, `tcp.maxConnectionsPerClient`,
+    /// `quic.maxConnectionsPerClient`).
+    pub(crate) connections: Rc<Connections>,
     lameduck: Arc<AtomicBool>,
     /// This core's shard number (its slot in per-core counters such as the policy index's).
     shard: usize,
@@ -53,7 +57,7 @@ impl CoreContext {
             settings,
             metrics,
             limiter: RefCell::new(limiter),
-            tcp_connections: Cell::new(0),
+            connections: Rc::default(),
             lameduck,
             shard,
             active: Cell::new(0),
@@ -92,6 +96,9 @@ impl CoreContext {
         r.evictions.store(l.evictions, Relaxed);
         r.buckets.store(l.buckets as u64, Relaxed);
         r.capacity.store(limiter.capacity() as u64, Relaxed);
+        self.metrics
+            .client_connections
+            .store(self.connections.open() as u64, Relaxed);
     }
 }
 

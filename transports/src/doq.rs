@@ -15,6 +15,7 @@
 //! idle timeout.
 
 use std::rc::Rc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use kudurru_core::Client;
@@ -23,6 +24,7 @@ use quinn::VarInt;
 
 use crate::accept;
 use crate::answer::{answer, inline_or_queued};
+use crate::connections::Admission;
 use crate::core_context::CoreContext;
 use crate::deadline::within;
 use crate::metrics::{CoreMetrics, Transport};
@@ -47,12 +49,20 @@ fn code(code: ErrorCode) -> VarInt {
 }
 
 /// Serves one connection: each stream is answered here, or in a task of its own when it has to
-/// wait.
-async fn connection(worker: Rc<Worker>, connection: quinn::Connection) {
+/// wait. A connection that opens no stream for `tcp.idleTimeout` is closed (DOQ_NO_ERROR),
+/// whatever else it sends: PINGs keep QUIC's own idle timer alive, not this one.
+async fn connection(worker: Rc<Worker>, connection: quinn::Connection, admission: Rc<Admission>) {
     let addr = connection.remote_address().ip();
     let sni = accept::quic_server_name(&connection);
     loop {
-        match connection.accept_bi().await {
+        let idle = worker.context().settings().tcp_idle_timeout;
+        let Some(accepted) = within(idle, connection.accept_bi()).await else {
+            CoreMetrics::bump(&worker.context().metrics.tcp_timeouts);
+            connection.close(code(ErrorCode::NoError), b"idle");
+            break;
+        };
+        admission.touch(Instant::now());
+        match accepted {
             Ok((send, recv)) => {
                 let (worker, connection, sni) = (worker.clone(), connection.clone(), sni.clone());
                 inline_or_queued(async move {

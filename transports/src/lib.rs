@@ -33,6 +33,7 @@ pub mod steering;
 pub mod tls;
 // I/O primitives: the syscalls and the stream outbox, then quinn on glommio (on sys); what
 // listeners read of their core besides the resolver.
+mod connections;
 mod core_context;
 mod outbox;
 pub mod sys;

@@ -191,8 +191,15 @@ pub struct CoreMetrics {
     pub coalesced: AtomicU64,
     /// Queries answered SERVFAIL because every upstream failed.
     pub upstream_exhausted: AtomicU64,
-    /// Connections (TCP, DoT, DoH, DoQ, DoH3) refused because the per-core limit was reached.
+    /// Connections (TCP, DoT, DoH, DoQ, DoH3) refused because the per-core limit was reached
+    /// and no connection could be closed for them.
     pub tcp_refused: AtomicU64,
+    /// Connections refused because their client prefix held its per-client limit.
+    pub tcp_refused_per_client: AtomicU64,
+    /// Connections closed because they were the longest idle when the core was full.
+    pub tcp_evicted: AtomicU64,
+    /// Client connections open on the core (a gauge, sampled once a second).
+    pub client_connections: AtomicU64,
     /// TCP connections closed for idleness or slowness.
     pub tcp_timeouts: AtomicU64,
     /// TLS handshakes completed (DoT, DoH, and QUIC's for DoQ and DoH3).

@@ -30,6 +30,7 @@ use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
 use crate::accept;
 use crate::answer::{Answering, Lookup};
+use crate::connections::Admission;
 use crate::core_context::{Active, CoreContext};
 use crate::deadline::within;
 use crate::metrics::{CoreMetrics, Transport};
@@ -39,20 +40,24 @@ use crate::worker::Worker;
 
 /// Accepts connections until the task is dropped.
 pub(crate) async fn serve(worker: Rc<Worker>, listener: TcpListener) {
-    accept::tcp(worker, listener, |worker, stream, peer| async move {
-        connection(&worker, stream, peer, None, Transport::Tcp).await;
-    })
+    accept::tcp(
+        worker,
+        listener,
+        |worker, stream, peer, admission| async move {
+            connection(&worker, stream, peer, None, &admission, Transport::Tcp).await;
+        },
+    )
     .await;
 }
 
 /// Accepts DNS-over-TLS connections until the task is dropped.
 pub(crate) async fn serve_tls(worker: Rc<Worker>, listener: TcpListener, tls: TlsConfig) {
-    accept::tcp(worker, listener, move |worker, stream, peer| {
+    accept::tcp(worker, listener, move |worker, stream, peer, admission| {
         let config = tls.load().dot.clone();
         async move {
             if let Some(stream) = accept::tls_handshake(worker.context(), stream, config).await {
                 let sni = accept::tls_server_name(&stream);
-                connection(&worker, stream, peer, sni, Transport::Dot).await;
+                connection(&worker, stream, peer, sni, &admission, Transport::Dot).await;
             }
         }
     })
@@ -65,6 +70,7 @@ async fn connection<S>(
     stream: S,
     peer: SocketAddr,
     sni: Option<Rc<str>>,
+    admission: &Admission,
     transport: Transport,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
@@ -104,6 +110,7 @@ async fn connection<S>(
             }
         };
         worker.context().metrics.query(transport);
+        admission.touch(Instant::now());
         let Ok(permit) = permits.acquire_static_permit(1).await else {
             break;
         };

@@ -25,6 +25,7 @@ mod key;
 mod listener;
 mod log;
 mod ops;
+mod quic;
 mod ratelimit;
 mod server;
 mod shutdown;
@@ -48,14 +49,15 @@ pub use key::{KeyInfo, Scope, plain_reason, show_list};
 pub use listener::{DEFAULT_DOH_PATH, parse_listener};
 pub use log::{DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL, LogSection};
 pub use ops::{DEFAULT_OPS_ADDRESS, OpsSection};
+pub use quic::{DEFAULT_QUIC_MAX_CONNECTIONS_PER_CLIENT, QuicSection};
 pub use ratelimit::{DEFAULT_RATELIMIT_TABLE_SIZE, MAX_ALLOWLIST, RateLimitSection};
 pub use server::{DEFAULT_LISTEN, DEFAULT_SHUTDOWN_GRACE, ServerSection};
 pub use shutdown::{DEFAULT_DRAIN_DELAY, ShutdownSection};
 pub use sources::RESERVED_ENV;
 pub use storage::{DEFAULT_DATA_DIR, StorageSection};
 pub use tcp::{
-    DEFAULT_TCP_IDLE_TIMEOUT, DEFAULT_TCP_MAX_CONNECTIONS_PER_CORE, DEFAULT_TCP_MAX_PIPELINED,
-    TcpSection,
+    DEFAULT_TCP_IDLE_TIMEOUT, DEFAULT_TCP_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_TCP_MAX_CONNECTIONS_PER_CORE, DEFAULT_TCP_MAX_PIPELINED, TcpSection,
 };
 pub use tls::{DEFAULT_TLS_HANDSHAKE_TIMEOUT, TlsSection};
 pub use upstream::{
@@ -83,6 +85,8 @@ pub struct Config {
     pub edns: EdnsSection,
     /// `tcp.*`.
     pub tcp: TcpSection,
+    /// `quic.*`.
+    pub quic: QuicSection,
     /// `tls.*`: the certificate of the DoT, DoH, DoQ and DoH3 listeners.
     pub tls: TlsSection,
     /// `ratelimit.*`.
@@ -113,6 +117,7 @@ impl Default for Config {
             cache: CacheSection::default(),
             edns: EdnsSection::default(),
             tcp: TcpSection::default(),
+            quic: QuicSection::default(),
             tls: TlsSection::default(),
             ratelimit: RateLimitSection::default(),
             shutdown: ShutdownSection::default(),
@@ -148,6 +153,7 @@ static SECTIONS: &[&[KeyInfo]] = &[
     cache::KEYS,
     edns::KEYS,
     tcp::KEYS,
+    quic::KEYS,
     tls::KEYS,
     ratelimit::KEYS,
     ops::KEYS,

@@ -10,6 +10,8 @@ pub const DEFAULT_TCP_IDLE_TIMEOUT: &str = "10s";
 pub const DEFAULT_TCP_MAX_CONNECTIONS_PER_CORE: usize = 1024;
 /// Default queries in flight (or streams) per client connection.
 pub const DEFAULT_TCP_MAX_PIPELINED: usize = 64;
+/// Default TCP, DoT and DoH connections one client prefix may hold open per core.
+pub const DEFAULT_TCP_MAX_CONNECTIONS_PER_CLIENT: usize = 64;
 
 /// `tcp.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,6 +23,8 @@ pub struct TcpSection {
     pub max_connections_per_core: usize,
     /// Queries in flight per connection.
     pub max_pipelined: usize,
+    /// Connections per client prefix per core.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for TcpSection {
@@ -29,6 +33,7 @@ impl Default for TcpSection {
             idle_timeout: DEFAULT_TCP_IDLE_TIMEOUT.into(),
             max_connections_per_core: DEFAULT_TCP_MAX_CONNECTIONS_PER_CORE,
             max_pipelined: DEFAULT_TCP_MAX_PIPELINED,
+            max_connections_per_client: DEFAULT_TCP_MAX_CONNECTIONS_PER_CLIENT,
         }
     }
 }
@@ -55,7 +60,18 @@ pub(super) const KEYS: &[KeyInfo] = &[
         field: |c| c.tcp.max_connections_per_core,
         parse: parse_num,
         show: show_num,
-        description: "client TCP, DoT, DoH, DoQ and DoH3 connections each core accepts (together); more are closed at once (QUIC: CONNECTION_REFUSED)",
+        description: "client TCP, DoT, DoH, DoQ and DoH3 connections each core holds (together); at the limit the connection idle longest (no query for the longest time) is closed to admit a new one",
+    },
+    key! {
+        key: "tcp.maxConnectionsPerClient",
+        kind: "integer",
+        scope: Cluster,
+        host_only: false,
+        restart_required: true,
+        field: |c| c.tcp.max_connections_per_client,
+        parse: parse_num,
+        show: show_num,
+        description: "TCP, DoT and DoH connections one client prefix (ratelimit.ipv4Prefix / ipv6Prefix) may hold open on one core; more are closed at once",
     },
     key! {
         key: "tcp.maxPipelined",

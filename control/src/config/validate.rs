@@ -239,6 +239,14 @@ impl Config {
                 self.tcp.max_connections_per_core,
             ),
             ("tcp.maxPipelined", self.tcp.max_pipelined),
+            (
+                "tcp.maxConnectionsPerClient",
+                self.tcp.max_connections_per_client,
+            ),
+            (
+                "quic.maxConnectionsPerClient",
+                self.quic.max_connections_per_client,
+            ),
         ] {
             if value == 0 {
                 problems.push(key, value, "must be at least 1");
@@ -316,6 +324,8 @@ impl Config {
             resolve_timeout,
             tcp_idle_timeout,
             tcp_max_connections: self.tcp.max_connections_per_core,
+            tcp_max_connections_per_client: self.tcp.max_connections_per_client,
+            quic_max_connections_per_client: self.quic.max_connections_per_client,
             tcp_max_pipelined: self.tcp.max_pipelined,
             tls_handshake_timeout,
             shutdown_grace,

@@ -14,6 +14,7 @@ use kudurru_core::http::{BodyError, Method};
 use kudurru_core::{Client, Settings};
 
 use crate::answer::{Lookup, Now, answer, answer_now};
+use crate::connections::Admission;
 use crate::metrics::Transport;
 use crate::worker::Worker;
 
@@ -32,6 +33,8 @@ pub(crate) struct Endpoint {
     pub(crate) peer: SocketAddr,
     /// The `Alt-Svc` value advertising DNS over HTTP/3 (RFC 7838), when it is served.
     pub(crate) alt_svc: Option<Rc<str>>,
+    /// The connection's place in the core's table, touched by every request.
+    admission: Rc<Admission>,
 }
 
 /// A response to a request that reached the endpoint.
@@ -52,6 +55,7 @@ impl Endpoint {
         peer: SocketAddr,
         sni: Option<Rc<str>>,
         alt_svc: Option<Rc<str>>,
+        admission: Rc<Admission>,
     ) -> Self {
         Self {
             worker,
@@ -59,6 +63,7 @@ impl Endpoint {
             sni,
             peer,
             alt_svc,
+            admission,
         }
     }
 
@@ -74,6 +79,7 @@ impl Endpoint {
 
     /// Answers one DNS message that a valid request carried, its path's client ID `path_id`.
     pub(crate) async fn resolve(&self, message: &[u8], path_id: Option<ClientId>) -> Reply {
+        self.admission.touch(std::time::Instant::now());
         if let Err(e) = doh::check_message(message) {
             return Reply::Error(e.into());
         }
@@ -126,6 +132,7 @@ pub(crate) fn classify(
     body: Result<Vec<u8>, BodyError>,
 ) -> Answer {
     endpoint.worker.context().metrics.query(transport);
+    endpoint.admission.touch(std::time::Instant::now());
     let message = match (
         doh::request(method.as_bytes(), target, &endpoint.path, content_type),
         body,

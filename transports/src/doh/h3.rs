@@ -28,6 +28,7 @@ use quinn::VarInt;
 use super::endpoint::{Answer, Endpoint, Reply, ResponseHead, classify};
 use crate::accept;
 use crate::answer::{answer_miss, inline_or_queued};
+use crate::connections::Admission;
 use crate::core_context::Active;
 use crate::deadline::within;
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
@@ -55,21 +56,28 @@ pub(crate) async fn serve(
         endpoint,
         move || tls.load().h3.clone(),
         UNI_STREAMS,
-        move |worker, connection| {
+        move |worker, connection, admission| {
             let path = path.clone();
-            async move { serve_connection(worker, connection, path).await }
+            async move { serve_connection(worker, connection, path, admission).await }
         },
     )
     .await;
 }
 
 /// Serves one connection: opens the control stream, checks the client's, and answers each
-/// request where it is accepted, or in a task of its own when it has to wait.
-async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, path: Rc<str>) {
+/// request where it is accepted, or in a task of its own when it has to wait. A connection that
+/// opens no request stream for `tcp.idleTimeout` is closed (H3_NO_ERROR), whatever else it
+/// sends: PINGs keep QUIC's own idle timer alive, not this one.
+async fn serve_connection(
+    worker: Rc<Worker>,
+    connection: quinn::Connection,
+    path: Rc<str>,
+    admission: Rc<Admission>,
+) {
     CoreMetrics::bump(&worker.context().metrics.doh_connections[HttpVersion::H3 as usize]);
     let peer = connection.remote_address();
     let sni = accept::quic_server_name(&connection);
-    let endpoint = Rc::new(Endpoint::new(worker, path, peer, sni, None));
+    let endpoint = Rc::new(Endpoint::new(worker, path, peer, sni, None, admission));
     // Held for the connection's life: closing a control stream is a connection error.
     let Ok(mut control) = connection.open_uni().await else {
         return;
@@ -83,7 +91,14 @@ async fn serve_connection(worker: Rc<Worker>, connection: quinn::Connection, pat
     }
     glommio::spawn_local(uni_streams(connection.clone())).detach();
     loop {
-        match connection.accept_bi().await {
+        let context = endpoint.worker.context();
+        let idle = context.settings().tcp_idle_timeout;
+        let Some(accepted) = within(idle, connection.accept_bi()).await else {
+            CoreMetrics::bump(&context.metrics.tcp_timeouts);
+            connection.close(varint(code::H3_NO_ERROR), b"idle");
+            break;
+        };
+        match accepted {
             Ok((send, recv)) => {
                 let (endpoint, connection) = (endpoint.clone(), connection.clone());
                 inline_or_queued(async move {

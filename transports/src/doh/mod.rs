@@ -41,7 +41,7 @@ pub(crate) async fn serve(
 ) {
     let path: Rc<str> = Rc::from(&*path);
     let alt_svc: Option<Rc<str>> = alt_svc.map(|value| Rc::from(&*value));
-    accept::tcp(worker, listener, move |worker, stream, peer| {
+    accept::tcp(worker, listener, move |worker, stream, peer, admission| {
         let config = tls.load().https.clone();
         let (path, alt_svc) = (path.clone(), alt_svc.clone());
         async move {
@@ -49,7 +49,7 @@ pub(crate) async fn serve(
                 return;
             };
             let sni = accept::tls_server_name(&stream);
-            let endpoint = Endpoint::new(worker, path, peer, sni, alt_svc);
+            let endpoint = Endpoint::new(worker, path, peer, sni, alt_svc, admission);
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                 CoreMetrics::bump(
                     &endpoint.worker.context().metrics.doh_connections[HttpVersion::H2 as usize],

@@ -187,6 +187,8 @@ mod tests {
             resolve_timeout: Duration::from_secs(2),
             tcp_idle_timeout: Duration::from_secs(2),
             tcp_max_connections: 16,
+            tcp_max_connections_per_client: 16,
+            quic_max_connections_per_client: 16,
             tcp_max_pipelined: 8,
             tls_handshake_timeout: Duration::from_secs(2),
             shutdown_grace: Duration::from_millis(100),
