@@ -510,13 +510,29 @@ impl io::Write for Limited {
             self.exceeded = true;
             return Err(io::Error::other("over the size limit"));
         }
-        self.buffer.extend_from_slice(bytes);
+        append_capped(&mut self.buffer, bytes, self.limit);
         Ok(bytes.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// Appends `bytes` to `buffer`, growing it geometrically but never to a capacity above
+/// `limit` (the caller has checked that the bytes fit), so a body near the limit does not
+/// allocate twice the limit.
+fn append_capped(buffer: &mut Vec<u8>, bytes: &[u8], limit: u64) {
+    let needed = buffer.len() + bytes.len();
+    if needed > buffer.capacity() {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let target = (buffer.capacity() * 2)
+            .max(needed)
+            .max(8 << 10)
+            .min(limit.max(needed));
+        buffer.reserve_exact(target - buffer.len());
+    }
+    buffer.extend_from_slice(bytes);
 }
 
 impl BodySink {
@@ -549,7 +565,7 @@ impl BodySink {
             return Err(self.too_large());
         }
         match &mut self.state {
-            Sink::Plain(buffer) => buffer.extend_from_slice(chunk),
+            Sink::Plain(buffer) => append_capped(buffer, chunk, self.limit),
             Sink::Gzip(decoder) => {
                 if let Err(error) = decoder.write_all(chunk) {
                     return Err(self.decoder_error(&error));
@@ -1154,6 +1170,16 @@ mod tests {
             }
         }
         assert!(matches!(refused, Some(FetchError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn buffers_grow_to_the_limit_not_past_it() {
+        let mut buffer = Vec::new();
+        for _ in 0..100 {
+            append_capped(&mut buffer, &[7; 1000], 100_000);
+        }
+        assert_eq!(buffer.len(), 100_000);
+        assert!(buffer.capacity() <= 100_000, "{}", buffer.capacity());
     }
 
     #[tokio::test(flavor = "current_thread")]
