@@ -9,8 +9,8 @@ mod layers;
 const FLOORS: &[&[&str]] = &[
     // Pieces that use no other module: atomic files and hashes, the configuration document
     // and its keys, the HTTP layer, the API client of the command line, the log's limit on
-    // peer-triggered library warnings.
-    &["files", "config", "http", "client", "noise"],
+    // peer-triggered library warnings; block-list fetching (its own HTTP client and files).
+    &["files", "config", "http", "client", "noise", "blocking"],
     // The command line (its defaults come from config); tokens and the file watcher (on files).
     &["cli", "tokens", "watch"],
     // The layers (defaults → files → env → flags, from the command line); certificates (loaded

@@ -115,6 +115,20 @@ pub enum StorageError {
         /// Why it does not decode.
         reason: String,
     },
+    /// A stored body's SHA-256 is not the one recorded with it: the record was damaged.
+    #[error(
+        "checksum mismatch in table {table} at key {key}: stored sha256 {stored}, computed {computed}"
+    )]
+    ChecksumMismatch {
+        /// The redb table.
+        table: &'static str,
+        /// The record's key.
+        key: String,
+        /// The SHA-256 recorded with the body, hex.
+        stored: String,
+        /// The SHA-256 of the body as read, hex.
+        computed: String,
+    },
     /// The file's format version is newer than this build reads.
     #[error("unsupported format version {found} (this build reads up to {supported})")]
     UnsupportedFormat {

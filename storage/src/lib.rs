@@ -1,5 +1,6 @@
 //! kudurru-storage: the object store (kinds with Kubernetes-shaped metadata, spec and status;
-//! resourceVersion and optimistic concurrency; watch) and its audit log.
+//! resourceVersion and optimistic concurrency; watch), its audit log, and the list-body cache
+//! (the last fetched body of each list source, outside the revision and the audit log).
 //!
 //! ```text
 //!  control thread ──spawn_blocking──▶ Store (create get list update update_status delete)
@@ -17,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 mod audit;
+mod body_cache;
 mod enabled;
 mod engine;
 mod error;
@@ -32,6 +34,7 @@ mod time;
 mod watch;
 
 pub use audit::{Actor, AuditLog, AuditQuery, AuditRecord, AuditVerb, ChainReport, PruneReport};
+pub use body_cache::{BodyCache, BodyMeta, MAX_BODY_KEY_BYTES};
 pub use enabled::{
     COMMENT_ANNOTATION, CONDITION_DISABLED, CONDITION_READY, ENABLED_ANNOTATION, REASON_DISABLED,
     REASON_ENABLED, comment, enabled_status, find_condition, is_enabled, remove_condition,

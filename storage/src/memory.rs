@@ -6,6 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::audit::{self, AuditLog, AuditQuery, AuditRecord, ChainPoint, ChainReport, ChainWalk};
 use crate::audit::{Encoded, PruneReport};
+use crate::body_cache::{self, BodyCache, BodyMeta};
 use crate::engine::{self, Context, Op, Tx};
 use crate::error::{Result, StoreError};
 use crate::list::{self, Continue};
@@ -20,6 +21,7 @@ use crate::watch::{Hub, Watch};
 pub struct MemoryStore {
     options: StoreOptions,
     state: Mutex<State>,
+    bodies: Mutex<BTreeMap<String, (Vec<u8>, BodyMeta)>>,
 }
 
 struct StoredAudit {
@@ -51,6 +53,7 @@ impl MemoryStore {
                 head: ChainPoint::default(),
                 hub,
             }),
+            bodies: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -272,6 +275,39 @@ impl AuditLog for MemoryStore {
             walk.step(stored.time_millis, stored.seq, &stored.value)?;
         }
         walk.finish(state.head)
+    }
+}
+
+impl MemoryStore {
+    fn bodies(&self) -> MutexGuard<'_, BTreeMap<String, (Vec<u8>, BodyMeta)>> {
+        // Each body operation is one map call; a panic cannot leave the map half-written.
+        self.bodies.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl BodyCache for MemoryStore {
+    fn put_body(&self, key: &str, body: &[u8], meta: &BodyMeta) -> Result<()> {
+        body_cache::check_put(key, body, meta)?;
+        self.bodies()
+            .insert(key.to_owned(), (body.to_vec(), meta.clone()));
+        Ok(())
+    }
+
+    fn get_body(&self, key: &str) -> Result<Option<(Vec<u8>, BodyMeta)>> {
+        body_cache::check_key(key)?;
+        // Checked on the way in, and memory is not a disk: nothing to verify on the way out.
+        Ok(self.bodies().get(key).cloned())
+    }
+
+    fn delete_bodies(&self, prefix: &str) -> Result<u64> {
+        let mut bodies = self.bodies();
+        let before = bodies.len();
+        bodies.retain(|key, _| !key.starts_with(prefix));
+        Ok((before - bodies.len()) as u64)
+    }
+
+    fn body_keys(&self) -> Result<Vec<String>> {
+        Ok(self.bodies().keys().cloned().collect())
     }
 }
 

@@ -16,6 +16,7 @@ use redb::{
 
 use crate::audit::{self, AuditLog, AuditQuery, AuditRecord, ChainPoint, ChainReport, ChainWalk};
 use crate::audit::{Encoded, PruneReport};
+use crate::body_cache::{self, BodyCache, BodyMeta};
 use crate::engine::{self, Context, Op, Tx};
 use crate::error::{Result, StorageError, StoreError};
 use crate::files;
@@ -38,6 +39,8 @@ const OBJECT_VERSION: u8 = 1;
 const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
 const OBJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("objects");
 const AUDIT: TableDefinition<'_, (u64, u64), &[u8]> = TableDefinition::new("audit");
+/// The list-body cache; added within format 1 (an older build ignores the table).
+const BODIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("bodies");
 
 const META_FORMAT: &str = "format";
 const META_REVISION: &str = "revision";
@@ -124,6 +127,7 @@ fn initialize(database: &Database) -> Result<u64> {
         let mut meta = transaction.open_table(META)?;
         transaction.open_table(OBJECTS)?;
         transaction.open_table(AUDIT)?;
+        transaction.open_table(BODIES)?;
         let format = meta.get(META_FORMAT)?.map(|v| v.value().to_vec());
         match format.as_deref() {
             None => {
@@ -488,4 +492,72 @@ pub fn verify_audit_file(path: &Path) -> Result<ChainReport> {
     }
     drop(meta);
     verify_transaction(&transaction)
+}
+
+impl BodyCache for RedbStore {
+    fn put_body(&self, key: &str, body: &[u8], meta: &BodyMeta) -> Result<()> {
+        body_cache::check_put(key, body, meta)?;
+        let header = body_cache::encode_header(meta);
+        let mut transaction = self.database.begin_write()?;
+        transaction.set_durability(Durability::Immediate)?;
+        {
+            let mut table = transaction.open_table(BODIES)?;
+            // Written in place: a large body is copied once, into the page, not first into a
+            // header-and-body buffer.
+            let mut value = table.insert_reserve(key, header.len() + body.len())?;
+            let (head, tail) = value.as_mut().split_at_mut(header.len());
+            head.copy_from_slice(&header);
+            tail.copy_from_slice(body);
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    fn get_body(&self, key: &str) -> Result<Option<(Vec<u8>, BodyMeta)>> {
+        body_cache::check_key(key)?;
+        let transaction = self.read()?;
+        let table = transaction.open_table(BODIES)?;
+        match table.get(key)? {
+            None => Ok(None),
+            Some(guard) => body_cache::decode("bodies", key, guard.value()).map(Some),
+        }
+    }
+
+    fn delete_bodies(&self, prefix: &str) -> Result<u64> {
+        let mut transaction = self.database.begin_write()?;
+        transaction.set_durability(Durability::Immediate)?;
+        let removed = {
+            let mut table = transaction.open_table(BODIES)?;
+            let mut doomed = Vec::new();
+            for entry in table.range(prefix..)? {
+                let (key, _) = entry?;
+                let key = key.value();
+                if !key.starts_with(prefix) {
+                    break;
+                }
+                doomed.push(key.to_owned());
+            }
+            for key in &doomed {
+                table.remove(key.as_str())?;
+            }
+            doomed.len() as u64
+        };
+        if removed == 0 {
+            transaction.abort()?;
+        } else {
+            transaction.commit()?;
+        }
+        Ok(removed)
+    }
+
+    fn body_keys(&self) -> Result<Vec<String>> {
+        let transaction = self.read()?;
+        let table = transaction.open_table(BODIES)?;
+        let mut keys = Vec::new();
+        for entry in table.iter()? {
+            let (key, _) = entry?;
+            keys.push(key.value().to_owned());
+        }
+        Ok(keys)
+    }
 }

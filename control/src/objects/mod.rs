@@ -15,15 +15,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kudurru_storage::{
-    AuditLog, KindRegistry, MemoryStore, RedbStore, Store, StoreError, StoreOptions,
+    AuditLog, BodyCache, KindRegistry, MemoryStore, RedbStore, Store, StoreError, StoreOptions,
 };
 
 use crate::tokens::Permission;
 
-/// A store with its audit log: what every driver provides.
-pub trait ObjectStore: Store + AuditLog {}
+/// A store with its audit log and list-body cache: what every driver provides.
+pub trait ObjectStore: Store + AuditLog + BodyCache {}
 
-impl<T: Store + AuditLog> ObjectStore for T {}
+impl<T: Store + AuditLog + BodyCache> ObjectStore for T {}
 
 /// One kind as the API serves it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,15 +5,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use kudurru_storage::{
-    Actor, AuditLog, FieldError, KindRegistry, KindSchema, MemoryStore, Object, RedbStore, Store,
-    StoreOptions, Timestamp,
+    Actor, AuditLog, BodyCache, FieldError, KindRegistry, KindSchema, MemoryStore, Object,
+    RedbStore, Store, StoreOptions, Timestamp,
 };
 use serde_json::{Value, json};
 
 /// A driver under test.
 pub(crate) trait Harness: Sized {
     /// The driver's store.
-    type Store: Store + AuditLog + 'static;
+    type Store: Store + AuditLog + BodyCache + 'static;
     /// A fresh, empty store.
     fn open(options: StoreOptions) -> Self;
     /// The store.

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use kudurru_storage::files::check_modes;
 use kudurru_storage::{
-    AuditLog, AuditQuery, ConditionStatus, DeleteOptions, FILE_NAME, ListOptions, Object,
-    RedbStore, StorageError, Store, StoreError, WatchOptions, verify_audit_file,
+    AuditLog, AuditQuery, BodyCache, ConditionStatus, DeleteOptions, FILE_NAME, ListOptions,
+    Object, RedbStore, StorageError, Store, StoreError, WatchOptions, verify_audit_file,
 };
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::json;
@@ -16,6 +16,7 @@ use crate::harness::*;
 const OBJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("objects");
 const AUDIT: TableDefinition<'_, (u64, u64), &[u8]> = TableDefinition::new("audit");
 const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
+const BODIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("bodies");
 
 // Writes a few changes of every verb, at fixed times.
 fn populate(store: &RedbStore, clock: &ManualClock) {
@@ -264,6 +265,150 @@ fn format_v1_fixture_opens_and_reads() {
             .records,
         5
     );
+}
+
+/// The list-body cache came after the fixture, in a table of its own: an old file opens,
+/// gains the table, and keeps its objects and audit chain beside the bodies.
+#[test]
+fn format_v1_fixture_gains_the_body_cache() {
+    let dir = TempDir::new();
+    std::fs::create_dir_all(dir.path()).unwrap();
+    std::fs::copy(FIXTURE_V1, dir.path().join(FILE_NAME)).unwrap();
+    let clock = ManualClock::default();
+    let store = RedbStore::open(dir.path(), options(&clock)).unwrap();
+    assert!(store.body_keys().unwrap().is_empty());
+    let body = b"0.0.0.0 ads.example\n";
+    let meta = crate::bodies::meta(body, Some("\"1\""), 1_700_000_000_000);
+    store.put_body("BlockList/ads/0", body, &meta).unwrap();
+    drop(store);
+    let store = RedbStore::open(dir.path(), options(&clock)).unwrap();
+    assert_eq!(
+        store.get_body("BlockList/ads/0").unwrap(),
+        Some((body.to_vec(), meta))
+    );
+    assert_eq!(store.revision().unwrap(), 5);
+    assert_eq!(store.get("Widget", "a").unwrap().spec, json!({ "size": 7 }));
+    drop(store);
+    assert_eq!(
+        verify_audit_file(&dir.path().join(FILE_NAME))
+            .unwrap()
+            .records,
+        5
+    );
+}
+
+#[test]
+fn bodies_survive_a_restart() {
+    let clock = ManualClock::default();
+    let mut h = <Redb as Harness>::open(options(&clock));
+    let body = vec![b'x'; 300_000];
+    let meta = crate::bodies::meta(&body, Some("W/\"7\""), 1_700_000_000_000);
+    h.store().put_body("BlockList/ads/0", &body, &meta).unwrap();
+    h.store()
+        .put_body("BlockList/ads/1", b"1", &crate::bodies::meta(b"1", None, 5))
+        .unwrap();
+    h.store().delete_bodies("BlockList/ads/1").unwrap();
+    h.restart();
+    assert_eq!(h.store().body_keys().unwrap(), ["BlockList/ads/0"]);
+    assert_eq!(
+        h.store().get_body("BlockList/ads/0").unwrap(),
+        Some((body, meta))
+    );
+}
+
+// Rewrites the stored value of `key` in the closed database at `path`.
+fn edit_body(path: &Path, key: &str, edit: impl FnOnce(&mut Vec<u8>)) {
+    let database = Database::open(path).unwrap();
+    let write = database.begin_write().unwrap();
+    {
+        let mut bodies = write.open_table(BODIES).unwrap();
+        let mut value = bodies.get(key).unwrap().unwrap().value().to_vec();
+        edit(&mut value);
+        bodies.insert(key, value.as_slice()).unwrap();
+    }
+    write.commit().unwrap();
+}
+
+#[test]
+fn body_damaged_on_disk_is_a_checksum_mismatch_not_a_panic() {
+    let clock = ManualClock::default();
+    let mut h = <Redb as Harness>::open(options(&clock));
+    let body = b"0.0.0.0 ads.example\n0.0.0.0 tracker.example\n";
+    let meta = crate::bodies::meta(body, None, 1);
+    for key in ["flipped", "truncated", "garbage", "empty", "intact"] {
+        h.store().put_body(key, body, &meta).unwrap();
+    }
+    let path = h.store().path().to_owned();
+    drop(h.store.take());
+    edit_body(&path, "flipped", |value| {
+        let last = value.len() - 1;
+        value[last] ^= 0x20;
+    });
+    edit_body(&path, "truncated", |value| {
+        value.truncate(value.len() - 3);
+    });
+    edit_body(&path, "garbage", |value| {
+        *value = vec![1, 0, 0, 0, 2, b'{', b'}']
+    });
+    edit_body(&path, "empty", Vec::clear);
+    h.restart();
+    let store = h.store();
+    let error = store.get_body("flipped").unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            StoreError::Storage(StorageError::ChecksumMismatch { table: "bodies", key, .. })
+                if key == "flipped"
+        ),
+        "{error}"
+    );
+    for key in ["truncated", "garbage", "empty"] {
+        let error = store.get_body(key).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                StoreError::Storage(StorageError::Corrupt {
+                    table: "bodies",
+                    ..
+                })
+            ),
+            "{key}: {error}"
+        );
+    }
+    assert_eq!(store.get_body("intact").unwrap().unwrap().0, body);
+    assert_eq!(store.body_keys().unwrap().len(), 5, "keys still list");
+    assert_eq!(store.delete_bodies("").unwrap(), 5, "damaged bodies delete");
+}
+
+/// Put and get of a 30 MB body and the file's growth over replacements; run by hand with
+/// `cargo test --release -p kudurru-storage --test conformance -- --ignored --nocapture
+/// large_body_timing` (figures in storage/DESIGN.md).
+#[test]
+#[ignore = "a measurement, not a rule; run by hand in release"]
+fn large_body_timing() {
+    let clock = ManualClock::default();
+    let h = <Redb as Harness>::open(options(&clock));
+    let store = h.store();
+    let body: Vec<u8> = (0..30_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let start = std::time::Instant::now();
+    let meta = crate::bodies::meta(&body, None, 1);
+    let hashed = start.elapsed();
+    for round in 0..5 {
+        let start = std::time::Instant::now();
+        store.put_body("BlockList/big/0", &body, &meta).unwrap();
+        let put = start.elapsed();
+        let start = std::time::Instant::now();
+        let (read, _) = store.get_body("BlockList/big/0").unwrap().unwrap();
+        let get = start.elapsed();
+        assert_eq!(read.len(), body.len());
+        let size = std::fs::metadata(store.path()).unwrap().len();
+        println!(
+            "round {round}: sha256 {hashed:?}, put {put:?}, get {get:?}, file {} MB",
+            size / 1_000_000
+        );
+    }
 }
 
 /// Writes the format 1 fixture; run by hand only when a new format version is introduced
