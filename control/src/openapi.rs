@@ -21,6 +21,8 @@ fn range(key: &str) -> Option<(u64, Option<u64>)> {
         "ratelimit.ipv4Prefix" => (0, Some(32)),
         "ratelimit.ipv6Prefix" => (0, Some(128)),
         "ratelimit.tableSize" => (64, Some(1 << 24)),
+        "blocking.maxListBytes" => (1 << 10, Some(1 << 30)),
+        "blocking.maxListEntries" => (1, Some(50_000_000)),
         _ => return None,
     })
 }
@@ -39,6 +41,7 @@ fn value_schema(key: &KeyInfo) -> Value {
         }
         "duration" => json!({ "type": "string", "pattern": "^[1-9][0-9]*(ms|s|m|h|d)$" }),
         "integer" | "seconds" => json!({ "type": "integer", "minimum": 0 }),
+        "boolean" => json!({ "type": "boolean" }),
         "list of integers" => {
             json!({ "type": "array", "items": { "type": "integer", "minimum": 0 } })
         }
