@@ -134,6 +134,9 @@ pub struct Api {
     stopping: tokio::sync::watch::Receiver<bool>,
     /// Every core's cache (`/api/v1/cache`); `None` when no data plane runs (tests).
     pub cache: Option<CacheControl>,
+    /// The list manager (`/api/v1/blocklists/{name}/refresh`, `/api/v1/blocking/check`);
+    /// `None` when none runs (tests).
+    pub blocking: Option<crate::blocking::Handle>,
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.
     writes: Mutex<()>,
@@ -172,6 +175,7 @@ impl Api {
             store,
             stopping,
             cache: None,
+            blocking: None,
             writes: Mutex::new(()),
         }
     }

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod blocking;
 pub mod certs;
 pub mod check;
 pub mod cli;
