@@ -99,8 +99,6 @@ impl Shared {
         let Some(name) = query.name else {
             return Err(invalid("name", "name= is required".into()));
         };
-        let qname = kudurru_core::policy::name::to_wire(name)
-            .map_err(|e| invalid("name", format!("{name:?} is not a domain name: {e}")))?;
         let client = match query.client {
             None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             Some(text) => text.parse().map_err(|_| {
@@ -112,18 +110,25 @@ impl Shared {
         {
             return Err(invalid("clientId", "a client ID is 1 to 63 bytes".into()));
         }
-        let explanation = match query.at {
-            None => self
-                .publisher
-                .index()
-                .explain(&qname, client, query.client_id),
-            Some(text) => {
-                let at: jiff::Timestamp = text.parse().map_err(|e| {
+        let at = query
+            .at
+            .map(|text| {
+                text.parse::<jiff::Timestamp>().map_err(|e| {
                     invalid(
                         "at",
                         format!("{text:?} is not an RFC 3339 time (2026-05-04T08:30:00Z): {e}"),
                     )
-                })?;
+                })
+            })
+            .transpose()?;
+        let qname = kudurru_core::policy::name::to_wire(name)
+            .map_err(|e| invalid("name", format!("{name:?} is not a domain name: {e}")))?;
+        let explanation = match at {
+            None => self
+                .publisher
+                .index()
+                .explain(&qname, client, query.client_id),
+            Some(at) => {
                 let Some(inputs) = self.check_inputs() else {
                     return Err(HttpError::new(
                         503,
