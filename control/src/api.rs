@@ -48,7 +48,30 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
     ("GET", "/api/v1/cache", Permission::CacheRead),
     ("DELETE", "/api/v1/cache", Permission::CacheFlush),
     ("GET", "/api/v1/cache/dump", Permission::CacheDump),
+    (
+        "POST",
+        "/api/v1/blocklists/{name}/refresh",
+        Permission::ListsRefresh,
+    ),
+    ("GET", "/api/v1/blocking/check", Permission::ObjectsRead),
 ];
+
+/// Whether `path` is the route `pattern`, whose `{name}` segments match one non-empty segment.
+pub fn path_matches(pattern: &str, path: &str) -> bool {
+    let (mut pattern, mut path) = (pattern.split('/'), path.split('/'));
+    loop {
+        match (pattern.next(), path.next()) {
+            (None, None) => return true,
+            (Some(p), Some(segment)) if p.starts_with('{') && p.ends_with('}') => {
+                if segment.is_empty() {
+                    return false;
+                }
+            }
+            (Some(p), Some(segment)) if p == segment => {}
+            _ => return false,
+        }
+    }
+}
 
 /// How long a cache command waits for the cores' reports.
 const CACHE_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -134,6 +157,9 @@ pub struct Api {
     stopping: tokio::sync::watch::Receiver<bool>,
     /// Every core's cache (`/api/v1/cache`); `None` when no data plane runs (tests).
     pub cache: Option<CacheControl>,
+    /// The list manager (`/api/v1/blocklists/{name}/refresh`, `/api/v1/blocking/check`);
+    /// `None` when none runs (tests).
+    pub blocking: Option<crate::blocking::Handle>,
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.
     writes: Mutex<()>,
@@ -172,6 +198,7 @@ impl Api {
             store,
             stopping,
             cache: None,
+            blocking: None,
             writes: Mutex::new(()),
         }
     }
@@ -181,7 +208,7 @@ impl Api {
         let method = request.method.as_str();
         if let Some(&(_, _, permission)) = ROUTES
             .iter()
-            .find(|(m, p, _)| *p == request.path && *m == method)
+            .find(|(m, p, _)| path_matches(p, &request.path) && *m == method)
         {
             return Ok((Route::Fixed, permission));
         }
@@ -193,7 +220,7 @@ impl Api {
             None => (
                 ROUTES
                     .iter()
-                    .filter(|(_, p, _)| *p == request.path)
+                    .filter(|(_, p, _)| path_matches(p, &request.path))
                     .map(|(m, _, _)| *m)
                     .collect(),
                 None,
@@ -311,12 +338,79 @@ impl Api {
             ("GET", "/api/v1/cache") => self.cache_stats(),
             ("DELETE", "/api/v1/cache") => self.cache_flush(&request.query),
             ("GET", "/api/v1/cache/dump") => self.cache_dump(&request.query),
+            ("GET", "/api/v1/blocking/check") => self.blocking_check(&request.query),
+            ("POST", path) if path_matches("/api/v1/blocklists/{name}/refresh", path) => {
+                let name = path.split('/').nth(4).unwrap_or_default();
+                self.refresh_list(name)
+            }
             ("PATCH", path) => match json_body(request) {
                 Ok(patch) if path == "/api/v1/settings" => self.patch_settings(&patch),
                 Ok(patch) => self.patch_node(&patch),
                 Err(reply) => reply,
             },
             _ => error(404, "not_found", format!("no route {}", request.path)),
+        }
+    }
+
+    /// The list manager, or a 503 when none runs.
+    fn blocking(&self) -> Result<&crate::blocking::Handle, Reply> {
+        self.blocking
+            .as_ref()
+            .ok_or_else(|| error(503, "no_list_manager", "no list manager runs"))
+    }
+
+    /// `POST /api/v1/blocklists/{name}/refresh`: 202 when a refresh started (skipping the
+    /// interval and any failure cooldown), 404 for an unknown list, 409 for a disabled one.
+    fn refresh_list(&self, name: &str) -> Reply {
+        let handle = match self.blocking() {
+            Ok(handle) => handle,
+            Err(reply) => return reply,
+        };
+        let object = match self.store.get(crate::objects::kinds::BLOCK_LIST, name) {
+            Ok(object) => object,
+            Err(e) => return routes::store_error(e).into(),
+        };
+        if !kudurru_storage::is_enabled(&object) {
+            return error(
+                409,
+                "disabled",
+                format!(
+                    "BlockList {name} is disabled ({} is \"false\"); enable it to refresh it",
+                    kudurru_storage::ENABLED_ANNOTATION
+                ),
+            );
+        }
+        if !handle.refresh(name) {
+            return error(503, "no_list_manager", "the list manager has stopped");
+        }
+        tracing::info!(list = name, "refresh requested over the API");
+        Reply {
+            status: 202,
+            body: json!({ "list": name, "refresh": "started" }),
+            allow: None,
+        }
+    }
+
+    /// `GET /api/v1/blocking/check?name=&client=&clientId=&at=`: which groups, policies, list
+    /// and rule decide `name` for that client.
+    fn blocking_check(&self, query: &str) -> Reply {
+        let handle = match self.blocking() {
+            Ok(handle) => handle,
+            Err(reply) => return reply,
+        };
+        let query = match Query::parse(query) {
+            Ok(query) => query,
+            Err(e) => return e.into(),
+        };
+        let check = crate::blocking::CheckQuery {
+            name: query.get("name"),
+            client: query.get("client"),
+            client_id: query.get("clientId"),
+            at: query.get("at"),
+        };
+        match handle.shared.check(&check) {
+            Ok(body) => ok(body),
+            Err(e) => e.into(),
         }
     }
 
@@ -509,6 +603,11 @@ impl Api {
                     running.validated.ops_address
                 ),
             );
+        }
+        if let Some(blocking) = &self.blocking {
+            for diagnosis in blocking.shared.diagnoses() {
+                push(diagnosis.severity, diagnosis.code, diagnosis.message);
+            }
         }
         if self.reloadable.settings_path().is_none() {
             push(
@@ -1247,6 +1346,169 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An API over a memory store, with a list manager's mailbox the test reads.
+    fn api_with_lists() -> (
+        Api,
+        tokio::sync::mpsc::UnboundedReceiver<crate::blocking::Command>,
+    ) {
+        use arc_swap::ArcSwap;
+        let inputs =
+            crate::layers::Inputs::capture(&crate::cli::ServeArgs::default(), std::iter::empty())
+                .unwrap();
+        let reloadable = Arc::new(Reloadable::start(inputs).unwrap());
+        let settings = reloadable.current().validated.settings.clone();
+        let shared_settings = Arc::new(ArcSwap::from_pointee(settings));
+        let publisher = Arc::new(crate::blocking::Publisher::new(shared_settings.clone()));
+        let blocking = Arc::new(crate::blocking::Shared::new(
+            publisher,
+            Arc::new(crate::blocking::CoreEngine::new()),
+            false,
+        ));
+        let ops = Arc::new(OpsState {
+            ready: Box::new(|| true),
+            metrics: Vec::new(),
+            settings: shared_settings,
+            lameduck: Arc::default(),
+            reloads: reloadable.stats.clone(),
+            http: Vec::new(),
+            blocking: blocking.clone(),
+        });
+        let store = crate::objects::open_store(Path::new("/nonexistent"), true).unwrap();
+        let (_stop, stopping) = tokio::sync::watch::channel(false);
+        let mut api = Api::new(
+            reloadable,
+            TokenStore::new(&std::env::temp_dir()),
+            ops,
+            store,
+            stopping,
+        );
+        let (commands, inbox) = tokio::sync::mpsc::unbounded_channel();
+        api.blocking = Some(crate::blocking::Handle {
+            commands,
+            shared: blocking,
+        });
+        (api, inbox)
+    }
+
+    fn call(api: &Api, method: &str, path: &str, query: &str) -> Reply {
+        let request = Request {
+            method: method.into(),
+            path: path.into(),
+            query: query.into(),
+            ..Request::default()
+        };
+        let (route, _) = Api::route(&request).map_err(|r| r.status).unwrap();
+        let authorized = Authorized {
+            route,
+            principal: "token:test".into(),
+        };
+        match api.dispatch(&request, &authorized) {
+            Outcome::Json(reply) => reply,
+            Outcome::Watch(_) => panic!("a watch"),
+        }
+    }
+
+    #[test]
+    fn refresh_answers_202_404_and_409_for_a_disabled_list() {
+        let (api, mut inbox) = api_with_lists();
+        let admin = Actor::principal("token:test").unwrap();
+        let list = |name: &str, enabled: bool| {
+            let mut object = kudurru_storage::Object::new(
+                crate::objects::kinds::BLOCK_LIST,
+                name,
+                json!({"sources": [{"inline": ["ads.example"]}]}),
+            );
+            if !enabled {
+                object
+                    .metadata
+                    .annotations
+                    .insert(kudurru_storage::ENABLED_ANNOTATION.into(), "false".into());
+            }
+            api.store.create(&admin, &object).unwrap();
+        };
+        list("ads", true);
+        list("off", false);
+        let reply = call(&api, "POST", "/api/v1/blocklists/ads/refresh", "");
+        assert_eq!(reply.status, 202, "{}", reply.body);
+        assert!(matches!(
+            inbox.try_recv(),
+            Ok(crate::blocking::Command::Refresh(name)) if name == "ads"
+        ));
+        let reply = call(&api, "POST", "/api/v1/blocklists/nope/refresh", "");
+        assert_eq!(
+            (reply.status, &reply.body["code"]),
+            (404, &json!("not_found"))
+        );
+        let reply = call(&api, "POST", "/api/v1/blocklists/off/refresh", "");
+        assert_eq!(
+            (reply.status, &reply.body["code"]),
+            (409, &json!("disabled"))
+        );
+        assert!(inbox.try_recv().is_err(), "nothing sent for 404 or 409");
+        let request = Request {
+            method: "GET".into(),
+            path: "/api/v1/blocklists/ads/refresh".into(),
+            ..Request::default()
+        };
+        let refused = Api::route(&request).unwrap_err();
+        assert_eq!(
+            (refused.status, refused.allow.as_deref()),
+            (405, Some("POST"))
+        );
+    }
+
+    #[test]
+    fn check_names_its_bad_parameter() {
+        let (api, _inbox) = api_with_lists();
+        let key = |query: &str| {
+            let reply = call(&api, "GET", "/api/v1/blocking/check", query);
+            (
+                reply.status,
+                reply.body["key"].as_str().unwrap_or("").to_owned(),
+            )
+        };
+        assert_eq!(key(""), (400, "name".into()));
+        assert_eq!(key("name=x&client=nope"), (400, "client".into()));
+        assert_eq!(
+            key("name=x&client=192.0.2.1&clientId="),
+            (400, "clientId".into())
+        );
+        assert_eq!(key("name=x&at=tomorrow"), (400, "at".into()));
+    }
+
+    #[test]
+    #[ignore = "needs kudurru_core::policy bodies (name::to_wire, PolicyIndex::explain); un-ignore at the issue 34 merge"]
+    fn check_explains_a_name_and_refuses_a_bad_time() {
+        let (api, _inbox) = api_with_lists();
+        let reply = call(
+            &api,
+            "GET",
+            "/api/v1/blocking/check",
+            "name=ads.example&client=192.0.2.1",
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(reply.body["verdict"], "none");
+        assert_eq!(reply.body["groups"], json!(["default"]));
+        let reply = call(
+            &api,
+            "GET",
+            "/api/v1/blocking/check",
+            "name=ads.example&at=tomorrow",
+        );
+        assert_eq!((reply.status, &reply.body["key"]), (400, &json!("at")));
+    }
+
+    #[test]
+    fn templated_routes_match_one_segment_per_name() {
+        let refresh = "/api/v1/blocklists/{name}/refresh";
+        assert!(path_matches(refresh, "/api/v1/blocklists/ads/refresh"));
+        assert!(!path_matches(refresh, "/api/v1/blocklists//refresh"));
+        assert!(!path_matches(refresh, "/api/v1/blocklists/ads"));
+        assert!(!path_matches(refresh, "/api/v1/blocklists/a/b/refresh"));
+        assert!(path_matches("/api/v1/cache", "/api/v1/cache"));
+        assert!(!path_matches("/api/v1/cache", "/api/v1/cache/dump"));
+    }
 
     #[test]
     fn rfc9110_11_1_the_auth_scheme_is_case_insensitive() {

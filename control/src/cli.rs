@@ -123,6 +123,18 @@ pub enum Command {
         #[command(subcommand)]
         command: CacheCommand,
     },
+    /// Block lists of a running server (through the API).
+    Blocklist {
+        /// What to do.
+        #[command(subcommand)]
+        command: BlocklistCommand,
+    },
+    /// Why a name is or is not blocked (through the API).
+    Blocking {
+        /// What to do.
+        #[command(subcommand)]
+        command: BlockingCommand,
+    },
     /// Effective settings and where they come from.
     Settings {
         /// What to do.
@@ -176,6 +188,47 @@ pub enum CacheCommand {
     },
     /// Entries, capacity, hits and misses per core (GET /api/v1/cache).
     Stats {
+        /// Print the API's JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `kudurru blocklist …`.
+#[derive(Debug, Subcommand)]
+pub enum BlocklistCommand {
+    /// Fetch NAME's url sources and read its files now, skipping the refresh interval and any
+    /// failure cooldown (POST /api/v1/blocklists/NAME/refresh); `kudurru get blocklist NAME`
+    /// shows the result in its status.
+    Refresh {
+        /// The BlockList.
+        name: String,
+        /// How to reach the API.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `kudurru blocking …`.
+#[derive(Debug, Subcommand)]
+pub enum BlockingCommand {
+    /// Which client groups, policies, list and rule decide NAME for a client (GET
+    /// /api/v1/blocking/check).
+    Check {
+        /// The query name.
+        name: String,
+        /// The client's address (default: a client no group holds by address).
+        #[arg(long = "client", value_name = "ADDR")]
+        client_address: Option<String>,
+        /// The client ID (DoH path segment or TLS SNI label).
+        #[arg(long, value_name = "ID")]
+        client_id: Option<String>,
+        /// Resolve schedules at this RFC 3339 instant instead of now.
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
         /// Print the API's JSON instead of text.
         #[arg(long)]
         json: bool,

@@ -4,8 +4,8 @@
 
 use clap::{CommandFactory, Parser};
 use kudurru_control::cli::{
-    ApiCommand, AuditCommand, CacheCommand, CertCommand, Cli, ClientArgs, Command, ConfigCommand,
-    ServeArgs, SettingsCommand, TokenCommand,
+    ApiCommand, AuditCommand, BlockingCommand, BlocklistCommand, CacheCommand, CertCommand, Cli,
+    ClientArgs, Command, ConfigCommand, ServeArgs, SettingsCommand, TokenCommand,
 };
 use kudurru_control::{
     certs, check, client, config, lameduck, layers, objects, openapi, serve, tokens,
@@ -63,6 +63,26 @@ fn main() {
             "disable",
             api_client(&api).and_then(|c| Ok(objects::cli::set_enabled(&c, &kind, &name, false)?)),
         ),
+        Command::Blocklist { command } => match blocklist(&command) {
+            Ok(text) => {
+                print!("{text}");
+                serve::exit::OK
+            }
+            Err(e) => {
+                eprintln!("kudurru blocklist: {e}");
+                serve::exit::CONFIG
+            }
+        },
+        Command::Blocking { command } => match blocking(&command) {
+            Ok(text) => {
+                print!("{text}");
+                serve::exit::OK
+            }
+            Err(e) => {
+                eprintln!("kudurru blocking: {e}");
+                serve::exit::CONFIG
+            }
+        },
         Command::Cache { command } => match cache(&command) {
             Ok(text) => {
                 print!("{text}");
@@ -449,6 +469,78 @@ fn cache(command: &CacheCommand) -> Result<String, Failure> {
         }
     }
     Ok(out)
+}
+
+/// `kudurru blocklist refresh NAME`.
+fn blocklist(command: &BlocklistCommand) -> Result<String, Failure> {
+    let BlocklistCommand::Refresh { name, client } = command;
+    let api = api_client(client)?;
+    let path = format!("/api/v1/blocklists/{}/refresh", percent_encode(name));
+    let answer = api.call("POST", &path, None)?;
+    if answer.status != 202 {
+        let message = answer.body["message"].as_str().unwrap_or("");
+        return Err(format!("{} answered {}: {message}", api.url(), answer.status).into());
+    }
+    Ok(format!(
+        "refresh of {name} started; `kudurru get blocklist {name}` shows its status\n"
+    ))
+}
+
+/// `kudurru blocking check NAME`: the explanation as lines (or its JSON).
+fn blocking(command: &BlockingCommand) -> Result<String, Failure> {
+    let BlockingCommand::Check {
+        name,
+        client_address,
+        client_id,
+        at,
+        json,
+        client,
+    } = command;
+    let mut query = format!("name={}", percent_encode(name));
+    for (key, value) in [
+        ("client", client_address),
+        ("clientId", client_id),
+        ("at", at),
+    ] {
+        if let Some(value) = value {
+            query.push_str(&format!("&{key}={}", percent_encode(value)));
+        }
+    }
+    let api = api_client(client)?;
+    let answer = api.call("GET", &format!("/api/v1/blocking/check?{query}"), None)?;
+    if answer.status != 200 {
+        let message = answer.body["message"].as_str().unwrap_or("");
+        return Err(format!("{} answered {}: {message}", api.url(), answer.status).into());
+    }
+    if *json {
+        return Ok(format!("{:#}\n", answer.body));
+    }
+    let body = &answer.body;
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("-").to_owned();
+    let names = |v: &serde_json::Value| {
+        let names: Vec<&str> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str())
+            .collect();
+        if names.is_empty() {
+            "-".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
+    Ok(format!(
+        "name:     {}\nclient:   {}\ngroups:   {}\npolicies: {}\nverdict:  {}\npolicy:   {}\nlist:     {}\nrule:     {}\n",
+        text(&body["name"]),
+        text(&body["client"]),
+        names(&body["groups"]),
+        names(&body["policies"]),
+        text(&body["verdict"]),
+        text(&body["policy"]),
+        text(&body["list"]),
+        text(&body["rule"]),
+    ))
 }
 
 /// `text` with every byte but unreserved ones (RFC 3986 §2.3) as `%XX`, for a query string.

@@ -21,6 +21,8 @@ fn range(key: &str) -> Option<(u64, Option<u64>)> {
         "ratelimit.ipv4Prefix" => (0, Some(32)),
         "ratelimit.ipv6Prefix" => (0, Some(128)),
         "ratelimit.tableSize" => (64, Some(1 << 24)),
+        "blocking.maxListBytes" => (1 << 10, Some(1 << 30)),
+        "blocking.maxListEntries" => (1, Some(50_000_000)),
         _ => return None,
     })
 }
@@ -39,6 +41,7 @@ fn value_schema(key: &KeyInfo) -> Value {
         }
         "duration" => json!({ "type": "string", "pattern": "^[1-9][0-9]*(ms|s|m|h|d)$" }),
         "integer" | "seconds" => json!({ "type": "integer", "minimum": 0 }),
+        "boolean" => json!({ "type": "boolean" }),
         "list of integers" => {
             json!({ "type": "array", "items": { "type": "integer", "minimum": 0 } })
         }
@@ -265,6 +268,28 @@ fn parameters(method: &str, path: &str) -> Vec<(&'static str, Value, &'static st
                 "also every name below it",
             ),
         ],
+        ("GET", "/api/v1/blocking/check") => vec![
+            (
+                "name",
+                json!({ "type": "string" }),
+                "the query name (required; any case, IDNA allowed)",
+            ),
+            (
+                "client",
+                json!({ "type": "string" }),
+                "the client's IPv4 or IPv6 address (default 0.0.0.0: a client no group holds by address)",
+            ),
+            (
+                "clientId",
+                json!({ "type": "string" }),
+                "the client ID (DoH path segment or TLS SNI label)",
+            ),
+            (
+                "at",
+                json!({ "type": "string", "format": "date-time" }),
+                "RFC 3339 instant to resolve schedules at (default: the live index)",
+            ),
+        ],
         ("GET", "/api/v1/cache/dump") => vec![(
             "limit",
             json!({ "type": "integer", "minimum": 1, "maximum": 100000 }),
@@ -326,6 +351,37 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             cache_dump_schema(),
             None,
         ),
+        ("POST", "/api/v1/blocklists/{name}/refresh") => (
+            "Fetch a BlockList's url sources and read its files now, skipping the refresh interval and any failure cooldown (202: started; watch its status)",
+            json!({
+                "type": "object",
+                "required": ["list", "refresh"],
+                "properties": {
+                    "list": { "type": "string" },
+                    "refresh": { "type": "string", "enum": ["started"] }
+                }
+            }),
+            None,
+        ),
+        ("GET", "/api/v1/blocking/check") => (
+            "Which client groups, policies, list and rule decide a name for a client (schedules at `at`)",
+            json!({
+                "type": "object",
+                "required": ["name", "client", "groups", "policies", "verdict"],
+                "properties": {
+                    "name": { "type": "string" },
+                    "client": { "type": "string" },
+                    "at": { "type": "string" },
+                    "groups": { "type": "array", "items": { "type": "string" } },
+                    "policies": { "type": "array", "items": { "type": "string" } },
+                    "verdict": { "type": "string", "enum": ["blocked", "allowed", "rewritten", "none"] },
+                    "policy": { "type": "string", "nullable": true },
+                    "list": { "type": "string", "nullable": true },
+                    "rule": { "type": "string", "nullable": true }
+                }
+            }),
+            None,
+        ),
         _ => ("", json!({}), None),
     };
     let mut responses = json!({
@@ -350,6 +406,23 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
     }
     if path.starts_with("/api/v1/cache") {
         responses["503"] = error_response("No data plane runs");
+    }
+    if path.contains("{name}") {
+        op["parameters"] = json!([{ "name": "name", "in": "path", "required": true, "schema": { "type": "string" } }]);
+    }
+    if path == "/api/v1/blocklists/{name}/refresh" {
+        if let Some(ok) = responses.as_object_mut().and_then(|r| r.remove("200")) {
+            responses["202"] = ok;
+            responses["202"]["description"] = "Accepted: the refresh started".into();
+        }
+        responses["404"] = error_response("No BlockList of that name");
+        responses["409"] =
+            error_response("The BlockList is disabled (kudurru.io/enabled: \"false\")");
+        responses["503"] = error_response("No list manager runs");
+    }
+    if path == "/api/v1/blocking/check" {
+        responses["503"] =
+            error_response("No list manager runs, or the policy index is not built yet");
     }
     if let Some(schema) = body {
         for (status, why) in [
@@ -578,7 +651,12 @@ mod tests {
         for &(method, path, _) in ROUTES {
             let op = &doc["paths"][path][method.to_ascii_lowercase()];
             assert!(op.is_object(), "{method} {path}");
-            for status in ["200", "401", "403"] {
+            let ok = if path.ends_with("/refresh") {
+                "202"
+            } else {
+                "200"
+            };
+            for status in [ok, "401", "403"] {
                 assert!(
                     op["responses"][status].is_object(),
                     "{method} {path} {status}"

@@ -32,6 +32,8 @@ pub struct OpsState {
     pub reloads: Arc<crate::reload::ReloadStats>,
     /// The control thread's HTTP listeners (`ops`, `api`) and their counters.
     pub http: Vec<(&'static str, Arc<crate::http::ListenerStats>)>,
+    /// Block lists: readiness (`blocking.allowDegraded`) and metrics.
+    pub blocking: Arc<crate::blocking::Shared>,
 }
 
 /// Whether a peer may change lameduck: loopback only, since the ops listener has no
@@ -99,12 +101,15 @@ fn route(
         "/healthz/ready" if state.lameduck.load(Relaxed) => {
             (503, TEXT, "not ready: lameduck (draining)\n".into())
         }
-        "/healthz/ready" if (state.ready)() => (200, TEXT, "ready\n".into()),
-        "/healthz/ready" => (
+        "/healthz/ready" if !(state.ready)() => (
             503,
             TEXT,
             "not ready: listeners are still starting\n".into(),
         ),
+        "/healthz/ready" => match state.blocking.unready() {
+            None => (200, TEXT, "ready\n".into()),
+            Some(why) => (503, TEXT, format!("not ready: {why}\n")),
+        },
         "/metrics" => (
             200,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -475,6 +480,8 @@ pub fn render_metrics(state: &OpsState) -> String {
             "kudurru_upstream_latency_seconds_count{{upstream=\"{name}\"}} {cumulative}"
         );
     }
+    let index = state.blocking.publisher.index();
+    state.blocking.metrics.render(&index, &mut out);
     out
 }
 
@@ -502,7 +509,23 @@ mod tests {
             lameduck: Arc::new(AtomicBool::new(false)),
             reloads: Arc::default(),
             http: vec![("ops", Arc::default())],
+            blocking: synced_blocking(),
         }
+    }
+
+    /// Blocking state with no lists, read from the store.
+    fn synced_blocking() -> Arc<crate::blocking::Shared> {
+        let settings = Config::default().validate().unwrap().settings;
+        let publisher = Arc::new(crate::blocking::Publisher::new(Arc::new(
+            ArcSwap::from_pointee(settings),
+        )));
+        let shared = crate::blocking::Shared::new(
+            publisher,
+            Arc::new(crate::blocking::CoreEngine::new()),
+            false,
+        );
+        shared.set_unloaded(Vec::new());
+        Arc::new(shared)
     }
 
     const LOCAL: Option<IpAddr> = Some(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
@@ -551,6 +574,23 @@ mod tests {
         ready.store(true, Relaxed);
         assert_eq!(route(&s, &Method::GET, "/healthz/ready", LOCAL).0, 200);
         assert_eq!(route(&s, &Method::POST, "/healthz/ready", LOCAL).0, 405);
+    }
+
+    #[test]
+    fn a_list_that_never_loaded_holds_readiness_unless_degraded_is_allowed() {
+        let s = state(Arc::new(AtomicBool::new(true)));
+        s.blocking.set_unloaded(vec!["ads".into()]);
+        let (status, _, body) = route(&s, &Method::GET, "/healthz/ready", LOCAL);
+        assert_eq!(status, 503);
+        assert!(
+            body.contains("ads") && body.contains("blocking.allowDegraded"),
+            "{body}"
+        );
+        s.blocking.set_allow_degraded(true);
+        assert_eq!(route(&s, &Method::GET, "/healthz/ready", LOCAL).0, 200);
+        s.blocking.set_allow_degraded(false);
+        s.blocking.set_unloaded(Vec::new());
+        assert_eq!(route(&s, &Method::GET, "/healthz/ready", LOCAL).0, 200);
     }
 
     #[test]

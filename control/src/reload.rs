@@ -34,6 +34,13 @@ pub const HOT_KEYS: &[&str] = &[
     "server.allow",
     "server.deny",
     "server.aclAction",
+    "blocking.blockTTL",
+    "blocking.refreshInterval",
+    "blocking.allowDegraded",
+    "blocking.clientIdDomains",
+    "blocking.maxListBytes",
+    "blocking.maxListEntries",
+    "blocking.fetchTimeout",
     "log.level",
 ];
 

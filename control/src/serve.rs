@@ -270,6 +270,30 @@ async fn control(
     if let Some(api) = &api_listener {
         http_stats.push((api.name, api.stats.clone()));
     }
+    // Blocking: the publisher is the one writer of the snapshot from here on (settings reloads
+    // and index rebuilds both go through it); the list manager starts below, once the file
+    // watcher has its other files.
+    let publisher = Arc::new(crate::blocking::Publisher::new(settings.clone()));
+    let engine: crate::blocking::SharedEngine = Arc::new(crate::blocking::CoreEngine::new());
+    let blocking = Arc::new(crate::blocking::Shared::new(
+        publisher.clone(),
+        engine.clone(),
+        validated.blocking.allow_degraded,
+    ));
+    let fetcher = crate::blocking::Fetcher::new(crate::blocking::USER_AGENT)
+        .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))?;
+    let mut manager = crate::blocking::Manager::new(crate::blocking::ManagerParts {
+        store: store.clone(),
+        // The store keeps the last body of each source, so a restart keeps its lists.
+        bodies: store.clone(),
+        engine,
+        fetcher: Arc::new(crate::blocking::HttpFetcher(fetcher)),
+        shared: blocking.clone(),
+        settings: validated.blocking.clone(),
+        cores: validated.cpus.len(),
+        follow: None,
+    });
+    let list_commands = manager.commands();
     let state = Arc::new(ops::OpsState {
         ready,
         metrics: server.metrics().to_vec(),
@@ -277,6 +301,7 @@ async fn control(
         lameduck: lameduck.clone(),
         reloads: reloadable.stats.clone(),
         http: http_stats,
+        blocking: blocking.clone(),
     });
     // Subscribers, in order: the log filter, then the data plane's snapshot.
     reloadable.subscribe("log.level", move |change| {
@@ -287,11 +312,19 @@ async fn control(
             let _ = handle.reload(filter);
         }
     });
+    let commands = list_commands.clone();
     reloadable.subscribe("data plane settings", move |change| {
         // Cores pick the new snapshot up between queries: cache capacity (maintenance, once a
         // second), TTL clamps (next insert), access list and limiter (next query), upstream
-        // set (next resolution; one in flight finishes on the set it started with).
-        settings.store(Arc::new(change.new.validated.settings.clone()));
+        // set (next resolution; one in flight finishes on the set it started with). The
+        // policy index in effect stays; blocking keys go to the list manager, which rebuilds
+        // it when blockTTL or clientIdDomains changed.
+        publisher.settings_changed(change.new.validated.settings.clone());
+        if change.keys.iter().any(|k| k.starts_with("blocking.")) {
+            let _ = commands.send(crate::blocking::Command::Settings(
+                change.new.validated.blocking.clone(),
+            ));
+        }
     });
     if let Some(path) = reloadable.settings_path() {
         let removed = crate::files::remove_stale_temporaries(&path);
@@ -308,6 +341,19 @@ async fn control(
             r.reload_settings();
         }));
     }
+    // The list manager: `file` sources are followed by the same watcher (it lives as long as
+    // the manager's task, which the runtime's end stops).
+    let commands = list_commands.clone();
+    manager.set_follow(Box::new(move |path, hash| {
+        let (commands, changed) = (commands.clone(), path.to_owned());
+        let followed = watcher.follow(path, hash, move || {
+            let _ = commands.send(crate::blocking::Command::FileChanged(changed.clone()));
+        });
+        if let Err(e) = followed {
+            tracing::warn!(file = %path.display(), error = %e, "a block list file is read on refresh only");
+        }
+    }));
+    tokio::spawn(manager.run());
     let (stop_http, stopped) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     if let Some(listener) = api_listener {
@@ -319,6 +365,10 @@ async fn control(
             stopped.clone(),
         );
         api.cache = Some(server.cache_control());
+        api.blocking = Some(crate::blocking::Handle {
+            commands: list_commands.clone(),
+            shared: blocking.clone(),
+        });
         let api = Arc::new(api);
         crate::files::remove_stale_temporaries(api.tokens.path());
         tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");

@@ -19,6 +19,9 @@ const FLOORS: &[&[&str]] = &[
     &["layers", "certs", "lameduck", "objects"],
     // The effective configuration and its subscribers; `config check` over the layers.
     &["reload", "check"],
+    // Block lists, client groups and policies: the list manager, the publisher of the
+    // settings snapshot, status, readiness, metrics and the check explanation.
+    &["blocking"],
     // The ops listener; the API on top of it (counters, readiness); the OpenAPI document of
     // the API's routes.
     &["ops"],

@@ -5,6 +5,7 @@
 mod acl;
 mod api;
 mod bench;
+mod blocking;
 mod cache;
 mod control;
 mod crash;

@@ -166,6 +166,18 @@ pub(super) fn parse_strings(v: &str) -> Result<Vec<String>, String> {
     Ok(parse_list(v))
 }
 
+pub(super) fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err("expected true or false".into()),
+    }
+}
+
+pub(super) fn show_bool(v: &bool) -> String {
+    v.to_string()
+}
+
 pub(super) fn parse_cpus(v: &str) -> Result<Vec<usize>, String> {
     parse_list(v).iter().map(|s| parse_num(s)).collect()
 }

@@ -17,6 +17,7 @@
 mod api;
 mod audit;
 mod auth;
+mod blocking;
 mod cache;
 mod docs;
 mod edns;
@@ -41,6 +42,12 @@ use serde::{Deserialize, Serialize};
 pub use api::{ApiSection, DEFAULT_API_ADDRESS};
 pub use audit::{AuditSection, DEFAULT_AUDIT_RETENTION};
 pub use auth::{AuthSection, DEFAULT_TOKEN_MAX_LIFETIME, TokensSection};
+pub use blocking::{
+    BlockingSection, BlockingSettings, DEFAULT_BLOCK_TTL, DEFAULT_FETCH_TIMEOUT,
+    DEFAULT_FILE_SOURCE_DIR, DEFAULT_MAX_LIST_BYTES, DEFAULT_MAX_LIST_ENTRIES,
+    DEFAULT_REFRESH_INTERVAL, LIST_BYTES_RANGE, LIST_ENTRIES_RANGE, MAX_BLOCK_TTL,
+    MAX_CLIENT_ID_DOMAINS, MAX_FETCH_TIMEOUT, MIN_REFRESH_INTERVAL,
+};
 pub use cache::{CacheSection, DEFAULT_CACHE_MAX_ENTRIES};
 pub use docs::render_key_table;
 pub use edns::EdnsSection;
@@ -91,6 +98,8 @@ pub struct Config {
     pub tls: TlsSection,
     /// `ratelimit.*`.
     pub ratelimit: RateLimitSection,
+    /// `blocking.*`: block lists, client IDs, block answers.
+    pub blocking: BlockingSection,
     /// `shutdown.*`.
     pub shutdown: ShutdownSection,
     /// `ops.*`.
@@ -120,6 +129,7 @@ impl Default for Config {
             quic: QuicSection::default(),
             tls: TlsSection::default(),
             ratelimit: RateLimitSection::default(),
+            blocking: BlockingSection::default(),
             shutdown: ShutdownSection::default(),
             ops: OpsSection::default(),
             api: ApiSection::default(),
@@ -156,6 +166,7 @@ static SECTIONS: &[&[KeyInfo]] = &[
     quic::KEYS,
     tls::KEYS,
     ratelimit::KEYS,
+    blocking::KEYS,
     ops::KEYS,
     api::KEYS,
     storage::KEYS,

@@ -167,6 +167,7 @@ impl Config {
             }),
         );
         let ratelimit = problems.take(self.ratelimit.validate());
+        let blocking = problems.take(self.blocking.validate());
         let acl = problems.take(self.server.access_list());
         let token_max_lifetime = problems.take(duration(
             "auth.tokens.maxLifetime",
@@ -275,6 +276,7 @@ impl Config {
             Some(shutdown_grace),
             Some(drain_delay),
             Some(ratelimit),
+            Some(blocking),
             Some(acl),
             Some(token_max_lifetime),
             Some(audit_retention),
@@ -288,6 +290,7 @@ impl Config {
             shutdown_grace,
             drain_delay,
             ratelimit,
+            blocking,
             acl,
             token_max_lifetime,
             audit_retention,
@@ -346,6 +349,7 @@ impl Config {
             data_dir_note,
             token_max_lifetime,
             audit_retention,
+            blocking,
         })
     }
 }
@@ -375,6 +379,8 @@ pub struct Validated {
     pub token_max_lifetime: Duration,
     /// `audit.retention`.
     pub audit_retention: Duration,
+    /// `blocking.*`.
+    pub blocking: super::BlockingSettings,
 }
 
 /// Whether `upstream` reaches one of kudurru's own listeners: the same port on the listener's

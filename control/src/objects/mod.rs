@@ -8,7 +8,7 @@
 //! validator here and gets its routes, permissions and OpenAPI entry from this table.
 
 pub mod cli;
-mod kinds;
+pub mod kinds;
 pub mod routes;
 
 use std::path::Path;
@@ -36,15 +36,34 @@ pub struct Resource {
     pub write: Permission,
     /// One line for the OpenAPI document.
     pub summary: &'static str,
+    /// Names an object of this kind may not take (built-in ones).
+    pub reserved: &'static [&'static str],
 }
 
 /// Every kind, in documentation order.
-pub const RESOURCES: &[Resource] = &[Resource {
-    kind: kinds::CLIENT_GROUP,
-    plural: "clientgroups",
-    write: Permission::ObjectsWrite,
-    summary: "Clients by address, prefix or client ID (DoH path, TLS SNI), for policies",
-}];
+pub const RESOURCES: &[Resource] = &[
+    Resource {
+        kind: kinds::CLIENT_GROUP,
+        plural: "clientgroups",
+        write: Permission::ObjectsWrite,
+        summary: "Clients by address, prefix or client ID (DoH path, TLS SNI), for policies",
+        reserved: kinds::RESERVED_GROUP_NAMES,
+    },
+    Resource {
+        kind: kinds::BLOCK_LIST,
+        plural: "blocklists",
+        write: Permission::ObjectsWrite,
+        summary: "Block or allow lists: url, file or inline sources in hosts, domains, adblock, wildcard or RPZ syntax",
+        reserved: &[],
+    },
+    Resource {
+        kind: kinds::POLICY,
+        plural: "policies",
+        write: Permission::ObjectsWrite,
+        summary: "Client groups to deny and allow lists, block answers, rewrites and schedules",
+        reserved: &[],
+    },
+];
 
 /// The resource served under `plural`.
 pub fn resource(plural: &str) -> Option<&'static Resource> {

@@ -124,6 +124,17 @@ pub fn handle(
         ("POST", Target::Collection(r)) => {
             let mut object = object_body(r, body, None)?;
             object.metadata.resource_version = 0;
+            if r.reserved.contains(&object.metadata.name.as_str()) {
+                return Err(HttpError::new(
+                    400,
+                    "reserved_name",
+                    format!(
+                        "{} {:?} is built in; choose another name",
+                        r.kind, object.metadata.name
+                    ),
+                )
+                .with_key("metadata.name"));
+            }
             let created = store.create(actor, &object).map_err(store_error)?;
             Ok(Outcome::Json(201, to_json(&created)))
         }
@@ -632,6 +643,40 @@ mod tests {
                 .key
                 .as_deref(),
             Some("limit")
+        );
+    }
+
+    #[test]
+    fn a_client_group_named_default_is_refused_as_built_in() {
+        let store = kudurru_storage::MemoryStore::new(kudurru_storage::StoreOptions::new(
+            super::super::registry(),
+        ));
+        let actor = Actor::principal("token:test").unwrap();
+        let r = resource("clientgroups").unwrap();
+        let body = br#"{"metadata": {"name": "default"}, "spec": {"clients": ["192.0.2.0/24"]}}"#;
+        let Err(e) = handle(
+            &store,
+            &actor,
+            "POST",
+            &Target::Collection(r),
+            "",
+            Some(body),
+        ) else {
+            panic!("created a ClientGroup named default");
+        };
+        assert_eq!((e.status, e.code), (400, "reserved_name"));
+        assert_eq!(e.key.as_deref(), Some("metadata.name"));
+        let body = br#"{"metadata": {"name": "kids"}, "spec": {"clients": ["192.0.2.0/24"]}}"#;
+        assert!(
+            handle(
+                &store,
+                &actor,
+                "POST",
+                &Target::Collection(r),
+                "",
+                Some(body)
+            )
+            .is_ok()
         );
     }
 }
