@@ -12,6 +12,7 @@ mod crash;
 mod defaults;
 mod doh;
 mod dot;
+mod fairness;
 mod http2;
 mod lifecycle;
 mod objects;

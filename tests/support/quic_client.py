@@ -19,6 +19,10 @@ dnspython-doq / dnspython-h3: each request is {"name", "type", "pad"?, "method"?
      "rcode", "answer": [text], "size": wire bytes} or {"error": text}.
 stall: sends the client's first flight of a QUIC handshake and nothing after; reports
      {"sent": datagrams} once the datagrams are out, then stays silent for `timeout` seconds.
+hold: opens `connections` DoQ connections from the spec's "source" address, prints
+     {"ready": established} once they are up, then sends a PING on each every `ping` seconds
+     for `hold` seconds and never a query. Reports {"established", "refused", "closed":
+     [reason, ...]} (the connections the server closed, with its reason phrase).
 
 The report also carries "terminated": {"code", "reason"} when the server closed the connection,
 and is {"connect_error": text} alone when the connection was never established.
@@ -209,10 +213,44 @@ def stall(spec):
     return None
 
 
+async def hold(spec):
+    config = configuration(spec, ["doq"])
+    loop = asyncio.get_running_loop()
+    clients, refused = [], 0
+    for _ in range(spec["connections"]):
+        _, client = await loop.create_datagram_endpoint(
+            lambda: Client(QuicConnection(configuration=config)),
+            local_addr=(spec.get("source", "127.0.0.1"), 0))
+        client.connect((spec["host"], spec["port"]))
+        try:
+            await asyncio.wait_for(client.wait_connected(), spec.get("timeout", 5))
+            clients.append(client)
+        except (ConnectionError, asyncio.TimeoutError):
+            refused += 1
+            client.close()
+    print(json.dumps({"ready": len(clients)}), flush=True)
+    deadline = time.monotonic() + spec["hold"]
+    uid = 0
+    while time.monotonic() < deadline:
+        for client in clients:
+            if client.terminated is None:
+                uid += 1
+                client._quic.send_ping(uid)
+                client.transmit()
+        await asyncio.sleep(spec.get("ping", 0.3))
+    closed = [c.terminated["reason"] for c in clients if c.terminated is not None]
+    for client in clients:
+        client.close()
+    return {"established": len(clients), "refused": refused, "closed": closed}
+
+
 def main():
     spec = json.loads(sys.argv[1]) if len(sys.argv) > 1 else json.load(sys.stdin)
     if spec["mode"] == "stall":
         stall(spec)
+        return
+    if spec["mode"] == "hold":
+        print(json.dumps(asyncio.run(hold(spec))))
         return
     if spec["mode"].startswith("dnspython-"):
         report = with_dnspython(spec)
