@@ -217,3 +217,331 @@ pub fn write_chased(
     }
     wire::finish_response(query, out, options);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use domain::base::opt::ExtendedError;
+    use domain::base::{Message, Rtype};
+    use domain::rdata::AllRecordData;
+
+    use super::*;
+    use crate::answer::TtlPolicy;
+    use crate::key::CacheKey;
+    use crate::wire::tests::query;
+
+    const UDP: ReplyOptions = ReplyOptions {
+        payload: 1232,
+        tcp_keepalive: None,
+        padding: false,
+    };
+
+    fn block(name: &str, qtype: u16, edns: bool, response: &BlockResponse) -> Vec<u8> {
+        let m = query(name, qtype, edns.then_some((1232, 0, false)));
+        let q = Query::parse(&m).unwrap();
+        let mut out = Vec::new();
+        write_block(&q, response, 120, &UDP, &mut out);
+        out
+    }
+
+    fn ede_code(msg: &Message<[u8]>) -> Option<u16> {
+        let opt = msg.opt()?;
+        opt.opt()
+            .first::<ExtendedError<_>>()
+            .map(|e| e.code().to_int())
+    }
+
+    #[test]
+    fn nxdomain_and_nodata_carry_the_block_soa_and_ede_15() {
+        for (response, code) in [
+            (BlockResponse::Nxdomain, rcode::NXDOMAIN),
+            (BlockResponse::Nodata, rcode::NOERROR),
+        ] {
+            let out = block("Ads.Example", rtype::A, true, &response);
+            let msg = Message::from_slice(&out).unwrap();
+            assert_eq!(msg.header().rcode().to_int(), code);
+            assert_eq!(msg.header().id(), 0x1234);
+            assert!(msg.header().qr() && msg.header().rd() && msg.header().ra());
+            assert_eq!(msg.header_counts().ancount(), 0);
+            let soa = msg.authority().unwrap().next().unwrap().unwrap();
+            assert_eq!(soa.rtype(), Rtype::SOA);
+            assert_eq!(soa.ttl().as_secs(), 120);
+            assert_eq!(
+                soa.owner().to_string(),
+                "Ads.Example",
+                "owned by the query name"
+            );
+            let record = soa.into_record::<AllRecordData<_, _>>().unwrap().unwrap();
+            let AllRecordData::Soa(soa) = record.data() else {
+                panic!("not an SOA: {record:?}");
+            };
+            assert_eq!(soa.mname().to_string(), "block.kudurru.internal");
+            assert_eq!(soa.minimum().as_secs(), 120, "negative TTL = block TTL");
+            assert_eq!(ede_code(msg), Some(15));
+        }
+    }
+
+    #[test]
+    fn a_client_without_edns_gets_no_opt() {
+        let out = block("ads.example", rtype::A, false, &BlockResponse::Nxdomain);
+        let msg = Message::from_slice(&out).unwrap();
+        assert!(msg.opt().is_none());
+        assert_eq!(msg.header_counts().arcount(), 0);
+    }
+
+    #[test]
+    fn null_and_custom_addresses_answer_their_family_and_nodata_otherwise() {
+        let answers = |out: &[u8]| -> Vec<(Rtype, u32, String)> {
+            let msg = Message::from_slice(out).unwrap();
+            msg.answer()
+                .unwrap()
+                .map(|r| {
+                    let r = r
+                        .unwrap()
+                        .into_record::<AllRecordData<_, _>>()
+                        .unwrap()
+                        .unwrap();
+                    (r.rtype(), r.ttl().as_secs(), r.data().to_string())
+                })
+                .collect()
+        };
+        let null = BlockResponse::Null;
+        assert_eq!(
+            answers(&block("a.example", rtype::A, true, &null)),
+            vec![(Rtype::A, 120, "0.0.0.0".into())]
+        );
+        assert_eq!(
+            answers(&block("a.example", rtype::AAAA, true, &null)),
+            vec![(Rtype::AAAA, 120, "::".into())]
+        );
+        let mx = block("a.example", 15, true, &null);
+        assert!(answers(&mx).is_empty());
+        let msg = Message::from_slice(&mx).unwrap();
+        assert_eq!(msg.header().rcode().to_int(), 0);
+        assert_eq!(msg.header_counts().nscount(), 1);
+        let page = BlockResponse::Addresses(vec![
+            "192.0.2.10".parse().unwrap(),
+            "2001:db8::10".parse().unwrap(),
+            "192.0.2.11".parse().unwrap(),
+        ]);
+        assert_eq!(
+            answers(&block("a.example", rtype::A, true, &page)),
+            vec![
+                (Rtype::A, 120, "192.0.2.10".into()),
+                (Rtype::A, 120, "192.0.2.11".into())
+            ]
+        );
+        let v4_only = BlockResponse::Addresses(vec!["192.0.2.10".parse().unwrap()]);
+        let out = block("a.example", rtype::AAAA, true, &v4_only);
+        assert!(answers(&out).is_empty());
+        assert_eq!(
+            Message::from_slice(&out).unwrap().header_counts().nscount(),
+            1
+        );
+        let refused = block("a.example", rtype::A, true, &BlockResponse::Refused);
+        let msg = Message::from_slice(&refused).unwrap();
+        assert_eq!(msg.header().rcode().to_int(), rcode::REFUSED);
+        assert_eq!(ede_code(msg), Some(15));
+    }
+
+    #[test]
+    fn rfc8467_padding_stays_last_after_the_ede_option() {
+        let mut m = query("a.example", rtype::A, Some((1232, 0, false)));
+        // Add an empty padding option to the OPT.
+        m.extend_from_slice(&[0, 12, 0, 0]);
+        let at = m.len() - 6;
+        m[at..at + 2].copy_from_slice(&4u16.to_be_bytes());
+        let q = Query::parse(&m).unwrap();
+        let mut out = Vec::new();
+        let options = ReplyOptions::encrypted(1232, Duration::from_secs(10));
+        write_block(&q, &BlockResponse::Nxdomain, 60, &options, &mut out);
+        assert_eq!(out.len() % wire::RESPONSE_PADDING_BLOCK, 0);
+        let msg = Message::from_slice(&out).unwrap();
+        assert_eq!(ede_code(msg), Some(15));
+    }
+
+    #[test]
+    fn local_data_answers_its_records_of_the_query_type() {
+        let data = LocalData {
+            records: vec![
+                (rtype::A, vec![192, 0, 2, 1].into()),
+                (rtype::TXT, b"\x07blocked".to_vec().into()),
+            ],
+        };
+        let m = query("walled.example", rtype::TXT, Some((1232, 0, false)));
+        let q = Query::parse(&m).unwrap();
+        let mut out = Vec::new();
+        write_local_data(&q, &data, 30, &UDP, &mut out);
+        let msg = Message::from_slice(&out).unwrap();
+        assert_eq!(msg.header_counts().ancount(), 1);
+        let record = msg.answer().unwrap().next().unwrap().unwrap();
+        assert_eq!(record.rtype(), Rtype::TXT);
+        assert_eq!(ede_code(msg), Some(4));
+        let m = query("walled.example", rtype::AAAA, None);
+        let q = Query::parse(&m).unwrap();
+        write_local_data(&q, &data, 30, &UDP, &mut out);
+        let msg = Message::from_slice(&out).unwrap();
+        assert_eq!(
+            (msg.header_counts().ancount(), msg.header_counts().nscount()),
+            (0, 1)
+        );
+    }
+
+    /// (owner, TTL, data) of one record of a test reply.
+    type UpstreamRecord<'a> = (
+        &'a str,
+        u32,
+        AllRecordData<Vec<u8>, domain::base::Name<Vec<u8>>>,
+    );
+
+    /// A reply from upstream for `key` with `records` in the answer (and authority) sections,
+    /// composed by `domain` with name compression, as a real resolver's.
+    fn upstream(key: &CacheKey, nxdomain: bool, answer: &[UpstreamRecord<'_>]) -> Vec<u8> {
+        use domain::base::message_builder::{MessageBuilder, StaticCompressor};
+        use domain::base::{Name, iana::Rcode};
+        use std::str::FromStr;
+        let mut builder = MessageBuilder::from_target(StaticCompressor::new(Vec::new())).unwrap();
+        builder.header_mut().set_id(7);
+        builder.header_mut().set_qr(true);
+        builder.header_mut().set_ra(true);
+        if nxdomain {
+            builder.header_mut().set_rcode(Rcode::NXDOMAIN);
+        }
+        let qname = Name::<Vec<u8>>::from_str(&crate::key::name_to_text(key.qname())).unwrap();
+        let mut question = builder.question();
+        question
+            .push((&qname, Rtype::from_int(key.qtype())))
+            .unwrap();
+        let mut section = question.answer();
+        for (owner, ttl, data) in answer
+            .iter()
+            .filter(|r| !matches!(r.2, AllRecordData::Soa(_)))
+        {
+            let owner = Name::<Vec<u8>>::from_str(owner).unwrap();
+            section.push((owner, *ttl, data.clone())).unwrap();
+        }
+        let mut authority = section.authority();
+        for (owner, ttl, data) in answer
+            .iter()
+            .filter(|r| matches!(r.2, AllRecordData::Soa(_)))
+        {
+            let owner = Name::<Vec<u8>>::from_str(owner).unwrap();
+            authority.push((owner, *ttl, data.clone())).unwrap();
+        }
+        authority.finish().into_target()
+    }
+
+    #[test]
+    fn rfc6604_a_chased_rewrite_answers_the_cname_then_the_targets_records() {
+        use domain::base::Name;
+        use domain::rdata::{A, Cname};
+        use std::str::FromStr;
+        let target = b"\x09forcesafe\x07example\x03net\x00";
+        let key = CacheKey::new(target, rtype::A, 1, false, false).unwrap();
+        let t0 = Instant::now();
+        let reply = upstream(
+            &key,
+            false,
+            &[
+                (
+                    "forcesafe.example.net",
+                    300,
+                    AllRecordData::Cname(Cname::new(Name::from_str("edge.example.net").unwrap())),
+                ),
+                (
+                    "edge.example.net",
+                    60,
+                    AllRecordData::A(A::from_octets(192, 0, 2, 80)),
+                ),
+            ],
+        );
+        let resolved =
+            CachedAnswer::from_reply(&reply, &key, 7, t0, &TtlPolicy::default()).unwrap();
+        let m = query("www.Search.example", rtype::A, Some((1232, 0, false)));
+        let q = Query::parse(&m).unwrap();
+        let mut out = Vec::new();
+        write_chased(
+            &q,
+            target,
+            3600,
+            &resolved,
+            t0 + Duration::from_secs(10),
+            &UDP,
+            &mut out,
+        );
+        let msg = Message::from_slice(&out).unwrap();
+        assert_eq!(msg.header().rcode().to_int(), 0);
+        let records: Vec<(String, u32, String)> = msg
+            .answer()
+            .unwrap()
+            .map(|r| {
+                let r = r
+                    .unwrap()
+                    .into_record::<AllRecordData<_, _>>()
+                    .unwrap()
+                    .unwrap();
+                (
+                    r.owner().to_string(),
+                    r.ttl().as_secs(),
+                    r.data().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            records,
+            vec![
+                (
+                    "www.Search.example".into(),
+                    3600,
+                    "forcesafe.example.net.".into()
+                ),
+                (
+                    "forcesafe.example.net".into(),
+                    290,
+                    "edge.example.net.".into()
+                ),
+                ("edge.example.net".into(), 50, "192.0.2.80".into()),
+            ]
+        );
+        assert!(msg.opt().is_some());
+    }
+
+    #[test]
+    fn rfc6604_a_chased_target_that_does_not_exist_is_nxdomain_with_the_cname_and_soa() {
+        use domain::base::{Name, Serial, Ttl};
+        use domain::rdata::Soa;
+        use std::str::FromStr;
+        let target = b"\x04gone\x07example\x00";
+        let key = CacheKey::new(target, rtype::A, 1, false, false).unwrap();
+        let t0 = Instant::now();
+        let soa = Soa::new(
+            Name::from_str("ns.example").unwrap(),
+            Name::from_str("h.example").unwrap(),
+            Serial(1),
+            Ttl::from_secs(1),
+            Ttl::from_secs(1),
+            Ttl::from_secs(1),
+            Ttl::from_secs(300),
+        );
+        let reply = upstream(&key, true, &[("example", 900, AllRecordData::Soa(soa))]);
+        let resolved =
+            CachedAnswer::from_reply(&reply, &key, 7, t0, &TtlPolicy::default()).unwrap();
+        let m = query("x.example", rtype::A, None);
+        let q = Query::parse(&m).unwrap();
+        let mut out = Vec::new();
+        write_chased(&q, target, 60, &resolved, t0, &UDP, &mut out);
+        let msg = Message::from_slice(&out).unwrap();
+        assert_eq!(msg.header().rcode().to_int(), rcode::NXDOMAIN);
+        assert_eq!(msg.header_counts().ancount(), 1);
+        assert_eq!(msg.header_counts().nscount(), 1);
+        let soa = msg.authority().unwrap().next().unwrap().unwrap();
+        assert_eq!(soa.ttl().as_secs(), 300);
+        // A failure keeps the CNAME, SERVFAIL.
+        let failed = CachedAnswer::failure(&key, t0, &TtlPolicy::default());
+        write_chased(&q, target, 60, &failed, t0, &UDP, &mut out);
+        let msg = Message::from_slice(&out).unwrap();
+        assert_eq!(msg.header().rcode().to_int(), rcode::SERVFAIL);
+        assert_eq!(msg.header_counts().ancount(), 1);
+    }
+}

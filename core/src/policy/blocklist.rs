@@ -943,3 +943,341 @@ mod rpz {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wire name from dotted text, written out by hand (not through `name::to_wire`).
+    fn w(text: &str) -> Box<[u8]> {
+        let mut out = Vec::new();
+        for label in text.split('.').filter(|l| !l.is_empty()) {
+            out.push(label.len() as u8);
+            out.extend_from_slice(label.as_bytes());
+        }
+        out.push(0);
+        out.into()
+    }
+
+    fn rule(text: &str, scope: Scope, action: Action) -> Rule {
+        Rule {
+            name: w(text),
+            scope,
+            action,
+        }
+    }
+
+    fn exact(text: &str) -> Rule {
+        rule(text, Scope::Exact, Action::Deny)
+    }
+
+    #[test]
+    fn hosts_files_as_published_with_bom_crlf_comments_and_local_names() {
+        let body = "\u{feff}# Title: StevenBlack/hosts\r\n\
+            127.0.0.1 localhost\r\n\
+            127.0.0.1 localhost.localdomain\r\n\
+            255.255.255.255 broadcasthost\r\n\
+            ::1 localhost ip6-localhost ip6-loopback\r\n\
+            fe80::1%lo0 localhost\r\n\
+            0.0.0.0 0.0.0.0\r\n\
+            \r\n\
+            0.0.0.0 Ads.Example.com # a tracker\r\n\
+            127.0.0.1\ttracker.example   metrics.example\r\n\
+            :: v6.example\r\n\
+            0:0:0:0:0:0:0:0 zeros.example\r\n\
+            0.0.0.0 bücher.example\r\n\
+            ads.example.net\r\n\
+            0.0.0.0\r\n\
+            0.0.0.0 bad..name good.example\r\n";
+        let list = parse(body.as_bytes(), Format::Hosts, usize::MAX);
+        assert_eq!(
+            list.rules,
+            vec![
+                exact("ads.example.com"),
+                exact("tracker.example"),
+                exact("metrics.example"),
+                exact("v6.example"),
+                exact("zeros.example"),
+                exact("xn--bcher-kva.example"),
+                exact("good.example"),
+            ]
+        );
+        let stats = &list.stats;
+        assert_eq!(stats.format, Some(Format::Hosts));
+        assert_eq!(stats.lines, 16);
+        assert_eq!(stats.rules, 7);
+        // localhost, localhost.localdomain, broadcasthost, 3 on the ::1 line, 0.0.0.0; the
+        // `fe80::1%lo0` line is no address (a zone index) so it is invalid, not skipped.
+        assert_eq!(stats.skipped, 7);
+        assert_eq!(stats.invalid, 4);
+        let lines: Vec<u32> = stats.samples.iter().map(|s| s.line).collect();
+        assert_eq!(lines, vec![6, 14, 15, 16]);
+        assert_eq!(stats.samples[2].reason, "an address without a name");
+        assert_eq!(stats.samples[3].reason, "an empty label");
+        assert_eq!(stats.samples[3].text, "0.0.0.0 bad..name good.example");
+    }
+
+    #[test]
+    fn domains_lists_take_one_exact_name_per_line() {
+        let body = b"# hagezi light\n\
+            ads.example\n\
+            TRACKER.example.  # trailing comment\n\
+            \n\
+            _dmarc.example\n\
+            two names\n\
+            *.wild.example\n\
+            bad/char.example\n\
+            \xff\xfe.example\n";
+        let list = parse(body, Format::Domains, usize::MAX);
+        assert_eq!(
+            list.rules,
+            vec![
+                exact("ads.example"),
+                exact("tracker.example"),
+                exact("_dmarc.example")
+            ]
+        );
+        assert_eq!(list.stats.invalid, 4);
+        assert_eq!(list.stats.samples[3].reason, "not UTF-8");
+        assert_eq!(list.stats.samples[3].line, 9);
+    }
+
+    #[test]
+    fn very_long_labels_and_names_are_invalid() {
+        let body = format!(
+            "{}.example\n{}\nok.example\n",
+            "a".repeat(64),
+            vec!["abcdefghij"; 30].join(".")
+        );
+        let list = parse(body.as_bytes(), Format::Domains, usize::MAX);
+        assert_eq!(list.rules, vec![exact("ok.example")]);
+        let reasons: Vec<_> = list.stats.samples.iter().map(|s| s.reason).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                "a label is longer than 63 bytes",
+                "the name is longer than 255 bytes"
+            ]
+        );
+        // A sample is cut to 200 bytes.
+        assert_eq!(list.stats.samples[1].text.len(), 200);
+    }
+
+    #[test]
+    fn adblock_rules_that_dns_can_honour_and_the_rest_skipped() {
+        let body = "[Adblock Plus 2.0]\n\
+            ! Title: AdGuard DNS filter\n\
+            ||ads.example^\n\
+            @@||good.ads.example^\n\
+            |exact.example^\n\
+            plain.example\n\
+            plain2.example^\n\
+            ||important.example^$important\n\
+            ||all.example^$all\n\
+            ||third.example^$third-party\n\
+            ||rewrite.example^$dnsrewrite=1.2.3.4\n\
+            example.com##.banner\n\
+            ##.ad-box\n\
+            example.com#@#.ad\n\
+            /ads[0-9]+\\.example/\n\
+            ||path.example/ads/*\n\
+            ||mid*.example^\n\
+            -banner-ad-\n\
+            0.0.0.0 hosts-style.example\n\
+            # a comment\n\
+            ||bad..example^\n\
+            ||\n";
+        let list = parse(body.as_bytes(), Format::Adblock, usize::MAX);
+        assert_eq!(
+            list.rules,
+            vec![
+                rule("ads.example", Scope::Subtree, Action::Deny),
+                rule("good.ads.example", Scope::Subtree, Action::Allow),
+                exact("exact.example"),
+                exact("plain.example"),
+                exact("plain2.example"),
+                rule("important.example", Scope::Subtree, Action::Deny),
+                rule("all.example", Scope::Subtree, Action::Deny),
+                exact("hosts-style.example"),
+            ]
+        );
+        // $third-party, $dnsrewrite, 3 cosmetic, the regex, the path, the mid wildcard, the
+        // URL fragment.
+        assert_eq!(list.stats.skipped, 9);
+        assert_eq!(list.stats.invalid, 2);
+    }
+
+    #[test]
+    fn wildcard_lists_cover_the_name_and_below() {
+        let body =
+            b"# hagezi wildcard\n*.ads.example\ntracker.example\n.dot.example\na.*.example\n";
+        let list = parse(body, Format::Wildcard, usize::MAX);
+        assert_eq!(
+            list.rules,
+            vec![
+                rule("ads.example", Scope::Subtree, Action::Deny),
+                rule("tracker.example", Scope::Subtree, Action::Deny),
+                rule("dot.example", Scope::Subtree, Action::Deny),
+            ]
+        );
+        assert_eq!(list.stats.invalid, 1);
+    }
+
+    const RPZ: &str = "$TTL 300\n\
+        $ORIGIN rpz.example.\n\
+        @ IN SOA ns.rpz.example. hostmaster.rpz.example. (\n\
+        \t2026010101 ; serial\n\
+        \t3600 600 86400 60 )\n\
+        \tIN NS ns.rpz.example.\n\
+        bad.example CNAME .\n\
+        *.bad.example CNAME .\n\
+        empty.example 60 IN CNAME *.\n\
+        ok.bad.example CNAME rpz-passthru.\n\
+        drop.example CNAME rpz-drop.\n\
+        tcp.example CNAME rpz-tcp-only.\n\
+        walled.example A 192.0.2.1\n\
+        \tA 192.0.2.2\n\
+        walled.example AAAA 2001:db8::1\n\
+        cname.example CNAME safe.example.net.\n\
+        txt.example TXT \"blocked by policy\" \"see admin\"\n\
+        32.1.2.0.192.rpz-ip CNAME .\n\
+        ns.example.rpz-nsdname CNAME .\n\
+        absolute.example.rpz.example. CNAME .\n\
+        outside.example. CNAME .\n\
+        weird.example HINFO \"a\" \"b\"\n\
+        ; a comment line\n";
+
+    #[test]
+    fn rpz_zones_give_qname_triggers_with_their_actions_and_local_data() {
+        let list = parse(RPZ.as_bytes(), Format::Rpz, usize::MAX);
+        assert_eq!(
+            list.rules,
+            vec![
+                rule("bad.example", Scope::Exact, Action::Nxdomain),
+                rule("bad.example", Scope::Below, Action::Nxdomain),
+                rule("empty.example", Scope::Exact, Action::Nodata),
+                rule("ok.bad.example", Scope::Exact, Action::Allow),
+                rule("drop.example", Scope::Exact, Action::Drop),
+                rule("walled.example", Scope::Exact, Action::LocalData(0)),
+                rule("cname.example", Scope::Exact, Action::LocalData(1)),
+                rule("txt.example", Scope::Exact, Action::LocalData(2)),
+                rule("absolute.example", Scope::Exact, Action::Nxdomain),
+            ]
+        );
+        assert_eq!(
+            list.local_data[0].records,
+            vec![
+                (1, vec![192, 0, 2, 1].into()),
+                (1, vec![192, 0, 2, 2].into()),
+                (
+                    28,
+                    vec![0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1].into()
+                ),
+            ]
+        );
+        assert_eq!(list.local_data[1].records, vec![(5, w("safe.example.net"))]);
+        assert_eq!(
+            list.local_data[2].records,
+            vec![(16, b"\x11blocked by policy\x09see admin".to_vec().into())]
+        );
+        // rpz-tcp-only, rpz-ip, rpz-nsdname.
+        assert_eq!(list.stats.skipped, 3);
+        let reasons: Vec<_> = list
+            .stats
+            .samples
+            .iter()
+            .map(|s| (s.line, s.reason))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (21, "an owner outside the zone"),
+                (22, "local data of a type kudurru does not answer")
+            ]
+        );
+        assert_eq!(list.stats.lines, 23);
+    }
+
+    #[test]
+    fn rpz_without_origin_takes_the_soa_owner_as_apex() {
+        let body = b"rpz.test. 300 IN SOA ns.rpz.test. h.rpz.test. 1 2 3 4 5\n\
+            ads.example.rpz.test. 300 IN CNAME .\n\
+            *.rpz.test. CNAME rpz-passthru.\n";
+        let list = parse(body, Format::Auto, usize::MAX);
+        assert_eq!(list.stats.format, Some(Format::Rpz));
+        assert_eq!(
+            list.rules,
+            vec![
+                rule("ads.example", Scope::Exact, Action::Nxdomain),
+                Rule {
+                    name: vec![0].into(),
+                    scope: Scope::Below,
+                    action: Action::Allow
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn rpz_garbage_is_counted_not_fatal() {
+        let body = b"( unclosed\n\"unterminated\n) stray\n$INCLUDE other\nx.example\n";
+        let list = parse(body, Format::Rpz, usize::MAX);
+        assert!(list.rules.is_empty());
+        assert_eq!(list.stats.invalid, 4, "{:?}", list.stats.samples);
+    }
+
+    #[test]
+    fn auto_detects_every_format() {
+        let cases: [(&[u8], Format); 6] = [
+            (
+                b"# hosts\n0.0.0.0 a.example\n0.0.0.0 b.example\n",
+                Format::Hosts,
+            ),
+            (b"! comment\n||a.example^\n", Format::Adblock),
+            (b"[Adblock Plus 2.0]\na.example\n", Format::Adblock),
+            (b"*.a.example\n*.b.example\n", Format::Wildcard),
+            (b"a.example\nb.example\n", Format::Domains),
+            (b"$ORIGIN rpz.\nx CNAME .\n", Format::Rpz),
+        ];
+        for (body, format) in cases {
+            let list = parse(body, Format::Auto, usize::MAX);
+            assert_eq!(
+                list.stats.format,
+                Some(format),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            assert!(!list.rules.is_empty());
+        }
+        assert_eq!(Format::from_label("rpz"), Some(Format::Rpz));
+        assert_eq!(Format::from_label("RPZ"), None);
+    }
+
+    #[test]
+    fn the_entry_limit_truncates_and_counts_the_rest() {
+        let body = b"a.example\nb.example\nc.example\nd.example\n";
+        let list = parse(body, Format::Domains, 2);
+        assert_eq!(list.rules.len(), 2);
+        assert_eq!(list.stats.truncated, 2);
+        assert_eq!(list.stats.rules, 2);
+    }
+
+    #[test]
+    fn only_the_first_invalid_lines_are_sampled() {
+        let body = "bad name\n".repeat(25);
+        let list = parse(body.as_bytes(), Format::Domains, usize::MAX);
+        assert_eq!(list.stats.invalid, 25);
+        assert_eq!(list.stats.samples.len(), INVALID_SAMPLES);
+        assert_eq!(list.stats.samples[9].line, 10);
+    }
+
+    #[test]
+    fn empty_and_binary_bodies_parse_to_nothing() {
+        for body in [&b""[..], b"\n\n", b"\xef\xbb\xbf", b"\0\0\0\xff"] {
+            for format in [Format::Auto, Format::Hosts, Format::Adblock, Format::Rpz] {
+                let list = parse(body, format, usize::MAX);
+                assert!(list.rules.is_empty());
+            }
+        }
+    }
+}

@@ -911,3 +911,623 @@ pub struct Explanation {
     /// The deciding rule as the list's format writes it (`||ads.example.com^`).
     pub rule: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use domain::base::Message;
+
+    use super::*;
+    use crate::answer::TtlPolicy;
+    use crate::policy::blocklist::{self, Format};
+    use crate::policy::matcher::ListMode;
+    use crate::policy::schedule::{Schedule, Window};
+    use crate::policy::spec::Rewrite;
+    use crate::wire::{self, rcode};
+
+    const UDP: ReplyOptions = ReplyOptions {
+        payload: 1232,
+        tcp_keepalive: None,
+        padding: false,
+    };
+
+    fn policy(groups: &[&str], deny: &[&str], allow: &[&str]) -> PolicySpec {
+        PolicySpec {
+            client_groups: groups.iter().map(|s| s.to_string()).collect(),
+            deny_lists: deny.iter().map(|s| s.to_string()).collect(),
+            allow_lists: allow.iter().map(|s| s.to_string()).collect(),
+            block_response: BlockResponse::Nxdomain,
+            block_ttl: None,
+            rewrites: Vec::new(),
+            schedule: None,
+        }
+    }
+
+    /// Lists: `ads` (adblock, slot 0), `kids` (domains, slot 1), `allow` (domains allow-mode,
+    /// slot 2), `rpz` (slot 3).
+    fn matcher() -> (Arc<Matcher>, HashMap<String, (ListId, Format)>) {
+        let lists: [(&str, u16, Format, ListMode, &str); 4] = [
+            (
+                "ads",
+                0,
+                Format::Adblock,
+                ListMode::Deny,
+                "||ads.example^\n@@||ok.ads.example^\n",
+            ),
+            (
+                "kids",
+                1,
+                Format::Domains,
+                ListMode::Deny,
+                "games.example\ncloaked-tracker.example\n",
+            ),
+            (
+                "allow",
+                2,
+                Format::Domains,
+                ListMode::Allow,
+                "fine.ads.example\n",
+            ),
+            (
+                "rpz",
+                3,
+                Format::Rpz,
+                ListMode::Deny,
+                "$ORIGIN rpz.\n*.malware.example CNAME .\nsink.example A 192.0.2.99\ndrop.example CNAME rpz-drop.\nsafe.example CNAME forcesafe.example.net.\n",
+            ),
+        ];
+        let mut m = Matcher::new(42);
+        let mut names = HashMap::new();
+        for (name, slot, format, mode, body) in lists {
+            let parsed = blocklist::parse(body.as_bytes(), format, usize::MAX);
+            m = m.with_list(ListId(slot), mode, &parsed);
+            names.insert(name.to_owned(), (ListId(slot), format));
+        }
+        (Arc::new(m), names)
+    }
+
+    struct World {
+        index: PolicyIndex,
+        report: BuildReport,
+    }
+
+    fn world(now: &str) -> World {
+        let (matcher, lists) = matcher();
+        let kids = ClientGroupSpec {
+            clients: vec![
+                "192.0.2.0/24".parse().unwrap(),
+                "2001:db8:1::/48".parse().unwrap(),
+            ],
+            client_ids: vec!["Kids-Tablet".into()],
+        };
+        let office = ClientGroupSpec {
+            clients: vec![
+                "198.51.100.0/24".parse().unwrap(),
+                "198.51.100.128/25".parse().unwrap(),
+            ],
+            client_ids: vec![],
+        };
+        let lab = ClientGroupSpec {
+            clients: vec!["198.51.100.200/32".parse().unwrap()],
+            client_ids: vec![],
+        };
+        let groups = [
+            GroupSpec {
+                name: "kids",
+                spec: &kids,
+            },
+            GroupSpec {
+                name: "office",
+                spec: &office,
+            },
+            GroupSpec {
+                name: "lab",
+                spec: &lab,
+            },
+        ];
+        let base = PolicySpec {
+            rewrites: vec![
+                Rewrite::new(
+                    "nas.home",
+                    RewriteTarget::Addresses(vec!["192.0.2.5".parse().unwrap()]),
+                )
+                .unwrap(),
+                Rewrite::new(
+                    "www.search.example",
+                    RewriteTarget::cname("forcesafe.example.net").unwrap(),
+                )
+                .unwrap(),
+            ],
+            ..policy(
+                &["default", "kids", "office"],
+                &["ads", "rpz", "missing-list"],
+                &["allow"],
+            )
+        };
+        let kids_policy = PolicySpec {
+            block_response: BlockResponse::Null,
+            block_ttl: Some(Duration::from_secs(5)),
+            rewrites: vec![
+                Rewrite::new(
+                    "nas.home",
+                    RewriteTarget::Addresses(vec!["192.0.2.6".parse().unwrap()]),
+                )
+                .unwrap(),
+            ],
+            ..policy(&["kids", "no-such-group"], &["kids"], &[])
+        };
+        // Office hours only (UTC).
+        let office_policy = PolicySpec {
+            schedule: Some(
+                Schedule::new(
+                    "UTC",
+                    vec![
+                        Window::parse(&["mon", "tue", "wed", "thu", "fri"], "09:00", "17:00")
+                            .unwrap(),
+                    ],
+                )
+                .unwrap(),
+            ),
+            ..policy(&["lab"], &["kids"], &[])
+        };
+        let policies = [
+            PolicySource {
+                name: "kids",
+                spec: &kids_policy,
+            },
+            PolicySource {
+                name: "base",
+                spec: &base,
+            },
+            PolicySource {
+                name: "office-hours",
+                spec: &office_policy,
+            },
+        ];
+        let domains = [b"\x03dns\x07example\x03net\x00".to_vec().into_boxed_slice()];
+        let (index, report) = PolicyIndex::build(BuildInputs {
+            matcher: &matcher,
+            lists: &lists,
+            groups: &groups,
+            policies: &policies,
+            now: now.parse().unwrap(),
+            block_ttl: Duration::from_secs(3600),
+            client_id_domains: &domains,
+            cores: 2,
+        });
+        World { index, report }
+    }
+
+    const SATURDAY: &str = "2026-01-17T12:00:00Z";
+    const MONDAY: &str = "2026-01-19T12:00:00Z";
+
+    fn decide(
+        index: &PolicyIndex,
+        name: &str,
+        qtype: u16,
+        client: &str,
+        id: Option<&str>,
+    ) -> (PolicyDecision, Vec<u8>) {
+        let m = wire::tests::query(name, qtype, Some((1232, 0, false)));
+        let q = Query::parse(&m).unwrap();
+        let mut out = Vec::new();
+        let decision = index.decide(&q, client.parse().unwrap(), id, &UDP, &mut out);
+        (decision, out)
+    }
+
+    fn blocked_by(index: &PolicyIndex, decision: PolicyDecision) -> Option<(&str, Option<&str>)> {
+        match decision {
+            PolicyDecision::Answer(b)
+            | PolicyDecision::Drop(b)
+            | PolicyDecision::Chase { blocked: b, .. } => Some((
+                index.policy_name(b.policy).unwrap(),
+                b.list.map(|l| index.list_name(l).unwrap()),
+            )),
+            PolicyDecision::Pass => None,
+        }
+    }
+
+    #[test]
+    fn the_build_reports_missing_references_schedules_and_the_next_change() {
+        let World { index, report } = world(SATURDAY);
+        assert!(!index.is_empty());
+        assert_eq!(
+            report.missing.get("base"),
+            Some(&vec![("BlockList", "missing-list".to_owned())])
+        );
+        assert_eq!(
+            report.missing.get("kids"),
+            Some(&vec![("ClientGroup", "no-such-group".to_owned())])
+        );
+        assert_eq!(report.inactive, vec!["office-hours".to_owned()]);
+        assert_eq!(
+            report.next_change,
+            Some("2026-01-19T09:00:00Z".parse().unwrap())
+        );
+        assert!(report.groups_over_limit.is_empty());
+        let World { report, .. } = world(MONDAY);
+        assert!(report.inactive.is_empty());
+        assert_eq!(
+            report.next_change,
+            Some("2026-01-19T17:00:00Z".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn groups_by_prefix_by_client_id_and_the_default_group_get_their_policies() {
+        let World { index, .. } = world(SATURDAY);
+        let i = &index;
+        // Default (no group): base only.
+        let (d, out) = decide(i, "x.ads.example", rtype::A, "203.0.113.9", None);
+        assert_eq!(blocked_by(i, d), Some(("base", Some("ads"))));
+        assert_eq!(wire::header_rcode(&out), Some(rcode::NXDOMAIN));
+        assert_eq!(
+            blocked_by(i, decide(i, "games.example", 1, "203.0.113.9", None).0),
+            None
+        );
+        // Kids by prefix (IPv4 and IPv6): kids' list too, with its null response and TTL.
+        let (d, out) = decide(i, "games.example", 1, "192.0.2.77", None);
+        assert_eq!(blocked_by(i, d), Some(("kids", Some("kids"))));
+        let msg = Message::from_slice(&out).unwrap();
+        let a = msg.answer().unwrap().next().unwrap().unwrap();
+        let a = a.into_record::<domain::rdata::A>().unwrap().unwrap();
+        assert_eq!(
+            (a.ttl().as_secs(), a.data().to_string()),
+            (5, "0.0.0.0".to_owned())
+        );
+        assert_eq!(
+            blocked_by(i, decide(i, "games.example", 1, "2001:db8:1::9", None).0),
+            Some(("kids", Some("kids")))
+        );
+        // Kids by client ID (any case) from an address in no group.
+        assert_eq!(
+            blocked_by(
+                i,
+                decide(i, "games.example", 1, "203.0.113.9", Some("kids-tablet")).0
+            ),
+            Some(("kids", Some("kids")))
+        );
+        assert_eq!(
+            blocked_by(
+                i,
+                decide(i, "games.example", 1, "203.0.113.9", Some("KIDS-TABLET")).0
+            ),
+            Some(("kids", Some("kids")))
+        );
+        // An unknown client ID falls back to the address.
+        assert_eq!(
+            blocked_by(
+                i,
+                decide(i, "games.example", 1, "192.0.2.1", Some("other")).0
+            ),
+            Some(("kids", Some("kids")))
+        );
+        // The lab is in office (the /24 and /25 around it) and in lab: base applies through
+        // office; office-hours is out of its window on Saturday.
+        assert_eq!(
+            blocked_by(i, decide(i, "games.example", 1, "198.51.100.200", None).0),
+            None
+        );
+        assert_eq!(
+            blocked_by(i, decide(i, "x.ads.example", 1, "198.51.100.200", None).0),
+            Some(("base", Some("ads")))
+        );
+        let World { index, .. } = world(MONDAY);
+        assert_eq!(
+            blocked_by(
+                &index,
+                decide(&index, "games.example", 1, "198.51.100.200", None).0
+            ),
+            Some(("office-hours", Some("kids")))
+        );
+        assert_eq!(
+            blocked_by(
+                &index,
+                decide(&index, "games.example", 1, "198.51.100.7", None).0
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn allows_rewrites_and_rpz_actions() {
+        let World { index, .. } = world(SATURDAY);
+        let i = &index;
+        let client = "203.0.113.1";
+        // @@ exception and the allow-mode list.
+        assert_eq!(
+            decide(i, "ok.ads.example", 1, client, None).0,
+            PolicyDecision::Pass
+        );
+        assert_eq!(
+            decide(i, "fine.ads.example", 1, client, None).0,
+            PolicyDecision::Pass
+        );
+        // CH queries are never blocked.
+        let mut m = wire::tests::query("x.ads.example", 1, None);
+        let at = m.len() - 2;
+        m[at..].copy_from_slice(&3u16.to_be_bytes());
+        let q = Query::parse(&m).unwrap();
+        assert_eq!(
+            i.decide(&q, client.parse().unwrap(), None, &UDP, &mut Vec::new()),
+            PolicyDecision::Pass
+        );
+        // RPZ: Below, drop, local data, CNAME local data chased.
+        assert_eq!(
+            blocked_by(i, decide(i, "malware.example", 1, client, None).0),
+            None
+        );
+        let (d, out) = decide(i, "a.malware.example", 1, client, None);
+        assert_eq!(blocked_by(i, d), Some(("base", Some("rpz"))));
+        assert_eq!(wire::header_rcode(&out), Some(rcode::NXDOMAIN));
+        assert!(matches!(
+            decide(i, "drop.example", 1, client, None).0,
+            PolicyDecision::Drop(_)
+        ));
+        let (d, out) = decide(i, "sink.example", 1, client, None);
+        assert!(matches!(d, PolicyDecision::Answer(_)));
+        assert!(out.windows(4).any(|w| w == [192, 0, 2, 99]));
+        match decide(i, "safe.example", 28, client, None).0 {
+            PolicyDecision::Chase { target, ttl, .. } => {
+                assert_eq!(target.qname(), b"\x09forcesafe\x07example\x03net\x00");
+                assert_eq!(target.qtype(), 28);
+                assert_eq!(ttl, 3600);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Rewrites: the policy first by name wins (base before kids).
+        let (d, out) = decide(i, "NAS.home", 1, "192.0.2.10", None);
+        assert_eq!(blocked_by(i, d), Some(("base", None)));
+        assert!(out.windows(4).any(|w| w == [192, 0, 2, 5]));
+        match decide(i, "www.search.example", 1, client, None).0 {
+            PolicyDecision::Chase {
+                target,
+                ttl,
+                blocked,
+            } => {
+                assert_eq!(target.qname(), b"\x09forcesafe\x07example\x03net\x00");
+                assert_eq!((ttl, blocked.list), (3600, None));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A CNAME query for a CNAME rewrite gets the CNAME itself.
+        let (d, out) = decide(i, "www.search.example", rtype::CNAME, client, None);
+        assert!(matches!(d, PolicyDecision::Answer(_)));
+        assert_eq!(wire::read_u16(&out, wire::ANCOUNT_AT), Some(1));
+    }
+
+    #[test]
+    fn counts_are_per_core_and_summed_by_policy_and_list() {
+        let World { index, .. } = world(SATURDAY);
+        let (d, _) = decide(&index, "x.ads.example", 1, "203.0.113.9", None);
+        let PolicyDecision::Answer(blocked) = d else {
+            panic!("{d:?}");
+        };
+        index.count(0, blocked);
+        index.count(1, blocked);
+        index.count(99, blocked); // clamped to the last core
+        index.count(
+            0,
+            Blocked {
+                policy: blocked.policy,
+                list: None,
+            },
+        );
+        let counts = index.counts();
+        assert!(counts.contains(&("base", "ads", 3)), "{counts:?}");
+        assert!(counts.contains(&("base", "rewrite", 1)));
+        assert!(counts.contains(&("kids", "kids", 0)));
+        assert_eq!(
+            index.counters[1].len(),
+            1,
+            "one cache line per core holds them"
+        );
+        assert_eq!(align_of::<CounterLine>(), 64);
+        // An empty index counts nothing and panics on nothing.
+        PolicyIndex::default().count(3, blocked);
+        assert!(PolicyIndex::default().counts().is_empty());
+    }
+
+    #[test]
+    fn explain_names_groups_policies_and_the_rule_as_its_list_writes_it() {
+        let World { index, .. } = world(SATURDAY);
+        let name = |t: &str| name::to_wire(t).unwrap();
+        let e = index.explain(&name("a.b.ads.example"), "192.0.2.1".parse().unwrap(), None);
+        assert_eq!(e.groups, vec!["kids".to_owned()]);
+        assert_eq!(e.policies, vec!["base".to_owned(), "kids".to_owned()]);
+        assert_eq!(e.verdict, "blocked");
+        assert_eq!(e.policy.as_deref(), Some("base"));
+        assert_eq!(e.list.as_deref(), Some("ads"));
+        assert_eq!(e.rule.as_deref(), Some("||ads.example^"));
+        let e = index.explain(&name("ok.ads.example"), "192.0.2.1".parse().unwrap(), None);
+        assert_eq!(
+            (e.verdict, e.rule.as_deref()),
+            ("allowed", Some("@@||ok.ads.example^"))
+        );
+        let e = index.explain(
+            &name("x.malware.example"),
+            "203.0.113.1".parse().unwrap(),
+            None,
+        );
+        assert_eq!(e.groups, vec!["default".to_owned()]);
+        assert_eq!(e.rule.as_deref(), Some("*.malware.example CNAME ."));
+        let e = index.explain(&name("nas.home"), "203.0.113.1".parse().unwrap(), None);
+        assert_eq!(
+            (e.verdict, e.rule.as_deref()),
+            ("rewritten", Some("nas.home → 192.0.2.5"))
+        );
+        let e = index.explain(&name("example.org"), "203.0.113.1".parse().unwrap(), None);
+        assert_eq!((e.verdict, e.policy), ("none", None));
+        let e = index.explain(&name("games.example"), "192.0.2.1".parse().unwrap(), None);
+        assert_eq!(e.rule.as_deref(), Some("games.example"));
+    }
+
+    #[test]
+    fn client_ids_come_from_an_sni_one_label_under_a_client_id_domain() {
+        let World { index, .. } = world(SATURDAY);
+        let mut buffer = [0u8; 63];
+        assert_eq!(
+            index.client_id_from_sni("Kids-Tablet.DNS.example.net", &mut buffer),
+            Some("kids-tablet")
+        );
+        assert_eq!(
+            index.client_id_from_sni("kids.dns.example.net.", &mut buffer),
+            Some("kids")
+        );
+        for sni in [
+            "dns.example.net",
+            "a.b.dns.example.net",
+            "kids.dns.example.org",
+            "kids.example.net",
+            ".dns.example.net",
+            "",
+            "k!ds.dns.example.net",
+        ] {
+            assert_eq!(index.client_id_from_sni(sni, &mut buffer), None, "{sni}");
+        }
+    }
+
+    /// An upstream reply for `qname` whose answer is a CNAME chain to `final_name`.
+    fn chain_reply(qname: &str, chain: &[&str], id: u16) -> Vec<u8> {
+        use domain::base::message_builder::{MessageBuilder, StaticCompressor};
+        use domain::base::{Name, Rtype};
+        use domain::rdata::{A, Cname};
+        use std::str::FromStr;
+        let mut builder = MessageBuilder::from_target(StaticCompressor::new(Vec::new())).unwrap();
+        builder.header_mut().set_id(id);
+        builder.header_mut().set_qr(true);
+        let mut question = builder.question();
+        let owner = Name::<Vec<u8>>::from_str(qname).unwrap();
+        question.push((&owner, Rtype::A)).unwrap();
+        let mut answer = question.answer();
+        let mut from = owner;
+        for next in chain {
+            let next = Name::<Vec<u8>>::from_str(next).unwrap();
+            answer.push((&from, 300, Cname::new(next.clone()))).unwrap();
+            from = next;
+        }
+        answer
+            .push((&from, 300, A::from_octets(192, 0, 2, 44)))
+            .unwrap();
+        answer.finish().into_target()
+    }
+
+    #[test]
+    fn cname_cloaking_blocks_an_answer_whose_chain_reaches_a_blocked_name() {
+        let World { index, .. } = world(SATURDAY);
+        let t0 = Instant::now();
+        let check = |qname: &str, chain: &[&str], client: &str| -> (PolicyDecision, Vec<u8>) {
+            let qwire = name::to_wire(qname).unwrap();
+            let key = CacheKey::new(&qwire, 1, 1, false, false).unwrap();
+            let reply = chain_reply(qname, chain, 9);
+            let answer =
+                CachedAnswer::from_reply(&reply, &key, 9, t0, &TtlPolicy::default()).unwrap();
+            let m = wire::tests::query(qname, 1, Some((1232, 0, false)));
+            let q = Query::parse(&m).unwrap();
+            let mut out = Vec::new();
+            let d = index.cloaked(&answer, &q, client.parse().unwrap(), None, &UDP, &mut out);
+            (d, out)
+        };
+        // metrics.shop.example → shop.eulerian.example → x.ads.example (blocked by `ads`).
+        let (d, out) = check(
+            "metrics.shop.example",
+            &["shop.eulerian.example", "x.ads.example"],
+            "203.0.113.1",
+        );
+        assert_eq!(blocked_by(&index, d), Some(("base", Some("ads"))));
+        let msg = Message::from_slice(&out).unwrap();
+        assert_eq!(msg.header().rcode().to_int(), rcode::NXDOMAIN);
+        assert_eq!(
+            msg.first_question().unwrap().qname().to_string(),
+            "metrics.shop.example"
+        );
+        // Not for a chain of allowed names, nor for a client whose lists do not block it.
+        assert_eq!(
+            check("www.shop.example", &["cdn.example"], "203.0.113.1").0,
+            PolicyDecision::Pass
+        );
+        assert_eq!(
+            check(
+                "a.shop.example",
+                &["cloaked-tracker.example"],
+                "203.0.113.1"
+            )
+            .0,
+            PolicyDecision::Pass
+        );
+        assert!(matches!(
+            check("a.shop.example", &["cloaked-tracker.example"], "192.0.2.3").0,
+            PolicyDecision::Answer(_)
+        ));
+        // An allowed query name is not blocked through its chain.
+        assert_eq!(
+            check("ok.ads.example", &["x.ads.example"], "203.0.113.1").0,
+            PolicyDecision::Pass
+        );
+        // An answer without a CNAME is one flag test.
+        assert_eq!(
+            check("plain.example", &[], "203.0.113.1").0,
+            PolicyDecision::Pass
+        );
+    }
+
+    #[test]
+    fn an_empty_index_passes_everything() {
+        let index = PolicyIndex::default();
+        assert!(index.is_empty());
+        assert_eq!(
+            decide(&index, "x.ads.example", 1, "192.0.2.1", Some("kids")).0,
+            PolicyDecision::Pass
+        );
+        let e = index.explain(b"\x01x\x00", "192.0.2.1".parse().unwrap(), None);
+        assert_eq!(e.verdict, "none");
+        assert_eq!(index.client_id_from_sni("a.b.c", &mut [0; 63]), None);
+    }
+
+    #[test]
+    fn more_than_64_groups_are_reported_and_get_no_policy() {
+        let (matcher, lists) = matcher();
+        let specs: Vec<(String, ClientGroupSpec)> = (0..70)
+            .map(|i| {
+                let spec = ClientGroupSpec {
+                    clients: vec![format!("10.0.{i}.0/24").parse().unwrap()],
+                    client_ids: vec![],
+                };
+                (format!("g{i:02}"), spec)
+            })
+            .collect();
+        let groups: Vec<GroupSpec<'_>> = specs
+            .iter()
+            .map(|(n, s)| GroupSpec { name: n, spec: s })
+            .collect();
+        let names: Vec<&str> = specs.iter().map(|(n, _)| n.as_str()).collect();
+        let spec = policy(&names, &["ads"], &[]);
+        let policies = [PolicySource {
+            name: "p",
+            spec: &spec,
+        }];
+        let (index, report) = PolicyIndex::build(BuildInputs {
+            matcher: &matcher,
+            lists: &lists,
+            groups: &groups,
+            policies: &policies,
+            now: SATURDAY.parse().unwrap(),
+            block_ttl: Duration::from_secs(60),
+            client_id_domains: &[],
+            cores: 1,
+        });
+        assert_eq!(
+            report.groups_over_limit,
+            vec!["g63", "g64", "g65", "g66", "g67", "g68", "g69"]
+        );
+        assert!(matches!(
+            decide(&index, "a.ads.example", 1, "10.0.62.1", None).0,
+            PolicyDecision::Answer(_)
+        ));
+        assert_eq!(
+            decide(&index, "a.ads.example", 1, "10.0.63.1", None).0,
+            PolicyDecision::Pass
+        );
+    }
+}

@@ -544,3 +544,253 @@ fn bucket_of(hash: u64, bits: u32) -> usize {
         (hash >> (64 - bits)) as usize
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::blocklist::{LocalData, ParsedList, Rule};
+
+    fn w(text: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        for label in text.split('.').filter(|l| !l.is_empty()) {
+            out.push(label.len() as u8);
+            out.extend_from_slice(label.as_bytes());
+        }
+        out.push(0);
+        out
+    }
+
+    fn list(rules: &[(&str, Scope, Action)]) -> ParsedList {
+        ParsedList {
+            rules: rules
+                .iter()
+                .map(|&(name, scope, action)| Rule {
+                    name: w(name).into(),
+                    scope,
+                    action,
+                })
+                .collect(),
+            ..ParsedList::default()
+        }
+    }
+
+    const DENY: [Role; 4] = [Role::Deny; 4];
+
+    fn verdict(m: &Matcher, name: &str, roles: &[Role]) -> Option<(u16, Action, usize)> {
+        m.lookup(&w(name), roles)
+            .map(|h| (h.list.0, h.action, h.suffix_at))
+    }
+
+    #[test]
+    fn subtree_exact_and_below_rules_cover_what_they_say() {
+        let m = Matcher::new(7).with_list(
+            ListId(0),
+            ListMode::Deny,
+            &list(&[
+                ("sub.example", Scope::Subtree, Action::Deny),
+                ("exact.example", Scope::Exact, Action::Deny),
+                ("below.example", Scope::Below, Action::Nxdomain),
+            ]),
+        );
+        assert_eq!(
+            verdict(&m, "sub.example", &DENY),
+            Some((0, Action::Deny, 0))
+        );
+        assert_eq!(
+            verdict(&m, "a.b.sub.example", &DENY),
+            Some((0, Action::Deny, 4))
+        );
+        assert_eq!(
+            verdict(&m, "exact.example", &DENY),
+            Some((0, Action::Deny, 0))
+        );
+        assert_eq!(verdict(&m, "a.exact.example", &DENY), None);
+        assert_eq!(verdict(&m, "below.example", &DENY), None);
+        assert_eq!(
+            verdict(&m, "a.below.example", &DENY),
+            Some((0, Action::Nxdomain, 2))
+        );
+        assert_eq!(verdict(&m, "example", &DENY), None);
+        assert_eq!(verdict(&m, "notsub.example", &DENY), None);
+        // Malformed names match nothing, and never panic.
+        for bad in [&b""[..], b"\x03ab", b"\x01a\x00\x00", b"\xc0\x0c", b"\x40"] {
+            assert_eq!(m.lookup(bad, &DENY), None);
+        }
+    }
+
+    #[test]
+    fn an_allow_anywhere_beats_any_deny_and_otherwise_the_most_specific_deny_decides() {
+        let m = Matcher::new(1)
+            .with_list(
+                ListId(0),
+                ListMode::Deny,
+                &list(&[
+                    ("example", Scope::Subtree, Action::Deny),
+                    ("ok.example", Scope::Subtree, Action::Allow),
+                ]),
+            )
+            .with_list(
+                ListId(2),
+                ListMode::Deny,
+                &list(&[
+                    ("deep.ok.example", Scope::Exact, Action::Nodata),
+                    ("x.example", Scope::Exact, Action::Drop),
+                ]),
+            );
+        // The allow for ok.example covers deep.ok.example, whose deny is more specific.
+        assert_eq!(
+            verdict(&m, "deep.ok.example", &DENY),
+            Some((0, Action::Allow, 5))
+        );
+        assert_eq!(verdict(&m, "x.example", &DENY), Some((2, Action::Drop, 0)));
+        assert_eq!(verdict(&m, "y.example", &DENY), Some((0, Action::Deny, 2)));
+    }
+
+    #[test]
+    fn roles_decide_which_lists_count_and_an_allow_role_allows() {
+        let deny = list(&[("ads.example", Scope::Subtree, Action::Deny)]);
+        let m = Matcher::new(3)
+            .with_list(ListId(0), ListMode::Deny, &deny)
+            .with_list(
+                ListId(1),
+                ListMode::Deny,
+                &list(&[("a.ads.example", Scope::Exact, Action::Deny)]),
+            );
+        assert_eq!(
+            verdict(&m, "a.ads.example", &[Role::Unused, Role::Unused]),
+            None
+        );
+        assert_eq!(
+            verdict(&m, "a.ads.example", &[]),
+            None,
+            "a short roles slice means unused"
+        );
+        assert_eq!(
+            verdict(&m, "a.ads.example", &[Role::Deny, Role::Allow]),
+            Some((1, Action::Allow, 0))
+        );
+        assert_eq!(
+            verdict(&m, "b.ads.example", &[Role::Deny, Role::Allow]),
+            Some((0, Action::Deny, 2))
+        );
+        // An allow-mode list's rules allow whatever they say.
+        let m = m.with_list(
+            ListId(1),
+            ListMode::Allow,
+            &list(&[("ads.example", Scope::Exact, Action::Deny)]),
+        );
+        assert_eq!(
+            verdict(&m, "ads.example", &DENY),
+            Some((1, Action::Allow, 0))
+        );
+    }
+
+    #[test]
+    fn replacing_or_removing_a_list_leaves_the_others_and_duplicates_count_once() {
+        let a = list(&[
+            ("one.example", Scope::Exact, Action::Deny),
+            ("one.example", Scope::Exact, Action::Deny),
+            ("two.example", Scope::Exact, Action::Deny),
+        ]);
+        let b = list(&[
+            ("two.example", Scope::Exact, Action::Deny),
+            ("three.example", Scope::Exact, Action::Deny),
+        ]);
+        let m = Matcher::new(9)
+            .with_list(ListId(0), ListMode::Deny, &a)
+            .with_list(ListId(5), ListMode::Deny, &b);
+        assert_eq!(m.entries(ListId(0)), 2);
+        assert_eq!(m.entries(ListId(5)), 2);
+        assert_eq!(m.len(), 4);
+        let roles = [Role::Deny; 6];
+        assert_eq!(
+            verdict(&m, "two.example", &roles),
+            Some((0, Action::Deny, 0))
+        );
+        let m = m.with_list(
+            ListId(0),
+            ListMode::Deny,
+            &list(&[("four.example", Scope::Exact, Action::Deny)]),
+        );
+        assert_eq!(m.entries(ListId(0)), 1);
+        assert_eq!(verdict(&m, "one.example", &roles), None);
+        assert_eq!(
+            verdict(&m, "two.example", &roles),
+            Some((5, Action::Deny, 0))
+        );
+        assert_eq!(
+            verdict(&m, "four.example", &roles),
+            Some((0, Action::Deny, 0))
+        );
+        let m = m.without_list(ListId(5));
+        assert_eq!((m.len(), m.entries(ListId(5))), (1, 0));
+        assert_eq!(verdict(&m, "three.example", &roles), None);
+        let m = m.without_list(ListId(0));
+        assert!(m.is_empty());
+        assert_eq!(verdict(&m, "four.example", &roles), None);
+        // A slot past MAX_LISTS cannot be held.
+        let m = m.with_list(ListId(MAX_LISTS as u16), ListMode::Deny, &a);
+        assert!(m.is_empty());
+    }
+
+    #[test]
+    fn rpz_local_data_is_found_through_the_side_table() {
+        let mut parsed = list(&[
+            ("walled.example", Scope::Exact, Action::LocalData(0)),
+            ("walled.example", Scope::Below, Action::LocalData(1)),
+        ]);
+        parsed.local_data = vec![
+            LocalData {
+                records: vec![(1, vec![192, 0, 2, 1].into())],
+            },
+            LocalData {
+                records: vec![(1, vec![192, 0, 2, 2].into())],
+            },
+        ];
+        let m = Matcher::new(4).with_list(ListId(3), ListMode::Deny, &parsed);
+        let hit = m.lookup(&w("walled.example"), &DENY).unwrap();
+        assert_eq!(hit.action, Action::LocalData(0));
+        assert_eq!(
+            m.local_data(&hit).unwrap().records[0].1.as_ref(),
+            &[192, 0, 2, 1]
+        );
+        let hit = m.lookup(&w("a.walled.example"), &DENY).unwrap();
+        assert_eq!(hit.action, Action::LocalData(1));
+        assert_eq!(
+            m.local_data(&hit).unwrap().records[0].1.as_ref(),
+            &[192, 0, 2, 2]
+        );
+        let m = m.without_list(ListId(3));
+        assert!(m.local_data(&hit).is_none());
+    }
+
+    #[test]
+    fn a_large_list_stays_within_twelve_bytes_an_entry_and_finds_every_name() {
+        let names: Vec<String> = (0..100_000)
+            .map(|i| format!("host{i}.tracker{}.example", i % 997))
+            .collect();
+        let parsed = ParsedList {
+            rules: names
+                .iter()
+                .map(|n| Rule {
+                    name: w(n).into(),
+                    scope: Scope::Exact,
+                    action: Action::Deny,
+                })
+                .collect(),
+            ..ParsedList::default()
+        };
+        let m = Matcher::new(0x5eed).with_list(ListId(1), ListMode::Deny, &parsed);
+        assert_eq!(m.entries(ListId(1)), names.len());
+        let per_entry = m.heap_bytes() as f64 / names.len() as f64;
+        assert!(per_entry <= 12.0, "{per_entry} bytes an entry");
+        for name in names.iter().step_by(97) {
+            assert!(m.lookup(&w(name), &DENY).is_some(), "{name}");
+        }
+        assert!(m.lookup(&w("host1.tracker2.example"), &DENY).is_none());
+        // Another seed hashes differently but finds the same.
+        let other = Matcher::new(1).with_list(ListId(1), ListMode::Deny, &parsed);
+        assert_ne!(other.hashes, m.hashes);
+        assert!(other.lookup(&w(&names[5]), &DENY).is_some());
+    }
+}

@@ -240,3 +240,146 @@ impl Schedule {
         candidates.into_iter().find(|t| self.active_at(*t) != now)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().expect("a test instant parses")
+    }
+
+    fn schedule(zone: &str, days: &[&str], from: &str, to: &str) -> Schedule {
+        Schedule::new(zone, vec![Window::parse(days, from, to).unwrap()]).unwrap()
+    }
+
+    #[test]
+    fn office_hours_in_berlin_follow_the_local_clock_in_winter_and_summer() {
+        let s = schedule(
+            "Europe/Berlin",
+            &["mon", "tue", "wed", "thu", "fri"],
+            "08:00",
+            "17:30",
+        );
+        // Friday 2026-01-16: CET is UTC+1.
+        assert!(!s.active_at(at("2026-01-16T06:59:59Z")));
+        assert!(s.active_at(at("2026-01-16T07:00:00Z")));
+        assert!(s.active_at(at("2026-01-16T16:29:59Z")));
+        assert!(!s.active_at(at("2026-01-16T16:30:00Z")));
+        // Saturday.
+        assert!(!s.active_at(at("2026-01-17T10:00:00Z")));
+        // Friday 2026-07-17: CEST is UTC+2.
+        assert!(s.active_at(at("2026-07-17T06:00:00Z")));
+        assert!(!s.active_at(at("2026-07-17T15:30:00Z")));
+        assert_eq!(
+            s.next_change(at("2026-01-16T12:00:00Z")),
+            Some(at("2026-01-16T16:30:00Z"))
+        );
+        // From Friday evening the next change is Monday morning.
+        assert_eq!(
+            s.next_change(at("2026-01-16T18:00:00Z")),
+            Some(at("2026-01-19T07:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn berlin_spring_forward_skips_the_gap_and_the_change_is_at_the_transition() {
+        // 2026-03-29 01:00 UTC: 02:00 CET becomes 03:00 CEST.
+        let s = schedule("Europe/Berlin", &["sun"], "02:30", "04:00");
+        assert!(!s.active_at(at("2026-03-29T00:59:59Z")), "01:59:59 CET");
+        assert!(
+            s.active_at(at("2026-03-29T01:00:00Z")),
+            "03:00 CEST is inside the window"
+        );
+        assert!(!s.active_at(at("2026-03-29T02:00:00Z")), "04:00 CEST");
+        assert_eq!(
+            s.next_change(at("2026-03-29T00:30:00Z")),
+            Some(at("2026-03-29T01:00:00Z"))
+        );
+        assert_eq!(
+            s.next_change(at("2026-03-29T01:10:00Z")),
+            Some(at("2026-03-29T02:00:00Z"))
+        );
+        // A window wholly inside the gap never runs that night.
+        let gap = schedule("Europe/Berlin", &["sun"], "02:00", "03:00");
+        assert!(!gap.active_at(at("2026-03-29T01:00:00Z")));
+        assert!(!gap.active_at(at("2026-03-29T00:59:00Z")));
+        assert_eq!(
+            gap.next_change(at("2026-03-28T12:00:00Z")),
+            Some(at("2026-04-05T00:00:00Z")),
+            "the next Sunday 02:00 CEST"
+        );
+    }
+
+    #[test]
+    fn new_york_fall_back_runs_a_window_in_the_repeated_hour_twice() {
+        // 2026-11-01 06:00 UTC: 02:00 EDT becomes 01:00 EST.
+        let s = schedule("America/New_York", &["sun"], "01:00", "01:30");
+        assert!(s.active_at(at("2026-11-01T05:15:00Z")), "01:15 EDT");
+        assert!(!s.active_at(at("2026-11-01T05:45:00Z")), "01:45 EDT");
+        assert!(s.active_at(at("2026-11-01T06:15:00Z")), "01:15 EST");
+        assert!(!s.active_at(at("2026-11-01T06:30:00Z")), "01:30 EST");
+        assert_eq!(
+            s.next_change(at("2026-11-01T05:45:00Z")),
+            Some(at("2026-11-01T06:00:00Z"))
+        );
+        assert_eq!(
+            s.next_change(at("2026-11-01T06:10:00Z")),
+            Some(at("2026-11-01T06:30:00Z"))
+        );
+    }
+
+    #[test]
+    fn a_window_past_midnight_belongs_to_its_start_day() {
+        let s = schedule("UTC", &["fri"], "22:00", "02:00");
+        assert!(s.active_at(at("2026-01-16T23:00:00Z")), "Friday night");
+        assert!(s.active_at(at("2026-01-17T01:59:00Z")), "early Saturday");
+        assert!(!s.active_at(at("2026-01-17T02:00:00Z")));
+        assert!(
+            !s.active_at(at("2026-01-16T01:00:00Z")),
+            "early Friday is Thursday's night"
+        );
+        let always = schedule(
+            "UTC",
+            &["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+            "00:00",
+            "24:00",
+        );
+        assert!(always.active_at(at("2026-05-05T12:00:00Z")));
+        assert_eq!(always.next_change(at("2026-05-05T12:00:00Z")), None);
+    }
+
+    #[test]
+    fn bad_specs_name_the_bad_value() {
+        assert_eq!(
+            Schedule::new(
+                "Mars/Olympus",
+                vec![Window::parse(&["mon"], "08:00", "09:00").unwrap()]
+            ),
+            Err(ScheduleError::UnknownTimeZone("Mars/Olympus".into()))
+        );
+        assert_eq!(Schedule::new("UTC", vec![]), Err(ScheduleError::NoWindows));
+        assert_eq!(
+            Window::parse(&["mon", "funday"], "08:00", "09:00"),
+            Err(ScheduleError::BadDay("funday".into()))
+        );
+        for bad in ["8", "25:00", "12:60", "ab:cd", "24:01", "1:2", ""] {
+            assert_eq!(
+                parse_time(bad),
+                Err(ScheduleError::BadTime(bad.into())),
+                "{bad}"
+            );
+        }
+        assert_eq!(parse_time("7:05"), Ok(425));
+        assert_eq!(parse_weekday("Sunday"), Ok(Weekday::Sunday));
+        let empty = Window {
+            days: Weekdays::default(),
+            from: 0,
+            to: 60,
+        };
+        assert_eq!(
+            Schedule::new("UTC", vec![empty]),
+            Err(ScheduleError::NoDays(0))
+        );
+    }
+}
