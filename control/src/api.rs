@@ -1478,7 +1478,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs kudurru_core::policy bodies (name::to_wire, PolicyIndex::explain); un-ignore at the issue 34 merge"]
     fn check_explains_a_name_and_refuses_a_bad_time() {
         let (api, _inbox) = api_with_lists();
         let reply = call(

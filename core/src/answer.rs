@@ -93,6 +93,8 @@ pub struct CachedAnswer {
     question_end: u16,
     key_flags: u8,
     kind: AnswerKind,
+    /// Whether the answer section holds a CNAME: CNAME cloaking looks only at these.
+    has_cname: bool,
     stored: Instant,
     lifetime: u32,
 }
@@ -137,6 +139,10 @@ impl CachedAnswer {
         }
         let layout = scan_records(&message, question_end)?;
 
+        let has_cname = layout
+            .records
+            .iter()
+            .any(|r| r.section == Section::Answer && r.rtype == rtype::CNAME);
         let message_len = message.len() as u16;
         message.reserve_exact(layout.records.len() * TTL_ENTRY);
         let mut lifetime = u32::MAX;
@@ -183,6 +189,7 @@ impl CachedAnswer {
             } else {
                 AnswerKind::Positive
             },
+            has_cname,
             stored: now,
             lifetime,
         })
@@ -199,6 +206,7 @@ impl CachedAnswer {
             data: message.into_boxed_slice(),
             key_flags: key_flags(key),
             kind: AnswerKind::Failure,
+            has_cname: false,
             stored: now,
             lifetime: policy.servfail_ttl,
         }
@@ -245,6 +253,84 @@ impl CachedAnswer {
         self.data[3] & 0x0f
     }
 
+    /// Whether the answer section holds a CNAME record (CNAME cloaking checks only these).
+    pub fn has_cname(&self) -> bool {
+        self.has_cname
+    }
+
+    /// Calls `visit` with the target of each CNAME in the answer section, in order, as an
+    /// uncompressed lowercase wire name, until `visit` returns true; whether one did. No
+    /// allocation; an answer without a CNAME costs one flag test.
+    pub fn any_cname_target(&self, mut visit: impl FnMut(&[u8]) -> bool) -> bool {
+        if !self.has_cname {
+            return false;
+        }
+        let message = &self.data[..usize::from(self.message_len)];
+        let count = wire::read_u16(message, wire::ANCOUNT_AT).unwrap_or(0);
+        let mut name = [0u8; wire::MAX_NAME_LEN];
+        let mut pos = usize::from(self.question_end);
+        for _ in 0..count {
+            let Some(rr) = wire::record_at(message, pos) else {
+                return false;
+            };
+            if rr.rtype == rtype::CNAME
+                && let Some((len, _)) = wire::read_name(message, rr.rdata_at, &mut name, true)
+                && visit(&name[..len])
+            {
+                return true;
+            }
+            pos = rr.end;
+        }
+        false
+    }
+
+    /// Appends the answer section's records to `out` (a message under construction, whose
+    /// counts the caller sets) with their TTLs as they are at `now` and every name written out
+    /// uncompressed, so they read the same in another message. Returns how many.
+    pub fn append_answer_records(&self, now: Instant, out: &mut Vec<u8>) -> u16 {
+        self.append_section(0, now, out)
+    }
+
+    /// As [`Self::append_answer_records`], for the authority section (a negative answer's SOA).
+    pub fn append_authority_records(&self, now: Instant, out: &mut Vec<u8>) -> u16 {
+        self.append_section(1, now, out)
+    }
+
+    /// Appends the records of section `section` (0 answer, 1 authority).
+    fn append_section(&self, section: usize, now: Instant, out: &mut Vec<u8>) -> u16 {
+        let (message, ttls) = self.data.split_at(usize::from(self.message_len));
+        let counts = [
+            wire::read_u16(message, wire::ANCOUNT_AT).unwrap_or(0),
+            wire::read_u16(message, wire::NSCOUNT_AT).unwrap_or(0),
+        ];
+        let age = age_secs(self.stored, now);
+        let mut pos = usize::from(self.question_end);
+        let mut written = 0;
+        let skip = if section == 0 {
+            0
+        } else {
+            usize::from(counts[0])
+        };
+        let take = usize::from(counts[section.min(1)]);
+        for index in 0..skip + take {
+            let Some(rr) = wire::record_at(message, pos) else {
+                break;
+            };
+            pos = rr.end;
+            if index < skip {
+                continue;
+            }
+            let ttl = ttls
+                .chunks_exact(TTL_ENTRY)
+                .nth(index)
+                .map_or(0, |e| u32::from_be_bytes([e[2], e[3], e[4], e[5]]));
+            if append_uncompressed(message, &rr, ttl.saturating_sub(age), out).is_some() {
+                written += 1;
+            }
+        }
+        written
+    }
+
     /// Approximate heap bytes this answer holds, for memory accounting.
     pub fn heap_bytes(&self) -> usize {
         size_of::<Self>() + self.data.len()
@@ -288,6 +374,51 @@ impl CachedAnswer {
         }
         truncated
     }
+}
+
+/// Appends the record `rr` of `msg` to `out` with `ttl`, its owner and the names in its rdata
+/// (the RFC 1035 types a compressor may compress, RFC 3597 §4) written out uncompressed.
+/// Leaves `out` as it was and returns `None` if the record does not decompress.
+fn append_uncompressed(msg: &[u8], rr: &wire::RecordAt, ttl: u32, out: &mut Vec<u8>) -> Option<()> {
+    let start = out.len();
+    let result = (|| {
+        let mut name = [0u8; wire::MAX_NAME_LEN];
+        let (len, _) = wire::read_name(msg, rr.start, &mut name, false)?;
+        out.extend_from_slice(&name[..len]);
+        out.extend_from_slice(msg.get(rr.ttl_at - 4..rr.ttl_at)?);
+        out.extend_from_slice(&ttl.to_be_bytes());
+        let rdlen_at = out.len();
+        out.extend_from_slice(&[0, 0]);
+        let mut at = rr.rdata_at;
+        // (fixed bytes before the names, names, then the rest copied)
+        let (prefix, names) = match rr.rtype {
+            // NS, MD, MF, CNAME, MB, MG, MR, PTR
+            2..=5 | 7..=9 | 12 => (0, 1),
+            // SOA, MINFO: two names (SOA's 20 bytes of numbers follow)
+            6 | 14 => (0, 2),
+            // MX: a preference, then the exchange
+            15 => (2, 1),
+            _ => (0, 0),
+        };
+        out.extend_from_slice(msg.get(at..at + prefix)?);
+        at += prefix;
+        for _ in 0..names {
+            let (len, end) = wire::read_name(msg, at, &mut name, false)?;
+            out.extend_from_slice(&name[..len]);
+            at = end;
+        }
+        if at > rr.end {
+            return None;
+        }
+        out.extend_from_slice(msg.get(at..rr.end)?);
+        let rdlen = u16::try_from(out.len() - rdlen_at - 2).ok()?;
+        out[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+        Some(())
+    })();
+    if result.is_none() {
+        out.truncate(start);
+    }
+    result
 }
 
 fn key_flags(key: &CacheKey) -> u8 {

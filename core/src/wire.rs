@@ -83,6 +83,17 @@ pub const OPTION_COOKIE: u16 = 10;
 pub const OPTION_PADDING: u16 = 12;
 /// The EDNS option code for edns-tcp-keepalive (RFC 7828).
 pub const OPTION_TCP_KEEPALIVE: u16 = 11;
+/// The EDNS option code for Extended DNS Errors (RFC 8914).
+pub const OPTION_EDE: u16 = 15;
+
+/// Extended DNS Error info codes kudurru sends (RFC 8914 §4).
+pub mod ede {
+    /// 4, Forged Answer: the answer was made up by policy (RPZ local data).
+    pub const FORGED_ANSWER: u16 = 4;
+    /// 15, Blocked: the name is blocked by the operator's policy.
+    pub const BLOCKED: u16 = 15;
+}
+
 /// Responses on encrypted transports are padded to a multiple of this many bytes when the
 /// client sent the padding option (RFC 8467 §4.1, the recommended Block-Length Padding).
 pub const RESPONSE_PADDING_BLOCK: usize = 468;
@@ -621,8 +632,24 @@ pub fn start_response(query: &Query<'_>, rcode: u8, authoritative: bool, out: &m
 /// Appends the response OPT for a client that sent `edns`: our payload, DO echoed, and
 /// edns-tcp-keepalive when the client asked for it on a stream transport.
 pub fn push_reply_opt(out: &mut Vec<u8>, edns: Edns, options: &ReplyOptions) {
+    push_reply_opt_with_ede(out, edns, options, None);
+}
+
+/// [`push_reply_opt`] with an Extended DNS Error option (RFC 8914 §2: INFO-CODE, no text)
+/// before keepalive and padding (padding stays last, RFC 7830 §3).
+pub fn push_reply_opt_with_ede(
+    out: &mut Vec<u8>,
+    edns: Edns,
+    options: &ReplyOptions,
+    ede: Option<u16>,
+) {
     push_opt(out, options.payload, 0, edns.dnssec_ok);
     let rdlen_at = out.len() - 2;
+    if let Some(code) = ede {
+        out.extend_from_slice(&OPTION_EDE.to_be_bytes());
+        out.extend_from_slice(&2u16.to_be_bytes());
+        out.extend_from_slice(&code.to_be_bytes());
+    }
     if let (true, Some(timeout)) = (edns.tcp_keepalive, options.tcp_keepalive) {
         out.extend_from_slice(&OPTION_TCP_KEEPALIVE.to_be_bytes());
         out.extend_from_slice(&2u16.to_be_bytes());
@@ -646,6 +673,67 @@ pub fn push_reply_opt(out: &mut Vec<u8>, edns: Edns, options: &ReplyOptions) {
 pub fn finish_response(query: &Query<'_>, out: &mut Vec<u8>, options: &ReplyOptions) {
     if let Some(edns) = query.edns() {
         push_reply_opt(out, edns, options);
+    }
+}
+
+/// [`finish_response`] with an Extended DNS Error (RFC 8914) for a client that sent EDNS;
+/// a client without EDNS gets no OPT, as before.
+pub fn finish_response_with_ede(
+    query: &Query<'_>,
+    out: &mut Vec<u8>,
+    options: &ReplyOptions,
+    ede: Option<u16>,
+) {
+    if let Some(edns) = query.edns() {
+        push_reply_opt_with_ede(out, edns, options, ede);
+    }
+}
+
+/// Reads the possibly compressed name at `pos` of `msg` into `into` in uncompressed wire form
+/// (lowercased when `lowercase`), following pointers only backwards (RFC 1035 §4.1.4) and
+/// never past 255 bytes. Returns the name's length in `into` and the offset just past the
+/// name where it started (after its first pointer, if any).
+pub fn read_name(
+    msg: &[u8],
+    pos: usize,
+    into: &mut [u8; MAX_NAME_LEN],
+    lowercase: bool,
+) -> Option<(usize, usize)> {
+    let mut at = pos;
+    let mut len = 0usize;
+    let mut end = None;
+    // Every pointer goes strictly backwards, so the walk ends; this bounds it anyway.
+    let mut limit = pos;
+    loop {
+        let first = *msg.get(at)?;
+        match first & 0xc0 {
+            0x00 => {
+                let label_len = usize::from(first);
+                let label = msg.get(at..at + 1 + label_len)?;
+                if len + label.len() > MAX_NAME_LEN {
+                    return None;
+                }
+                into[len..len + label.len()].copy_from_slice(label);
+                if lowercase {
+                    into[len + 1..len + label.len()].make_ascii_lowercase();
+                }
+                len += label.len();
+                at += label.len();
+                if label_len == 0 {
+                    return Some((len, end.unwrap_or(at)));
+                }
+            }
+            0xc0 => {
+                let target = usize::from(read_u16(msg, at)? & 0x3fff);
+                if target >= limit {
+                    return None;
+                }
+                end.get_or_insert(at + 2);
+                limit = target;
+                at = target;
+            }
+            _ => return None,
+        }
     }
 }
 

@@ -163,3 +163,89 @@ fn rfc7871_6_client_subnet_with_source_prefix_200_is_answered_formerr_with_an_op
     let good = query(rtype::A, Some(&[0, 8, 0, 7, 0, 1, 24, 0, 192, 0, 2]));
     assert!(answer(&good, true).is_none(), "a /24 is resolved");
 }
+
+/// The policy stage sits after the limiter: a name a policy blocks is answered from ingress
+/// (never resolved), a name it does not block resolves, and an index with no policy passes
+/// everything.
+#[test]
+fn a_blocked_name_is_answered_by_ingress_and_an_empty_index_passes() {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use kudurru_core::policy::{
+        self, BlockResponse, BuildInputs, Format, ListId, ListMode, Matcher, PolicyIndex,
+        PolicySource, PolicySpec,
+    };
+
+    let parsed = policy::parse(b"||example^\n", Format::Adblock, 100);
+    let matcher = Arc::new(Matcher::new(5).with_list(ListId(0), ListMode::Deny, &parsed));
+    let lists = HashMap::from([("ads".to_owned(), (ListId(0), Format::Adblock))]);
+    let spec = PolicySpec {
+        client_groups: vec!["default".into()],
+        deny_lists: vec!["ads".into()],
+        allow_lists: vec![],
+        block_response: BlockResponse::Nxdomain,
+        block_ttl: None,
+        rewrites: vec![],
+        schedule: None,
+    };
+    let policies = [PolicySource {
+        name: "everyone",
+        spec: &spec,
+    }];
+    let (blocking, _) = PolicyIndex::build(BuildInputs {
+        matcher: &matcher,
+        lists: &lists,
+        groups: &[],
+        policies: &policies,
+        now: "2026-01-01T00:00:00Z".parse().unwrap(),
+        block_ttl: Duration::from_secs(60),
+        client_id_domains: &[],
+        cores: 1,
+    });
+    let now = Instant::now();
+    let local = LocalNames::new(ServerIdentity {
+        identity: "x".into(),
+        version: "v".into(),
+    });
+    let options = ReplyOptions::udp(1232);
+    let ratelimit = RateLimit::default();
+    let acl = kudurru_core::acl::AccessList::new(
+        &["192.0.2.0/24".parse().unwrap()],
+        &[],
+        kudurru_core::acl::AclAction::Refuse,
+    );
+    let empty = PolicyIndex::default();
+    let mut limiter = Limiter::new(64, 1, now);
+    let client = Client {
+        addr: "192.0.2.1".parse().unwrap(),
+        datagram: true,
+        id: None,
+        sni: None,
+    };
+    let q = query(rtype::A, Some(&[]));
+    for (index, blocks) in [(&blocking, true), (&empty, false)] {
+        let stage = Stage {
+            acl: &acl,
+            policy: index,
+            local: &local,
+            options: &options,
+            ratelimit: &ratelimit,
+            lameduck: false,
+        };
+        let mut out = Vec::new();
+        let decision = kudurru_core::ingress(&q, &stage, client, &mut limiter, now, &mut out);
+        if blocks {
+            let Decision::Blocked { blocked, answered } = decision else {
+                panic!("not blocked: {decision:?}");
+            };
+            assert!(answered);
+            assert_eq!(index.policy_name(blocked.policy), Some("everyone"));
+            assert_eq!(blocked.list, Some(ListId(0)));
+            assert_eq!(checked_rcode(&q, &out), rcode::NXDOMAIN);
+        } else {
+            assert!(matches!(decision, Decision::Resolve(_)), "{decision:?}");
+        }
+    }
+}

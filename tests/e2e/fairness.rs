@@ -52,10 +52,7 @@ fn tcp_connections_of_one_client_prefix_are_capped_and_other_clients_are_served(
         .filter_map(|s| closed_by_server(s, Duration::from_millis(300)).then_some(()))
         .count();
     assert_eq!(closed, 36, "all but the client's four were closed at once");
-    assert_eq!(
-        k.metric_sum("kudurru_tcp_refused_per_client_total"),
-        36.0
-    );
+    assert_eq!(k.metric_sum("kudurru_tcp_refused_per_client_total"), 36.0);
     // Another client is served over TCP while the four are held.
     let answer = dig(k.addr, &["-b", "127.0.0.3", "localhost", "A", "+tcp"]);
     assert_eq!(answer.status, "NOERROR", "{}", answer.raw);

@@ -25,13 +25,17 @@ pub mod name;
 pub mod schedule;
 pub mod spec;
 
-pub use blocklist::{Action, Format, ParseStats, ParsedList, Rule, Scope, parse};
-pub use index::{
-    Blocked, BuildInputs, BuildReport, DEFAULT_GROUP, Explanation, GroupSpec, PolicyDecision,
-    PolicyIndex, PolicySource,
+pub use blocklist::{
+    Action, Format, INVALID_SAMPLES, InvalidLine, LocalData, ParseStats, ParsedList, Rule, Scope,
+    parse,
 };
-pub use matcher::{Hit, ListId, ListMode, Matcher, Role};
-pub use schedule::Schedule;
+pub use index::{
+    Blocked, BuildInputs, BuildReport, DEFAULT_GROUP, Explanation, GroupSpec, MAX_GROUPS,
+    PolicyDecision, PolicyIndex, PolicySource,
+};
+pub use matcher::{Hit, ListId, ListMode, MAX_LISTS, Matcher, Role};
+pub use name::NameError;
+pub use schedule::{Schedule, ScheduleError, Weekdays, Window};
 pub use spec::{
     BlockListSpec, BlockResponse, ClientGroupSpec, ListSource, PolicySpec, Rewrite, RewriteTarget,
 };

@@ -9,7 +9,8 @@ use crate::limiter::Prefix;
 
 use super::blocklist::Format;
 use super::matcher::ListMode;
-use super::schedule::Schedule;
+use super::name::{self, NameError};
+pub use super::schedule::{Schedule, ScheduleError, Weekdays, Window, parse_time, parse_weekday};
 
 /// Where a list's body comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +66,31 @@ pub enum BlockResponse {
     Addresses(Vec<IpAddr>),
 }
 
+impl BlockResponse {
+    /// The spelling in specs (`nxdomain`, `nodata`, `refused`, `null`; `addresses` for a
+    /// list of addresses).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Nxdomain => "nxdomain",
+            Self::Nodata => "nodata",
+            Self::Refused => "refused",
+            Self::Null => "null",
+            Self::Addresses(_) => "addresses",
+        }
+    }
+
+    /// The response spelled `label` (all but `addresses`, which carries its list).
+    pub fn from_label(label: &str) -> Option<Self> {
+        match label {
+            "nxdomain" => Some(Self::Nxdomain),
+            "nodata" => Some(Self::Nodata),
+            "refused" => Some(Self::Refused),
+            "null" => Some(Self::Null),
+            _ => None,
+        }
+    }
+}
+
 /// What a rewrite answers for its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RewriteTarget {
@@ -81,6 +107,23 @@ pub struct Rewrite {
     pub name: Box<[u8]>,
     /// What it answers.
     pub target: RewriteTarget,
+}
+
+impl Rewrite {
+    /// A rewrite of the text name `name` (IDNA allowed) to `target`.
+    pub fn new(name: &str, target: RewriteTarget) -> Result<Self, NameError> {
+        Ok(Self {
+            name: name::to_wire(name)?.into(),
+            target,
+        })
+    }
+}
+
+impl RewriteTarget {
+    /// A CNAME rewrite to the text name `target` (IDNA allowed).
+    pub fn cname(target: &str) -> Result<Self, NameError> {
+        Ok(Self::Cname(name::to_wire(target)?.into()))
+    }
 }
 
 /// `Policy.spec`.

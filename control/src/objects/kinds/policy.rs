@@ -325,7 +325,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs kudurru_core::policy::name::to_wire (the core engineer's half of issue 34); un-ignore at merge"]
     fn rewrites_name_their_bad_field() {
         let field = |rewrites: Value| {
             policy(&json!({"clientGroups": ["default"], "rewrites": rewrites}))

@@ -9,6 +9,7 @@
 //! ```
 
 use kudurru_core::policy::Schedule;
+use kudurru_core::policy::schedule::{ScheduleError, Weekdays, Window};
 use kudurru_storage::FieldError;
 use serde_json::Value;
 
@@ -68,7 +69,7 @@ pub(super) fn schedule(value: &Value) -> Result<Schedule, FieldError> {
         .enumerate()
         .map(|(i, window)| self::window(window, &format!("{path}.windows[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(build(zone, &windows))
+    build(zone, &windows, path)
 }
 
 fn window(value: &Value, path: &str) -> Result<CheckedWindow, FieldError> {
@@ -124,14 +125,27 @@ fn clock_time(text: &str) -> Option<u16> {
     Some(hours * 60 + minutes)
 }
 
-/// The core's [`Schedule`] for a checked zone and windows.
-// MERGE(issue 34): the core engineer is adding `Schedule::new(time_zone, windows)` with
-// `Window::parse(days, from, to)`; until it lands `Schedule` has no fields, so this builds the
-// empty one and the fields above are checked here only. Fill in at merge (the checks above
-// already passed, so the constructor's error is unreachable: map it to the zone's field).
-fn build(zone: &str, windows: &[CheckedWindow]) -> Schedule {
-    let _ = (zone, windows);
-    Schedule {}
+/// The core's [`Schedule`] for a checked zone and windows (the checks above passed, so the
+/// constructor's error names the schedule only if core's rules are stricter).
+fn build(zone: &str, windows: &[CheckedWindow], path: &str) -> Result<Schedule, FieldError> {
+    let windows = windows
+        .iter()
+        .map(|w| {
+            let days: Vec<&str> = DAYS
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| w.days & (1 << i) != 0)
+                .map(|(_, day)| *day)
+                .collect();
+            Ok(Window {
+                days: Weekdays::parse(&days)?,
+                from: w.from,
+                to: w.to,
+            })
+        })
+        .collect::<Result<Vec<_>, ScheduleError>>()
+        .and_then(|windows| Schedule::new(zone, windows));
+    windows.map_err(|e| FieldError::new(path, e.to_string()))
 }
 
 #[cfg(test)]
