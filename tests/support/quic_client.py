@@ -216,18 +216,23 @@ def stall(spec):
 async def hold(spec):
     config = configuration(spec, ["doq"])
     loop = asyncio.get_running_loop()
-    clients, refused = [], 0
-    for _ in range(spec["connections"]):
+
+    async def one():
         _, client = await loop.create_datagram_endpoint(
             lambda: Client(QuicConnection(configuration=config)),
             local_addr=(spec.get("source", "127.0.0.1"), 0))
         client.connect((spec["host"], spec["port"]))
         try:
             await asyncio.wait_for(client.wait_connected(), spec.get("timeout", 5))
-            clients.append(client)
+            return client
         except (ConnectionError, asyncio.TimeoutError):
-            refused += 1
             client.close()
+            return None
+
+    # All at once, as a flood would: none waits for another's refusal.
+    opened = await asyncio.gather(*(one() for _ in range(spec["connections"])))
+    clients = [c for c in opened if c is not None]
+    refused = len(opened) - len(clients)
     print(json.dumps({"ready": len(clients)}), flush=True)
     deadline = time.monotonic() + spec["hold"]
     uid = 0
