@@ -219,8 +219,16 @@ pub(super) fn list_status(state: &ListState, now: Timestamp) -> Option<ObjectSta
     draft.finish(&state.object)
 }
 
-/// A ClientGroup's status.
+/// A ClientGroup's status. A healthy group that never had a problem gets none written: no
+/// status write, audit record or resourceVersion move for its writers to race after each of
+/// their changes (as an enabled object carries no Disabled condition in the Go seed); a
+/// disabled, reserved or invalid one says so, and one that recovers says Ready.
 pub(super) fn group_status(group: &Item<ClientGroupSpec>, now: Timestamp) -> Option<ObjectStatus> {
+    let healthy =
+        group.enabled() && group.spec.is_ok() && group.object.metadata.name != DEFAULT_GROUP;
+    if healthy && group.object.status.conditions.is_empty() {
+        return None;
+    }
     let mut draft = Draft::new(&group.object, now);
     if group.enabled() {
         let (ready, reason, message) = match (&group.spec, group.object.metadata.name.as_str()) {
