@@ -1,5 +1,6 @@
 //! Arbitrary bytes as a client query through the whole sans-IO pipeline of `core` (ingress,
-//! health name, rate limiter, local names, cache), with an arbitrary upstream reply for misses.
+//! health name, rate limiter, the policy stage with a list and rewrites, local names, cache,
+//! CNAME cloaking), with an arbitrary upstream reply for misses.
 //! On every output: the response parses, carries the query's ID and question (as the client
 //! wrote it), fits the UDP payload limit or has TC; and the cache never serves an answer for
 //! another question.
@@ -18,6 +19,62 @@ use kudurru_core::{
 };
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
+
+/// A policy for everyone: `blocked.example` and below blocked (NXDOMAIN), an RPZ list with a
+/// drop, local data and a CNAME, and rewrites to an address and to a CNAME (chased).
+fn blocking() -> &'static kudurru_core::policy::PolicyIndex {
+    use kudurru_core::policy::{
+        self, BlockResponse, BuildInputs, Format, ListId, ListMode, Matcher, PolicyIndex,
+        PolicySource, PolicySpec, Rewrite, RewriteTarget,
+    };
+    static INDEX: std::sync::OnceLock<PolicyIndex> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        let ads = policy::parse(b"||blocked.example^\n@@||ok.blocked.example^\n", Format::Adblock, 100);
+        let rpz = policy::parse(
+            b"$ORIGIN rpz.\ndrop.example CNAME rpz-drop.\nsink.example A 192.0.2.1\nsink.example TXT \"x\"\nalias.example CNAME a.example.\n*.nodata.example CNAME *.\n",
+            Format::Rpz,
+            100,
+        );
+        let matcher = Arc::new(
+            Matcher::new(1)
+                .with_list(ListId(0), ListMode::Deny, &ads)
+                .with_list(ListId(1), ListMode::Deny, &rpz),
+        );
+        let lists = std::collections::HashMap::from([
+            ("ads".to_owned(), (ListId(0), Format::Adblock)),
+            ("rpz".to_owned(), (ListId(1), Format::Rpz)),
+        ]);
+        let spec = PolicySpec {
+            client_groups: vec!["default".into()],
+            deny_lists: vec!["ads".into(), "rpz".into()],
+            allow_lists: vec![],
+            block_response: BlockResponse::Nxdomain,
+            block_ttl: None,
+            rewrites: vec![
+                Rewrite::new("rewrite.example", RewriteTarget::Addresses(vec!["192.0.2.9".parse().unwrap(), "2001:db8::9".parse().unwrap()])).unwrap(),
+                Rewrite::new("chase.example", RewriteTarget::cname("a.example").unwrap()).unwrap(),
+            ],
+            schedule: None,
+        };
+        let policies = [PolicySource { name: "everyone", spec: &spec }];
+        PolicyIndex::build(BuildInputs {
+            matcher: &matcher,
+            lists: &lists,
+            groups: &[],
+            policies: &policies,
+            now: jiff_now(),
+            block_ttl: Duration::from_secs(60),
+            client_id_domains: &[],
+            cores: 1,
+        })
+        .0
+    })
+}
+
+/// A fixed instant: schedules play no part here.
+fn jiff_now() -> kudurru_core::policy::Timestamp {
+    "2026-01-01T00:00:00Z".parse().unwrap()
+}
 
 #[derive(Debug, Arbitrary)]
 struct Input {
@@ -73,6 +130,7 @@ fuzz_target!(|input: Input| {
     let acl = AccessList::new(&["::/0".parse().unwrap()], &[], AclAction::Refuse);
     let stage = Stage {
         acl: &acl,
+        policy: blocking(),
         local: &local,
         options: &options,
         ratelimit: &ratelimit,
@@ -81,6 +139,7 @@ fuzz_target!(|input: Input| {
     let client = Client {
         addr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
         datagram: input.datagram,
+        id: None,
     };
     let now = Instant::now();
     let later = now + Duration::from_secs(u64::from(input.later_secs));
@@ -98,6 +157,25 @@ fuzz_target!(|input: Input| {
             Decision::Drop => {}
             Decision::Refused { .. } => panic!("the access list admits every client"),
             Decision::Respond => check(msg, &out, None),
+            Decision::Blocked { answered, .. } => {
+                if answered {
+                    check(msg, &out, None);
+                }
+            }
+            Decision::Chase { query, target, ttl, .. } => {
+                // The target as if it had failed upstream: SERVFAIL with the CNAME.
+                let failed = CachedAnswer::failure(&target, at, &policy);
+                kudurru_core::policy::answer::write_chased(
+                    &query,
+                    target.qname(),
+                    ttl,
+                    &failed,
+                    at,
+                    &options,
+                    &mut out,
+                );
+                check(msg, &out, None);
+            }
             Decision::Resolve(query) => {
                 let limit = input.datagram.then(|| query.udp_limit(payload));
                 let key = *query.key();
@@ -129,6 +207,12 @@ fuzz_target!(|input: Input| {
                 cache.insert(&key, answer.clone(), at);
                 if let Some(kept) = cache.get(&key, at) {
                     assert!(kept.matches(&key));
+                }
+                let cloaked =
+                    blocking().cloaked(&answer, &query, client.addr, None, &options, &mut out);
+                if let kudurru_core::policy::PolicyDecision::Answer(_) = cloaked {
+                    check(msg, &out, None);
+                    continue;
                 }
                 answer.write_response(&query, at, limit, &options, &mut out);
                 check(msg, &out, limit);

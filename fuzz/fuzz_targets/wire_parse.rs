@@ -45,8 +45,10 @@ fuzz_target!(|data: &[u8]| {
     let mut limiter = Limiter::new(64, 0, now);
     // Every client served: the access list is checked before anything fuzzed here.
     let acl = AccessList::new(&["::/0".parse().unwrap()], &[], AclAction::Refuse);
+    let policy = kudurru_core::policy::PolicyIndex::default();
     let stage = Stage {
         acl: &acl,
+        policy: &policy,
         local: &local,
         options: &wire::ReplyOptions::udp(1232),
         ratelimit: &ratelimit,
@@ -55,6 +57,7 @@ fuzz_target!(|data: &[u8]| {
     let client = Client {
         addr: std::net::Ipv4Addr::LOCALHOST.into(),
         datagram: true,
+        id: None,
     };
     // Twice: the second pass is over the limit and slips.
     for _ in 0..2 {

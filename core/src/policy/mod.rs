@@ -25,6 +25,10 @@ pub mod name;
 pub mod schedule;
 pub mod spec;
 
+/// The instant type of schedules and [`BuildInputs::now`] (jiff's), so callers need not name
+/// jiff themselves.
+pub use jiff::Timestamp;
+
 pub use blocklist::{
     Action, Format, INVALID_SAMPLES, InvalidLine, LocalData, ParseStats, ParsedList, Rule, Scope,
     parse,
