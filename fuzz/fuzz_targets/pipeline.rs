@@ -140,6 +140,7 @@ fuzz_target!(|input: Input| {
         addr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
         datagram: input.datagram,
         id: None,
+        sni: None,
     };
     let now = Instant::now();
     let later = now + Duration::from_secs(u64::from(input.later_secs));

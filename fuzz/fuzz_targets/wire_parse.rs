@@ -58,6 +58,7 @@ fuzz_target!(|data: &[u8]| {
         addr: std::net::Ipv4Addr::LOCALHOST.into(),
         datagram: true,
         id: None,
+        sni: None,
     };
     // Twice: the second pass is over the limit and slips.
     for _ in 0..2 {
