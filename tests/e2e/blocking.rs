@@ -924,3 +924,64 @@ fn a_list_that_never_loaded_holds_readiness_back() {
         "{messages}"
     );
 }
+
+/// CNAME cloaking: an answer whose CNAME chain reaches a blocked name is blocked for the
+/// clients whose policies block it, from the same cached answer that other clients get whole.
+#[test]
+fn a_cname_to_a_blocked_tracker_is_blocked_for_the_group_from_the_shared_cache() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let admin = k.token("admin", None);
+    create(
+        &k,
+        &admin,
+        "blocklists",
+        "trackers",
+        json!({"sources": [{"inline": ["tracker.cloak.example"]}], "format": "domains"}),
+    );
+    create(
+        &k,
+        &admin,
+        "clientgroups",
+        "kids",
+        json!({"clients": ["127.0.0.2/32"]}),
+    );
+    create(
+        &k,
+        &admin,
+        "policies",
+        "kids",
+        json!({"clientGroups": ["kids"], "denyLists": ["trackers"]}),
+    );
+    eventually("trackers to load", || loaded(&k, &admin, "trackers"));
+    eventually("the policy", || {
+        rcode(&k, "127.0.0.2", "tracker.cloak.example") == "NXDOMAIN"
+    });
+    let name = unique_name("cloak-");
+    // Another client gets the chain whole; it is cached.
+    let (code, records) = ask(&k, "127.0.0.1", &name, "A");
+    assert_eq!(code, "NOERROR");
+    assert_eq!(
+        records,
+        [
+            ("CNAME".to_owned(), "tracker.cloak.example.".to_owned()),
+            ("A".to_owned(), "192.0.2.66".to_owned())
+        ]
+    );
+    // The group's client asks the same name: a cache hit, blocked through its CNAME.
+    let (code, records) = ask(&k, "127.0.0.2", &name, "A");
+    assert_eq!((code.as_str(), records.len()), ("NXDOMAIN", 0));
+    // A fresh name goes upstream for the group's client: blocked on the miss path too.
+    let fresh = unique_name("cloak-");
+    assert_eq!(rcode(&k, "127.0.0.2", &fresh), "NXDOMAIN");
+    assert_eq!(
+        upstream.total(&name),
+        1,
+        "one upstream query served both clients"
+    );
+    assert_eq!(upstream.total(&fresh), 1);
+    assert!(
+        k.metric("kudurru_blocked_total{policy=\"kids\",list=\"trackers\"}") >= Some(3.0),
+        "the tracker itself and both cloaked answers are counted"
+    );
+}

@@ -517,6 +517,24 @@ fn respond(message: &[u8], transport: &'static str, seen: &Mutex<Seen>) -> Vec<V
         wire::write_error(&query, rcode::SERVFAIL, &UDP, &mut out);
     } else if first.starts_with("silent-") {
         return Vec::new();
+    } else if first.starts_with("cloak-") {
+        // A first-party name that is a CNAME to a tracker, then the tracker's address (CNAME
+        // cloaking, as trackers hide behind customers' subdomains).
+        wire::start_response(&query, rcode::NOERROR, false, &mut out);
+        let target_at = out.len() + 12;
+        wire::push_record(
+            &mut out,
+            wire::HEADER_LEN,
+            rtype::CNAME,
+            300,
+            b"\x07tracker\x05cloak\x07example\x00",
+        );
+        wire::count_answer(&mut out);
+        if query.qtype() == rtype::A {
+            wire::push_record(&mut out, target_at, rtype::A, 300, &[192, 0, 2, 66]);
+            wire::count_answer(&mut out);
+        }
+        wire::finish_response(&query, &mut out, &UDP);
     } else if first.starts_with("slow2s-") {
         // Slower than the default `upstream.timeout` (1.5 s), every time.
         thread::sleep(Duration::from_secs(2));
