@@ -815,6 +815,7 @@ fn rewrites_answer_addresses_and_a_cname_with_the_targets_records() {
     let k = Kudurru::builder(&[upstream.udp_url()]).start();
     let admin = k.token("admin", None);
     let target = unique_name("target-");
+    let big = unique_name("big-");
     create(
         &k,
         &admin,
@@ -823,6 +824,7 @@ fn rewrites_answer_addresses_and_a_cname_with_the_targets_records() {
         json!({"clientGroups": ["default"], "blockTTL": "120s", "rewrites": [
             {"name": "printer.home.arpa", "addresses": ["192.0.2.77", "2001:db8::77"]},
             {"name": "search.example", "cname": target},
+            {"name": "big.rewrite.example", "cname": big},
         ]}),
     );
     eventually("the rewrite", || {
@@ -853,6 +855,21 @@ fn rewrites_answer_addresses_and_a_cname_with_the_targets_records() {
     );
     let explained = check(&k, &admin, "name=search.example");
     assert_eq!(explained["verdict"], "rewritten");
+    // A chased answer too large for a client without EDNS (512 bytes) is truncated on UDP, so
+    // the client asks again over TCP, where it arrives whole.
+    let udp = dig(
+        k.addr,
+        &["big.rewrite.example", "TXT", "+noedns", "+ignore"],
+    );
+    assert!(udp.raw.contains(" tc"), "{}", udp.raw);
+    assert!(udp.answers.is_empty(), "{}", udp.raw);
+    let tcp = dig(k.addr, &["big.rewrite.example", "TXT", "+tcp"]);
+    assert_eq!(
+        tcp.answers.len(),
+        10,
+        "the CNAME and nine TXT records: {}",
+        tcp.raw
+    );
 }
 
 #[test]

@@ -91,6 +91,10 @@ impl Lookup {
                     to.options,
                     out,
                 );
+                // Too large for the client's UDP limit: TC=1, so it asks again over TCP.
+                if to.limit.is_some_and(|limit| out.len() > limit) {
+                    wire::write_truncated(query, to.options, out);
+                }
             }
         }
         true
