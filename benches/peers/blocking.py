@@ -18,7 +18,7 @@ names (neither in the list nor under a listed name) and 1000 blocked names drawn
 Every server gets the same list in its own syntax, and blocks a listed name and everything under
 it, answering NXDOMAIN:
 
-  kudurru         a BlockList (`file` source, format `domains`, mode deny) and a Policy for the
+  kudurru         a BlockList (`file` source, format `wildcard`: the name and everything under it, as the peers are configured, mode deny) and a Policy for the
                   `default` client group, created on the HTTP API (see `kudurru_objects`)
   unbound         `local-zone: "name." always_nxdomain`, one per name (module-config "iterator")
   unbound-rpz     the RPZ module (module-config "respip validator iterator"), a zone file with
@@ -593,7 +593,7 @@ class Api:
 def kudurru_objects(list_file):
     """The objects the benchmark creates: adjust here when the API's shapes settle."""
     blocklist = {"apiVersion": "kudurru.io/v1", "kind": "BlockList", "metadata": {"name": LIST_NAME},
-                 "spec": {"sources": [{"file": list_file}], "format": "domains", "mode": "deny"}}
+                 "spec": {"sources": [{"file": list_file}], "format": "wildcard", "mode": "deny"}}
     policy = {"apiVersion": "kudurru.io/v1", "kind": "Policy", "metadata": {"name": POLICY_NAME},
               "spec": {"clientGroups": ["default"], "denyLists": [LIST_NAME]}}
     return blocklist, policy
