@@ -42,6 +42,10 @@ const AUDIT: TableDefinition<'_, (u64, u64), &[u8]> = TableDefinition::new("audi
 /// The list-body cache; added within format 1 (an older build ignores the table).
 const BODIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("bodies");
 
+/// redb's page cache (its default is 1 GiB): objects are small and list bodies are read once
+/// at start, so a small cache keeps a 60 MB list body from staying resident after its write.
+const CACHE_BYTES: usize = 16 << 20;
+
 const META_FORMAT: &str = "format";
 const META_REVISION: &str = "revision";
 const META_AUDIT_HEAD: &str = "audit.head";
@@ -64,6 +68,7 @@ impl RedbStore {
         let file = files::open_data_file(&path)?;
         let database = Builder::new()
             .set_concurrency_mode(ConcurrencyMode::SingleWriter)
+            .set_cache_size(CACHE_BYTES)
             .create_with_backend(redb::backends::FileBackend::new(file))?;
         let revision = initialize(&database)?;
         let hub = Hub::new(revision, options.watch_history, options.watch_buffer);

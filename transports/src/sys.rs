@@ -514,6 +514,19 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration, ready: &mut [bool]) -> io
     Ok(rc as usize)
 }
 
+/// Gives the allocator's free memory back to the kernel (glibc's `malloc_trim`, over every
+/// arena): after a large transient allocation on the control thread (a block list's parse, a
+/// million small rules freed at once), free pages would otherwise stay resident in the arena of
+/// the blocking thread that made them. A no-op with other allocators.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes no pointers; it only walks glibc's own arenas under their
+    // locks and may be called from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`), how late the kernel may fire
 /// its timers to batch wake-ups (50 µs by default): a load generator wants its sends on time.
 pub fn set_timer_slack(nanoseconds: u64) -> io::Result<()> {

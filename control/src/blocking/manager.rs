@@ -141,7 +141,7 @@ impl ListState {
     fn settled(&self) -> bool {
         self.sources
             .iter()
-            .all(|s| s.body.is_some() || (s.tried && !s.in_flight))
+            .all(|s| s.has_body() || (s.tried && !s.in_flight))
     }
 
     /// Why the list is degraded, if it is.
@@ -152,7 +152,7 @@ impl ListState {
             .filter_map(|s| {
                 let error = s.error.as_ref()?;
                 Some(match &s.last_success {
-                    Some(at) if s.body.is_some() => format!(
+                    Some(at) if s.has_body() => format!(
                         "{}: {} (keeping the body of {at})",
                         describe(&s.source),
                         error.message
@@ -480,6 +480,7 @@ impl Manager {
         match tokio::task::spawn_blocking(move || bodies.get_body(&key)).await {
             Ok(Ok(Some((body, meta)))) => {
                 source.set_body(Bytes::from(body));
+                source.stored = true;
                 source.validators = Validators {
                     etag: meta.etag,
                     last_modified: meta.last_modified,
@@ -646,7 +647,7 @@ impl Manager {
         };
         let (bodies, key) = (self.bodies.clone(), key.to_owned());
         match tokio::task::spawn_blocking(move || bodies.put_body(&key, &body, &meta)).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => source.stored = true,
             Ok(Err(e)) => {
                 tracing::warn!(list, error = %e, "the list body could not be kept for restarts");
             }
@@ -707,7 +708,7 @@ impl Manager {
             for source in &mut state.sources {
                 let job = match &source.source {
                     ListSource::Url(url) if source.due(now).is_some_and(|due| due <= now) => {
-                        let previous = if source.body.is_some() {
+                        let previous = if source.has_body() {
                             source.validators.clone()
                         } else {
                             Validators::default()
@@ -748,39 +749,63 @@ impl Manager {
         let (Ok(spec), Some(slot)) = (&state.spec, state.slot) else {
             return;
         };
-        if state.sources.iter().all(|s| s.body.is_none()) {
+        if state.sources.iter().all(|s| !s.has_body()) {
             return;
         }
-        let mut body = Vec::new();
-        for source in &state.sources {
-            if let Some(part) = &source.body {
-                body.extend_from_slice(part);
-                if !part.ends_with(b"\n") {
-                    body.push(b'\n');
-                }
-            }
-        }
+        // In memory, or read back from the body cache on the blocking pool.
+        let parts: Vec<Result<Bytes, String>> = state
+            .sources
+            .iter()
+            .filter(|s| s.has_body())
+            .map(|s| s.body.clone().ok_or_else(|| s.key.clone()))
+            .collect();
+        let bodies = self.bodies.clone();
         let max_rules = usize::try_from(spec.max_entries.unwrap_or(self.settings.max_list_entries))
             .unwrap_or(usize::MAX);
         let (format, mode) = (spec.format, spec.mode);
         let had_rules = state.compiled.as_ref().is_some_and(|c| c.entries > 0);
         let (engine, matcher) = (self.engine.clone(), self.matcher.clone());
         let compiled = tokio::task::spawn_blocking(move || {
+            let mut body = Vec::new();
+            for part in parts {
+                let part = match part {
+                    Ok(part) => part,
+                    Err(key) => match bodies.get_body(&key) {
+                        Ok(Some((stored, _))) => Bytes::from(stored),
+                        Ok(None) => return Err(format!("the kept body {key} is gone")),
+                        Err(e) => return Err(format!("the kept body {key} cannot be read: {e}")),
+                    },
+                };
+                body.extend_from_slice(&part);
+                if !part.ends_with(b"\n") {
+                    body.push(b'\n');
+                }
+            }
             let parsed = engine.parse(&body, format, max_rules);
+            drop(body);
             if parsed.rules.is_empty() && had_rules {
-                return (parsed.stats, None);
+                return Ok((parsed.stats, None));
             }
             let matcher = engine.with_list(&matcher, slot, mode, &parsed);
             let entries = engine.entries(&matcher, slot);
-            (parsed.stats, Some((matcher, entries)))
+            let stats = parsed.stats.clone();
+            drop(parsed);
+            // A million freed rules would otherwise stay resident in this thread's arena.
+            kudurru_transports::sys::release_free_memory();
+            Ok((stats, Some((matcher, entries))))
         })
-        .await;
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|result| result);
         let Some(state) = self.lists.get_mut(name) else {
             return;
         };
         match compiled {
             Ok((stats, Some((matcher, entries)))) => {
                 self.matcher = Arc::new(matcher);
+                for source in &mut state.sources {
+                    source.release_body();
+                }
                 state.compile_problem = (entries == 0).then(|| "the list has no rules".to_owned());
                 let format = stats.format.unwrap_or(format);
                 tracing::info!(

@@ -125,8 +125,13 @@ pub struct SourceState {
     pub source: ListSource,
     /// Its body cache key.
     pub key: String,
-    /// The last good body.
+    /// The last good body while it is needed in memory: until it is compiled and kept in the
+    /// body cache (then [`Self::stored`] says where it is). Inline sources keep theirs.
     pub body: Option<Bytes>,
+    /// The last good body is in the body cache under [`Self::key`].
+    pub stored: bool,
+    /// Bytes of the last good body.
+    pub bytes: Option<u64>,
     /// Validators of `body` (URL sources).
     pub validators: Validators,
     /// SHA-256 of `body`.
@@ -153,6 +158,8 @@ impl SourceState {
         let key = body_key(list, &source);
         let mut state = Self {
             body: None,
+            stored: false,
+            bytes: None,
             validators: Validators::default(),
             sha256: None,
             last_attempt: None,
@@ -174,13 +181,34 @@ impl SourceState {
         state
     }
 
-    /// Keeps `body`; returns whether it differs from the one kept before.
+    /// Keeps `body` as the last good one; returns whether it differs from the one kept before
+    /// (an unchanged body is not kept in memory again when the cache has it).
     pub fn set_body(&mut self, body: Bytes) -> bool {
         let sha256: [u8; 32] = Sha256::digest(&body).into();
         let changed = self.sha256 != Some(sha256);
+        if !changed && self.stored {
+            return false;
+        }
         self.sha256 = Some(sha256);
+        self.bytes = Some(body.len() as u64);
         self.body = Some(body);
+        if changed {
+            self.stored = false;
+        }
         changed
+    }
+
+    /// Whether a last good body exists, in memory or in the body cache.
+    pub fn has_body(&self) -> bool {
+        self.body.is_some() || self.stored
+    }
+
+    /// Drops the in-memory copy of a body the cache keeps (after its compile): a list's bodies
+    /// do not stay resident beside its compiled entries.
+    pub fn release_body(&mut self) {
+        if self.stored {
+            self.body = None;
+        }
     }
 
     /// A URL source's next due fetch; `None` for other sources or while one runs.

@@ -167,7 +167,7 @@ pub(super) fn list_status(state: &ListState, now: Timestamp) -> Option<ObjectSta
                     "lastSuccess": s.last_success.map(|t| t.to_string()),
                     "etag": s.validators.etag,
                     "lastModified": s.validators.last_modified,
-                    "bytes": s.body.as_ref().map(|b| b.len()),
+                    "bytes": s.bytes,
                     "error": s.error.as_ref().map(|e| e.message.clone()),
                 })
             })
