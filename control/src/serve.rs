@@ -124,6 +124,8 @@ const SHUTDOWN_BLOCKING: Duration = Duration::from_secs(5);
 /// tokio current-thread runtime running the ops and API listeners, the file watchers and the
 /// signal handlers as tasks, with a bounded pool for blocking work.
 pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
+    // Before any thread starts: large blocks (block lists) mapped on their own.
+    kudurru_transports::sys::tune_allocator();
     let inputs = Inputs::capture(args, std::env::vars())?;
     let ignored_env = inputs.ignored_env.clone();
     let reloadable = Arc::new(Reloadable::start(inputs)?);

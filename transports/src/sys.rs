@@ -514,6 +514,23 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration, ready: &mut [bool]) -> io
     Ok(rc as usize)
 }
 
+/// Allocations of this size and more are mapped on their own and unmapped when freed.
+const MMAP_THRESHOLD: libc::c_int = 1 << 20;
+
+/// Sets glibc's mmap threshold to a fixed 1 MiB (`M_MMAP_THRESHOLD`; glibc otherwise raises it
+/// up to 32 MiB after a large block is freed): a block list's arrays and bodies (megabytes, and
+/// replaced whole on every refresh) are then mapped and unmapped on their own, so refreshes do
+/// not leave holes in an arena's heap that keep its pages resident. Call once, before threads
+/// start. A no-op with other allocators.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` takes two integers and only changes glibc's own parameters; called
+    // before other threads exist, it races with no allocation.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+    }
+}
+
 /// Gives the allocator's free memory back to the kernel (glibc's `malloc_trim`, over every
 /// arena): after a large transient allocation on the control thread (a block list's parse, a
 /// million small rules freed at once), free pages would otherwise stay resident in the arena of

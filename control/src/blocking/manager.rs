@@ -45,6 +45,8 @@ use kudurru_storage::{BodyCache, BodyMeta};
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
 /// How long a watch that failed waits before it is opened again.
 const REWATCH: Duration = Duration::from_secs(1);
+/// How long after a new index is published the old one's counts are folded (and it is freed).
+const RETIRE_DELAY: Duration = Duration::from_secs(1);
 
 /// What the manager is told besides watch events.
 #[derive(Debug)]
@@ -646,7 +648,14 @@ impl Manager {
             bytes: body.len() as u64,
         };
         let (bodies, key) = (self.bodies.clone(), key.to_owned());
-        match tokio::task::spawn_blocking(move || bodies.put_body(&key, &body, &meta)).await {
+        let put = move || {
+            let put = bodies.put_body(&key, &body, &meta);
+            // The write's copies of a large body would otherwise stay resident in this arena.
+            drop(body);
+            kudurru_transports::sys::release_free_memory();
+            put
+        };
+        match tokio::task::spawn_blocking(put).await {
             Ok(Ok(())) => source.stored = true,
             Ok(Err(e)) => {
                 tracing::warn!(list, error = %e, "the list body could not be kept for restarts");
@@ -893,6 +902,14 @@ impl Manager {
         let old = self.shared.publisher.index();
         self.shared.publisher.index_changed(Arc::new(index));
         self.shared.metrics.retire(old);
+        // The cores let go of the old index within microseconds; folding its counts a moment
+        // later frees it, and with it the old matcher (megabytes), instead of at the next
+        // refresh or scrape.
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RETIRE_DELAY).await;
+            shared.metrics.fold();
+        });
         self.shared.set_check_inputs(inputs);
         tracing::debug!(
             lists = self.lists.len(),

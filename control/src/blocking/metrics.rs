@@ -79,8 +79,8 @@ impl BlockingMetrics {
             .push(index);
     }
 
-    /// Folds the counts of retired indexes only this holds into the base.
-    fn fold(&self) {
+    /// Folds the counts of retired indexes only this holds into the base, freeing them.
+    pub fn fold(&self) {
         let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
         let mut base = self.base.lock().unwrap_or_else(PoisonError::into_inner);
         retired.retain(|index| {
