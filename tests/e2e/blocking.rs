@@ -1002,3 +1002,49 @@ fn a_cname_to_a_blocked_tracker_is_blocked_for_the_group_from_the_shared_cache()
         "the tracker itself and both cloaked answers are counted"
     );
 }
+
+/// RPZ local data larger than a client's UDP limit is truncated (TC=1) over UDP and answered
+/// whole over TCP, as every other answer.
+#[test]
+fn rpz_local_data_past_the_udp_limit_is_truncated_and_whole_over_tcp() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let admin = k.token("admin", None);
+    let mut lines = vec![
+        "$TTL 60".to_owned(),
+        "@ SOA localhost. root.localhost. 1 3600 600 86400 60".to_owned(),
+        "@ NS localhost.".to_owned(),
+    ];
+    for i in 0..8 {
+        lines.push(format!(
+            "big.rpz.example TXT \"{}\"",
+            format!("{i}").repeat(100)
+        ));
+    }
+    create(
+        &k,
+        &admin,
+        "blocklists",
+        "local-data",
+        json!({"sources": [{"inline": lines}], "format": "rpz"}),
+    );
+    create(
+        &k,
+        &admin,
+        "policies",
+        "everyone",
+        json!({"clientGroups": ["default"], "denyLists": ["local-data"]}),
+    );
+    eventually("the local data", || {
+        dig(k.addr, &["big.rpz.example", "TXT", "+tcp"])
+            .answers
+            .len()
+            == 8
+    });
+    let udp = dig(k.addr, &["big.rpz.example", "TXT", "+noedns", "+ignore"]);
+    assert!(udp.raw.contains(" tc"), "{}", udp.raw);
+    assert!(udp.answers.is_empty(), "{}", udp.raw);
+    // With a large enough EDNS buffer it fits in one datagram.
+    let edns = dig(k.addr, &["big.rpz.example", "TXT", "+bufsize=1232"]);
+    assert_eq!(edns.answers.len(), 8, "{}", edns.raw);
+}

@@ -99,6 +99,13 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                             context.metrics.dropped();
                             continue;
                         }
+                        // RPZ local data can outgrow the client's UDP limit: TC=1 then, so it
+                        // asks again over TCP (the message scanned once; it scans again).
+                        if let Ok(query) = Query::parse(message)
+                            && out.len() > query.udp_limit(settings.edns_payload)
+                        {
+                            wire::write_truncated(&query, &options, &mut out);
+                        }
                     }
                     Decision::Resolve(query) => {
                         let to = Answering {
