@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -147,47 +147,15 @@ fn serve_one(stream: TcpStream, failing: &AtomicBool, hits: &Mutex<HashMap<(Stri
     let _ = stream.write_all(&body);
 }
 
-/// (status, JSON body) of one API request through curl.
+/// (status, JSON body) of one API request through curl (`objects::call` with a JSON body).
 fn call(k: &Kudurru, method: &str, path: &str, token: &str, body: Option<&Value>) -> (u16, Value) {
-    let mut cmd = Command::new("curl");
-    cmd.args([
-        "-sS",
-        "--max-time",
-        "10",
-        "-X",
+    let text = body.map(Value::to_string);
+    crate::objects::call(
+        k,
         method,
-        "-w",
-        "\n%{http_code}",
-    ])
-    .arg(format!("http://{}{path}", k.api))
-    .arg("-H")
-    .arg(format!("Authorization: Bearer {token}"));
-    if body.is_some() {
-        cmd.args([
-            "-H",
-            "Content-Type: application/json",
-            "--data-binary",
-            "@-",
-        ]);
-    }
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("curl runs");
-    let mut stdin = child.stdin.take().expect("piped");
-    if let Some(body) = body {
-        stdin
-            .write_all(body.to_string().as_bytes())
-            .expect("curl reads its body");
-    }
-    drop(stdin);
-    let out = child.wait_with_output().expect("curl ends");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, status) = text.rsplit_once('\n').expect("status line");
-    (
-        status.parse().unwrap(),
-        serde_json::from_str(body).unwrap_or(Value::Null),
+        path,
+        token,
+        text.as_deref().map(|t| ("application/json", t)),
     )
 }
 

@@ -10,7 +10,7 @@ use kudurru_e2e::{Kudurru, TestUpstream};
 use serde_json::{Value, json};
 
 /// (status, body) of one request; `body` is (content type, text).
-fn call(
+pub(crate) fn call(
     k: &Kudurru,
     method: &str,
     path: &str,
