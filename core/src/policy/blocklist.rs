@@ -367,16 +367,25 @@ impl Parser {
         }
     }
 
-    /// `ads.example # comment`.
-    fn domains_line(&mut self, number: u32, line: &str) {
+    /// The one field of a line without its `#` comment; `None` for a blank or comment line, and
+    /// for a line of more fields (counted invalid).
+    fn one_field<'l>(&mut self, number: u32, line: &'l str) -> Option<&'l str> {
         let content = line.split('#').next().unwrap_or("").trim();
         if content.is_empty() {
-            return;
+            return None;
         }
         if content.split_ascii_whitespace().nth(1).is_some() {
             self.invalid(number, line, "more than one field");
-            return;
+            return None;
         }
+        Some(content)
+    }
+
+    /// `ads.example # comment`.
+    fn domains_line(&mut self, number: u32, line: &str) {
+        let Some(content) = self.one_field(number, line) else {
+            return;
+        };
         if content.contains('*') {
             self.invalid(
                 number,
@@ -393,14 +402,9 @@ impl Parser {
 
     /// `*.ads.example` or `ads.example` (or `.ads.example`): the name and below.
     fn wildcard_line(&mut self, number: u32, line: &str) {
-        let content = line.split('#').next().unwrap_or("").trim();
-        if content.is_empty() {
+        let Some(content) = self.one_field(number, line) else {
             return;
-        }
-        if content.split_ascii_whitespace().nth(1).is_some() {
-            self.invalid(number, line, "more than one field");
-            return;
-        }
+        };
         let name = content
             .strip_prefix("*.")
             .or_else(|| content.strip_prefix('.'))
