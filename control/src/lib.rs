@@ -29,3 +29,4 @@ pub mod reload;
 pub mod serve;
 pub mod tokens;
 pub mod watch;
+pub mod zones;

@@ -33,6 +33,7 @@ pub mod scrub;
 pub mod settings;
 pub mod upstream;
 pub mod wire;
+pub mod zone;
 
 pub use acl::{AccessList, AclAction};
 pub use answer::{AnswerKind, CachedAnswer, ReplyError, TtlPolicy};

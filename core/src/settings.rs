@@ -7,7 +7,7 @@
 //!
 //! Parts that are large or compiled are `Arc`s of their own (today the upstream set), so
 //! cloning a snapshot to change one part shares the others instead of copying them. The
-//! compiled policy index is one (`policy`); the zones will join them the same way.
+//! compiled policy index is one (`policy`), the zones another (`zones`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +18,7 @@ use crate::limiter::RateLimit;
 use crate::local::LocalNames;
 use crate::policy::PolicyIndex;
 use crate::upstream::UpstreamSpec;
+use crate::zone::Zones;
 
 /// What the data plane needs from the effective configuration: one immutable snapshot, read
 /// once per query.
@@ -67,6 +68,10 @@ pub struct Settings {
     /// built by the control thread's list manager. Shared: a settings reload keeps it, a list
     /// refresh replaces only it.
     pub policy: Arc<PolicyIndex>,
+    /// Authoritative, built-in and forward zones (the Zone and RecordSet objects, transfers):
+    /// built by the control thread's zone manager. Shared like `policy`: a settings reload
+    /// keeps it, a zone change replaces only it.
+    pub zones: Arc<Zones>,
 }
 
 impl Settings {

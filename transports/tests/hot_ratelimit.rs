@@ -34,6 +34,7 @@ fn settings(ratelimit: RateLimit) -> Settings {
         ratelimit,
         ratelimit_table_size: 1024,
         policy: Default::default(),
+        zones: Default::default(),
         acl: Default::default(),
     }
 }

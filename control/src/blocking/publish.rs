@@ -1,5 +1,6 @@
 //! The one place the settings snapshot is stored: the configuration's part (from the settings
-//! subscriber) and the policy index (from the list manager) are merged here, so a settings
+//! subscriber), the policy index (from the list manager) and the zones (from the zone manager)
+//! are merged here, so a settings
 //! reload keeps the compiled lists and a list refresh keeps the settings.
 //!
 //! ```text
@@ -13,13 +14,14 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kudurru_core::policy::PolicyIndex;
+use kudurru_core::zone::Zones;
 use kudurru_transports::{Settings, SharedSettings};
 
 /// Merges the configured settings and the policy index into the snapshot the cores read.
 pub struct Publisher {
     shared: SharedSettings,
     /// The latest configured settings (their `policy` ignored) and the latest index.
-    latest: Mutex<(Settings, Arc<PolicyIndex>)>,
+    latest: Mutex<(Settings, Arc<PolicyIndex>, Arc<Zones>)>,
 }
 
 impl Publisher {
@@ -27,9 +29,10 @@ impl Publisher {
     pub fn new(shared: SharedSettings) -> Self {
         let current = shared.load_full();
         let index = current.policy.clone();
+        let zones = current.zones.clone();
         Self {
             shared,
-            latest: Mutex::new(((*current).clone(), index)),
+            latest: Mutex::new(((*current).clone(), index, zones)),
         }
     }
 
@@ -47,6 +50,22 @@ impl Publisher {
         self.store(&latest);
     }
 
+    /// New zones (the zone manager); the settings and the policy index stay.
+    pub fn zones_changed(&self, zones: Arc<Zones>) {
+        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        latest.2 = zones;
+        self.store(&latest);
+    }
+
+    /// The zones the cores read now.
+    pub fn zones(&self) -> Arc<Zones> {
+        self.latest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .2
+            .clone()
+    }
+
     /// The index the cores read now.
     pub fn index(&self) -> Arc<PolicyIndex> {
         self.latest
@@ -61,9 +80,10 @@ impl Publisher {
         self.shared.load_full()
     }
 
-    fn store(&self, latest: &(Settings, Arc<PolicyIndex>)) {
+    fn store(&self, latest: &(Settings, Arc<PolicyIndex>, Arc<Zones>)) {
         let mut snapshot = latest.0.clone();
         snapshot.policy = latest.1.clone();
+        snapshot.zones = latest.2.clone();
         self.shared.store(Arc::new(snapshot));
     }
 }

@@ -336,6 +336,7 @@ impl Config {
             ratelimit,
             ratelimit_table_size: self.ratelimit.table_size,
             policy: Default::default(),
+            zones: std::sync::Arc::new(kudurru_core::zone::Zones::builtin()),
         };
         Ok(Validated {
             settings,

@@ -195,6 +195,7 @@ mod tests {
             ratelimit: RateLimit::default(),
             ratelimit_table_size: 1024,
             policy: Default::default(),
+            zones: Default::default(),
             acl: Default::default(),
         }
     }
