@@ -13,6 +13,8 @@
 //! The manager's handle is what the other parts call: the secondary's transfer loop hands it
 //! what it transferred, the UPDATE handler the changes a client asked for.
 
+pub mod keys;
+
 use kudurru_core::zone::xfr::Diff;
 use kudurru_core::zone::{Record, ZoneData, ZoneError};
 
