@@ -28,7 +28,7 @@ use crate::acl::{AccessList, AclAction};
 use crate::limiter::{Limiter, RateLimit, Verdict};
 use crate::policy::{Blocked, PolicyDecision, PolicyIndex};
 use crate::settings::Settings;
-use crate::wire::{self, Query, QueryError, ReplyOptions, class, rcode, rtype};
+use crate::wire::{self, ControlOpcode, Query, QueryError, ReplyOptions, class, rcode, rtype};
 use crate::{CacheKey, CachedAnswer, LocalNames};
 
 /// The name health checkers ask (dnsdist `checkName`, `mustResolve`): NOERROR normally, SERVFAIL
@@ -76,6 +76,9 @@ pub enum Decision<'a> {
         /// The CNAME record's TTL.
         ttl: u32,
     },
+    /// A NOTIFY or UPDATE from a client the ACL admits: the control thread answers it
+    /// (transports hand the message to it through their inbox; others answer NOTIMP).
+    Control(ControlOpcode),
 }
 
 /// What the stages read besides the message: all of it from the settings snapshot and the
@@ -140,6 +143,9 @@ pub fn ingress<'a>(
 ) -> Decision<'a> {
     if !stage.acl.allows(client.addr) {
         return refuse(msg, stage, out);
+    }
+    if let Some(opcode) = ControlOpcode::of(msg) {
+        return Decision::Control(opcode);
     }
     let query = match Query::parse(msg) {
         Ok(query) => query,

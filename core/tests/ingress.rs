@@ -72,7 +72,8 @@ fn answer(msg: &[u8], datagram: bool) -> Option<Vec<u8>> {
         | Decision::Resolve(_)
         | Decision::Refused { .. }
         | Decision::Blocked { .. }
-        | Decision::Chase { .. } => None,
+        | Decision::Chase { .. }
+        | Decision::Control(_) => None,
     }
 }
 

@@ -33,6 +33,7 @@ use crate::answer::{Answering, Lookup};
 use crate::connections::Admission;
 use crate::core_context::{Active, CoreContext};
 use crate::deadline::within;
+use crate::inbox::InboxTransport;
 use crate::metrics::{CoreMetrics, Transport};
 use crate::outbox::Outbox;
 use crate::tls::TlsConfig;
@@ -153,6 +154,33 @@ async fn connection<S>(
                     break;
                 }
                 outbox.push(&context.metrics, &out);
+            }
+            Decision::Control(_) if transport != Transport::Tcp => {
+                // Over DoT these opcodes are not served (crate::inbox).
+                if !kudurru_core::wire::write_header_error(
+                    &message,
+                    kudurru_core::wire::rcode::NOTIMP,
+                    &mut out,
+                ) {
+                    break;
+                }
+                outbox.push(&context.metrics, &out);
+            }
+            Decision::Control(_) => {
+                let (worker, outbox) = (worker.clone(), outbox.clone());
+                glommio::spawn_local(async move {
+                    let _active = Active::enter(worker.context());
+                    let _permit = permit;
+                    let context = worker.context();
+                    let Some(out) = context.inbox.ask(&message, peer, InboxTransport::Tcp).await
+                    else {
+                        context.metrics.dropped();
+                        return;
+                    };
+                    outbox.push(&context.metrics, &out);
+                    Outbox::flush(&outbox, &context.metrics, &context.settings);
+                })
+                .detach();
             }
             Decision::Resolve(_) | Decision::Chase { .. } => {
                 let (query, lookup) = match decision {

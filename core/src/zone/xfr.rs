@@ -66,7 +66,7 @@ impl TransferPolicy {
 }
 
 /// One change of a zone: the records removed and added between two serials (RFC 1995 §4).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diff {
     /// Serial before.
     pub from: u32,
@@ -470,6 +470,278 @@ fn header_error(request: &[u8], rcode: Rcode) -> Vec<u8> {
     out
 }
 
+/// What an incoming transfer brought.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received {
+    /// The primary's serial is not newer than ours (an IXFR answered with one SOA).
+    UpToDate,
+    /// The whole zone (AXFR, or an AXFR-style IXFR answer): SOA first, once.
+    Full(Vec<Record>),
+    /// Incremental changes, oldest first (each diff's SOAs in its removed and added lists).
+    Diffs(Vec<Diff>),
+}
+
+/// Why an incoming transfer failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IncomingError {
+    /// The primary answered with an error rcode.
+    #[error("the primary answered rcode {0}")]
+    Rcode(u8),
+    /// A message that does not parse, or does not answer our request.
+    #[error("malformed transfer: {0}")]
+    Malformed(&'static str),
+    /// More records than allowed.
+    #[error("transfer larger than {0} records")]
+    TooLarge(usize),
+    /// A record whose owner is outside the zone.
+    #[error("out-of-zone record in the transfer")]
+    OutOfZone,
+}
+
+/// Whether the stream needs more messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Not complete: read the next message.
+    More,
+    /// Complete.
+    Done(Received),
+}
+
+/// The secondary's side of a transfer: the answer messages of an AXFR or IXFR, fed in as
+/// they arrive, interpreted into a whole zone or a list of diffs (RFC 5936 §2.2, RFC 1995
+/// §4). Sans-IO: the control thread reads the messages and checks their TSIG.
+///
+/// The stream is complete when an SOA with the first SOA's serial closes it: the second SOA
+/// of an AXFR-style stream, or in an incremental one the SOA where the next diff would start.
+#[derive(Debug)]
+pub struct Incoming {
+    apex: Box<[u8]>,
+    id: u16,
+    /// Our serial when we asked for an IXFR.
+    ixfr_from: Option<u32>,
+    max_records: usize,
+    records: Vec<Record>,
+    /// The serial of the first SOA (the primary's current one).
+    serial: Option<u32>,
+    /// SOAs seen after the first.
+    soas_after_first: usize,
+    done: bool,
+}
+
+impl Incoming {
+    /// A transfer of `apex` (lowercase wire form) asked for with message ID `id`: an IXFR
+    /// from `ixfr_from`, or an AXFR; at most `max_records` records.
+    pub fn new(apex: &[u8], id: u16, ixfr_from: Option<u32>, max_records: usize) -> Self {
+        Self {
+            apex: apex.to_ascii_lowercase().into(),
+            id,
+            ixfr_from,
+            max_records,
+            records: Vec::new(),
+            serial: None,
+            soas_after_first: 0,
+            done: false,
+        }
+    }
+
+    /// Takes the next answer message of the stream (its TSIG, if any, already checked).
+    pub fn message(&mut self, bytes: &[u8]) -> Result<Progress, IncomingError> {
+        if self.done {
+            return Err(IncomingError::Malformed("a message after the last SOA"));
+        }
+        let msg =
+            Message::from_slice(bytes).map_err(|_| IncomingError::Malformed("short message"))?;
+        let header = msg.header();
+        if !header.qr() || header.id() != self.id {
+            return Err(IncomingError::Malformed("not an answer to the request"));
+        }
+        if header.rcode() != Rcode::NOERROR {
+            return Err(IncomingError::Rcode(header.rcode().to_int()));
+        }
+        if header.tc() {
+            return Err(IncomingError::Malformed("truncated"));
+        }
+        let answer = msg
+            .answer()
+            .map_err(|_| IncomingError::Malformed("bad question section"))?;
+        for record in answer {
+            let record = record.map_err(|_| IncomingError::Malformed("bad record"))?;
+            if self.done {
+                return Err(IncomingError::Malformed("records after the last SOA"));
+            }
+            if self.records.len() >= self.max_records {
+                return Err(IncomingError::TooLarge(self.max_records));
+            }
+            let record = owned(&record)?;
+            if !in_zone(&record.owner, &self.apex) {
+                return Err(IncomingError::OutOfZone);
+            }
+            let soa = soa_serial(&record);
+            match (self.serial, soa) {
+                (None, Some(serial)) if record.owner == self.apex => self.serial = Some(serial),
+                (None, _) => {
+                    return Err(IncomingError::Malformed(
+                        "the first record is not the apex SOA",
+                    ));
+                }
+                (Some(first), Some(serial)) => {
+                    self.soas_after_first += 1;
+                    let incremental = self.is_incremental_with(serial);
+                    if serial == first && (!incremental || self.soas_after_first % 2 == 1) {
+                        self.done = true;
+                    } else if !incremental {
+                        return Err(IncomingError::Malformed(
+                            "a second SOA inside a full transfer",
+                        ));
+                    }
+                }
+                (Some(_), None) => {}
+            }
+            self.records.push(record);
+        }
+        if self.done {
+            return self.finish().map(Progress::Done);
+        }
+        // An IXFR answered with the single SOA: we are current (RFC 1995 §2).
+        if let (Some(ours), Some(theirs), 1) = (self.ixfr_from, self.serial, self.records.len())
+            && !serial_older(ours, theirs)
+        {
+            self.done = true;
+            return Ok(Progress::Done(Received::UpToDate));
+        }
+        Ok(Progress::More)
+    }
+
+    /// Whether the stream is incremental, judged at its second record (an SOA of `serial`
+    /// right after the first, other than the first's: the start of the first diff).
+    fn is_incremental_with(&self, serial: u32) -> bool {
+        match self.records.get(1) {
+            Some(second) => {
+                self.ixfr_from.is_some()
+                    && soa_serial(second).is_some_and(|s| Some(s) != self.serial)
+            }
+            None => self.ixfr_from.is_some() && Some(serial) != self.serial,
+        }
+    }
+
+    fn finish(&mut self) -> Result<Received, IncomingError> {
+        let mut records = std::mem::take(&mut self.records);
+        let first = self.serial.unwrap_or_default();
+        let incremental = records
+            .get(1)
+            .and_then(soa_serial)
+            .is_some_and(|s| s != first)
+            && self.ixfr_from.is_some();
+        if !incremental {
+            records.pop(); // the closing SOA
+            return Ok(Received::Full(records));
+        }
+        // SOA(new) [SOA(from) removed… SOA(to) added…]… SOA(new)
+        let mut diffs: Vec<Diff> = Vec::new();
+        let mut iter = records.into_iter().skip(1).peekable();
+        while let Some(from_soa) = iter.next() {
+            let Some(from) = soa_serial(&from_soa) else {
+                return Err(IncomingError::Malformed(
+                    "a diff does not start with an SOA",
+                ));
+            };
+            if from == first && iter.peek().is_none() {
+                break;
+            }
+            let mut removed = vec![from_soa];
+            while let Some(r) = iter.next_if(|r| r.rtype != rtype::SOA) {
+                removed.push(r);
+            }
+            let Some(to_soa) = iter.next() else {
+                return Err(IncomingError::Malformed("a diff without its new SOA"));
+            };
+            let to = soa_serial(&to_soa).unwrap_or_default();
+            let mut added = vec![to_soa];
+            while let Some(r) = iter.next_if(|r| r.rtype != rtype::SOA) {
+                added.push(r);
+            }
+            if diffs.last().is_some_and(|d| d.to != from) {
+                return Err(IncomingError::Malformed(
+                    "diffs that do not follow each other",
+                ));
+            }
+            diffs.push(Diff {
+                from,
+                to,
+                removed,
+                added,
+            });
+        }
+        if diffs.first().map(|d| d.from) != self.ixfr_from
+            || diffs.last().map(|d| d.to) != Some(first)
+        {
+            return Err(IncomingError::Malformed(
+                "diffs that do not lead from our serial to theirs",
+            ));
+        }
+        Ok(Received::Diffs(diffs))
+    }
+}
+
+/// A parsed record as kudurru keeps it: owner lowercased, rdata with its names uncompressed.
+fn owned(record: &domain::base::ParsedRecord<'_, [u8]>) -> Result<Record, IncomingError> {
+    let bad = |_| IncomingError::Malformed("bad record");
+    if record.class() != Class::IN {
+        return Err(IncomingError::Malformed(
+            "a record of a class other than IN",
+        ));
+    }
+    let parsed = record
+        .to_any_record::<domain::rdata::AllRecordData<_, domain::base::ParsedName<_>>>()
+        .map_err(|_| IncomingError::Malformed("rdata that does not parse"))?;
+    let mut owner = Vec::with_capacity(32);
+    parsed.owner().compose(&mut owner).map_err(bad)?;
+    owner.make_ascii_lowercase();
+    let mut rdata = Vec::with_capacity(usize::from(record.rdlen()));
+    domain::base::rdata::ComposeRecordData::compose_rdata(parsed.data(), &mut rdata)
+        .map_err(bad)?;
+    Ok(Record {
+        owner: owner.into(),
+        rtype: record.rtype().to_int(),
+        ttl: record.ttl().as_secs(),
+        rdata: rdata.into(),
+    })
+}
+
+/// Whether `owner` is `apex` or below it (both lowercase wire form).
+fn in_zone(owner: &[u8], apex: &[u8]) -> bool {
+    if !owner.ends_with(apex) {
+        return false;
+    }
+    // The suffix must start at a label boundary.
+    let start = owner.len() - apex.len();
+    let mut at = 0;
+    while at < start {
+        at += usize::from(owner[at]) + 1;
+    }
+    at == start
+}
+
+/// The serial of an SOA record (uncompressed rdata: two names, then the serial).
+pub fn soa_serial(record: &Record) -> Option<u32> {
+    if record.rtype != rtype::SOA {
+        return None;
+    }
+    let mut at = 0;
+    for _ in 0..2 {
+        loop {
+            let len = usize::from(*record.rdata.get(at)?);
+            at += len + 1;
+            if len == 0 {
+                break;
+            }
+        }
+    }
+    let bytes = record.rdata.get(at..at + 4)?;
+    Some(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
 #[cfg(test)]
 mod tests {
     use std::str::FromStr;
@@ -849,5 +1121,94 @@ mod tests {
         });
         assert_eq!(journal.diffs.len(), 1);
         assert!(serial_older(u32::MAX, 1), "RFC 1982 wraps");
+    }
+
+    fn receive(transfer: &mut Transfer, ixfr_from: Option<u32>) -> Result<Received, IncomingError> {
+        let mut incoming = Incoming::new(&wire_name(APEX), 0x4242, ixfr_from, 1_000_000);
+        while let Some(message) = transfer.next_message() {
+            if let Progress::Done(received) = incoming.message(&message)? {
+                assert!(
+                    transfer.next_message().is_none(),
+                    "done at the last message"
+                );
+                return Ok(received);
+            }
+        }
+        Err(IncomingError::Malformed("the stream ended early"))
+    }
+
+    #[test]
+    fn incoming_axfr_round_trips() {
+        let records = zone_records(2000);
+        let req = unsigned(Rtype::AXFR, None);
+        let mut transfer = plan(
+            &policy(),
+            &Journal::default(),
+            7,
+            records.clone(),
+            &req,
+            "127.0.0.1",
+        )
+        .unwrap();
+        let Received::Full(got) = receive(&mut transfer, None).unwrap() else {
+            panic!("not a full zone");
+        };
+        assert_eq!(got[0], soa(7));
+        assert_eq!(&got[1..], &records[..]);
+    }
+
+    #[test]
+    fn incoming_ixfr_shapes_round_trip() {
+        let req = unsigned(Rtype::IXFR, Some(1));
+        let mut transfer =
+            plan(&policy(), &journal(), 3, zone_records(3), &req, "127.0.0.1").unwrap();
+        let Received::Diffs(diffs) = receive(&mut transfer, Some(1)).unwrap() else {
+            panic!("not diffs");
+        };
+        assert_eq!(diffs.len(), 1);
+        assert_eq!((diffs[0].from, diffs[0].to), (1, 3));
+        assert_eq!(diffs[0].removed, vec![soa(1), a("host1.corp.example.", 1)]);
+        assert_eq!(diffs[0].added, vec![soa(3), a("host9.corp.example.", 9)]);
+
+        let req = unsigned(Rtype::IXFR, Some(3));
+        let mut transfer =
+            plan(&policy(), &journal(), 3, zone_records(3), &req, "127.0.0.1").unwrap();
+        assert_eq!(receive(&mut transfer, Some(3)).unwrap(), Received::UpToDate);
+
+        let req = unsigned(Rtype::IXFR, Some(0));
+        let mut transfer =
+            plan(&policy(), &journal(), 3, zone_records(3), &req, "127.0.0.1").unwrap();
+        let Received::Full(got) = receive(&mut transfer, Some(0)).unwrap() else {
+            panic!("not AXFR-style");
+        };
+        assert_eq!(got.len(), 4);
+    }
+
+    #[test]
+    fn incoming_refuses_what_is_not_the_zone() {
+        let req = unsigned(Rtype::AXFR, None);
+        let mut transfer = plan(
+            &policy(),
+            &Journal::default(),
+            7,
+            zone_records(3),
+            &req,
+            "127.0.0.1",
+        )
+        .unwrap();
+        let message = transfer.next_message().unwrap();
+        let mut other = Incoming::new(&wire_name("other.example."), 0x4242, None, 100);
+        assert_eq!(other.message(&message), Err(IncomingError::OutOfZone));
+        let mut wrong_id = Incoming::new(&wire_name(APEX), 1, None, 100);
+        assert!(matches!(
+            wrong_id.message(&message),
+            Err(IncomingError::Malformed(_))
+        ));
+        let mut small = Incoming::new(&wire_name(APEX), 0x4242, None, 2);
+        assert_eq!(small.message(&message), Err(IncomingError::TooLarge(2)));
+        let refused =
+            plan(&policy(), &Journal::default(), 7, vec![], &req, "192.0.2.1").unwrap_err();
+        let mut incoming = Incoming::new(&wire_name(APEX), 0x4242, None, 100);
+        assert_eq!(incoming.message(&refused), Err(IncomingError::Rcode(5)));
     }
 }
