@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use glommio::net::{Readiness, UdpSocket};
 use kudurru_core::wire::{self, Query, ReplyOptions};
+use kudurru_core::zone::xfr::Transfer;
 use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 
 use crate::answer::{Answering, Lookup};
@@ -84,6 +85,18 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                 };
                 match ingress(message, &stage, client, &mut limiter, now, &mut out) {
                     Decision::Respond => {}
+                    // The zone stage asks for transfers over streams only; refuse anyway.
+                    Decision::Transfer { query, zone } => match settings.zones.served().get(zone) {
+                        Some(served) => {
+                            let now = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| d.as_secs());
+                            out = match Transfer::start_datagram(served, message, peer.ip(), now) {
+                                Ok(answer) | Err(answer) => answer,
+                            };
+                        }
+                        None => wire::write_error(&query, wire::rcode::REFUSED, &options, &mut out),
+                    },
                     Decision::Drop => {
                         context.metrics.dropped();
                         continue;

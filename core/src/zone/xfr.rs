@@ -304,6 +304,28 @@ impl Transfer {
         })
     }
 
+    /// An IXFR over UDP (RFC 1995 §2): checked as over TCP, answered with the current SOA
+    /// alone (the client then asks over TCP); the zone's records are not read.
+    pub fn start_datagram(
+        zone: &ServedZone,
+        request: &[u8],
+        client: IpAddr,
+        now: u64,
+    ) -> Result<Vec<u8>, Vec<u8>> {
+        let soa = || (zone.zone.records().next(), Vec::new());
+        let mut transfer = Self::plan(
+            &zone.transfer,
+            &Journal::default(),
+            zone.zone.serial(),
+            soa,
+            request,
+            client,
+            now,
+        )?;
+        transfer.records.truncate(1);
+        Ok(transfer.next_message().unwrap_or_default())
+    }
+
     /// Which transfer this is.
     pub fn kind(&self) -> TransferKind {
         self.kind
