@@ -42,7 +42,11 @@ impl Knot {
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "knotd did not start: {}", knot.log());
+            assert!(
+                Instant::now() < deadline,
+                "knotd did not start: {}",
+                knot.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         knot
@@ -89,10 +93,11 @@ fn knot_config(dir: &Path, port: u16, body: &str) -> String {
     )
 }
 
-fn zone_file(serial: u32, extra: &str) -> String {
+/// The zone Knot serves; `timers` is "refresh retry expire".
+fn zone_file(serial: u32, timers: &str, extra: &str) -> String {
     format!(
         "$ORIGIN corp.example.\n$TTL 300\n\
-         @ SOA ns1 hostmaster {serial} 2 1 4 60\n\
+         @ SOA ns1 hostmaster {serial} {timers} 60\n\
          @ NS ns1\nns1 A 192.0.2.53\nwww A 192.0.2.1\n{extra}"
     )
 }
@@ -152,7 +157,12 @@ fn knot_primary_to_kudurru_secondary_axfr_then_ixfr_on_notify() {
     let mut k = Kudurru::builder(&[upstream.udp_url()]).start();
     let knot_dir = scratch.join("knot");
     std::fs::create_dir_all(&knot_dir).unwrap();
-    std::fs::write(knot_dir.join("corp.example.zone"), zone_file(1, "")).unwrap();
+    // A refresh of an hour: only Knot's NOTIFY brings the change in time.
+    std::fs::write(
+        knot_dir.join("corp.example.zone"),
+        zone_file(1, "3600 600 86400", ""),
+    )
+    .unwrap();
     let knot = Knot::start(
         &knot_dir,
         &knot_config(
@@ -187,7 +197,7 @@ fn knot_primary_to_kudurru_secondary_axfr_then_ixfr_on_notify() {
     // Serial 2 with a new name: Knot computes the difference, journals it and NOTIFYs.
     std::fs::write(
         knot_dir.join("corp.example.zone"),
-        zone_file(2, "new A 192.0.2.2\n"),
+        zone_file(2, "3600 600 86400", "new A 192.0.2.2\n"),
     )
     .unwrap();
     knot.knotc(&["zone-reload", "corp.example"]);
@@ -195,8 +205,9 @@ fn knot_primary_to_kudurru_secondary_axfr_then_ixfr_on_notify() {
         a_records(k.addr, "new.corp.example") == ["192.0.2.2"]
     });
     let log = knot.log();
+    assert!(log.contains("AXFR, outgoing"), "the first transfer: {log}");
     assert!(
-        log.contains("IXFR") || log.contains("incremental"),
+        log.contains("IXFR, outgoing"),
         "Knot served the change as IXFR: {log}"
     );
     assert!(
@@ -268,7 +279,14 @@ fn kudurru_primary_to_knot_secondary_axfr_then_notify_and_ixfr() {
         a_records(knot.addr(), "new.corp.example") == ["192.0.2.2"]
     });
     let log = knot.log();
-    assert!(log.contains("notify"), "Knot heard kudurru's NOTIFY: {log}");
+    assert!(
+        log.contains("notify, incoming"),
+        "Knot heard kudurru's NOTIFY: {log}"
+    );
+    assert!(
+        log.contains("IXFR, incoming"),
+        "Knot pulled the change as IXFR: {log}"
+    );
     assert!(
         k.metric_sum("kudurru_zone_transfers_served_total") >= 2.0,
         "both transfers counted"
@@ -322,7 +340,11 @@ fn rfc8945_tsig_good_key_transfers_wrong_key_refused() {
     };
     let good = axfr(Some(KEY_SECRET));
     assert!(good.contains("www.corp.example."), "{good}");
-    assert_eq!(good.matches("\tSOA\t").count(), 2, "SOA first and last: {good}");
+    assert_eq!(
+        good.matches("\tSOA\t").count(),
+        2,
+        "SOA first and last: {good}"
+    );
     assert!(!good.contains("failed"), "the signatures verify: {good}");
     let wrong = axfr(Some(WRONG_SECRET));
     assert!(!wrong.contains("www.corp.example."), "{wrong}");
@@ -348,7 +370,11 @@ fn a_secondary_expires_after_its_primary_dies() {
     let knot_dir = scratch.join("knot");
     std::fs::create_dir_all(&knot_dir).unwrap();
     // refresh 2 s, retry 1 s, expire 4 s.
-    std::fs::write(knot_dir.join("corp.example.zone"), zone_file(1, "")).unwrap();
+    std::fs::write(
+        knot_dir.join("corp.example.zone"),
+        zone_file(1, "2 1 4", ""),
+    )
+    .unwrap();
     let knot = Knot::start(
         &knot_dir,
         &knot_config(
