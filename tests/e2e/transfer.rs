@@ -194,6 +194,24 @@ fn knot_primary_to_kudurru_secondary_axfr_then_ixfr_on_notify() {
     let answer = dig(k.addr, &["www.corp.example", "A", "+norecurse"]);
     assert!(answer.flags.contains(&"aa".to_owned()), "{}", answer.raw);
 
+    // RFC 1996 §3: NOTIFY is taken from a primary's address only.
+    let notify = dig(k.addr, &["+opcode=notify", "corp.example", "SOA"]);
+    assert_eq!(notify.status, "NOERROR", "{}", notify.raw);
+    assert!(notify.flags.contains(&"aa".to_owned()), "{}", notify.raw);
+    let stranger = dig(
+        k.addr,
+        &["-b", "127.0.0.2", "+opcode=notify", "corp.example", "SOA"],
+    );
+    assert_eq!(stranger.status, "REFUSED", "{}", stranger.raw);
+    let other_zone = dig(k.addr, &["+opcode=notify", "other.example", "SOA"]);
+    assert_eq!(other_zone.status, "REFUSED", "{}", other_zone.raw);
+    let over_tcp = dig(k.addr, &["+opcode=notify", "+tcp", "other.example", "SOA"]);
+    assert_eq!(
+        over_tcp.status, "REFUSED",
+        "TCP reaches the inbox: {}",
+        over_tcp.raw
+    );
+
     // Serial 2 with a new name: Knot computes the difference, journals it and NOTIFYs.
     std::fs::write(
         knot_dir.join("corp.example.zone"),
