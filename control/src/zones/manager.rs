@@ -1329,3 +1329,7 @@ fn changed(old: &Object, new: &Object) -> bool {
 fn field_message(e: kudurru_storage::FieldError) -> String {
     format!("{}: {}", e.field, e.message)
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;
