@@ -23,3 +23,4 @@ mod resolve;
 mod sharding;
 mod tcp;
 mod wire;
+mod zones;
