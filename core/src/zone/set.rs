@@ -28,7 +28,7 @@ use crate::upstream::{UpstreamProtocol, UpstreamSpec};
 use crate::wire::{self, Query, ReplyOptions, class, rcode, rtype};
 use crate::zone::data::{Record, ZoneData};
 use crate::zone::tree::{Zone, ZoneKind, label_starts, to_wire};
-use crate::zone::xfr::{Journal, TransferPolicy};
+use crate::zone::xfr::{Journal, Transfer, TransferPolicy};
 
 /// DS, the one type at a cut that the parent answers (RFC 4035 §3.1.4.1).
 const DS: u16 = 43;
@@ -54,6 +54,42 @@ impl ServedZone {
             expired: false,
             transfer: Arc::default(),
             journal: Arc::default(),
+        }
+    }
+}
+
+impl ServedZone {
+    /// An AXFR or IXFR of this zone requested over a stream by `client` at `now` (Unix
+    /// seconds): checked and planned ([`Transfer::plan`]), or the error message to send.
+    pub fn transfer(&self, request: &[u8], client: IpAddr, now: u64) -> Result<Transfer, Vec<u8>> {
+        let soa_and_records = || {
+            let mut records = self.zone.records();
+            let soa = records.next().filter(|r| r.rtype == rtype::SOA);
+            (soa, records.collect())
+        };
+        Transfer::plan(
+            &self.transfer,
+            &self.journal,
+            self.zone.serial(),
+            soa_and_records,
+            request,
+            client,
+            now,
+        )
+    }
+
+    /// An IXFR over UDP: the current SOA alone, or the error message ([`Transfer::plan_datagram`]).
+    pub fn transfer_datagram(&self, request: &[u8], client: IpAddr, now: u64) -> Vec<u8> {
+        let soa = self.zone.records().next().filter(|r| r.rtype == rtype::SOA);
+        match Transfer::plan_datagram(
+            &self.transfer,
+            self.zone.serial(),
+            soa,
+            request,
+            client,
+            now,
+        ) {
+            Ok(answer) | Err(answer) => answer,
         }
     }
 }

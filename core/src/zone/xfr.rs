@@ -30,7 +30,6 @@ use domain::tsig::{Algorithm, Key, KeyStore, ServerError, ServerSequence};
 use crate::limiter::{address_bits, mask};
 use crate::wire::rtype;
 use crate::zone::data::Record;
-use crate::zone::set::ServedZone;
 
 /// A transfer message is closed once its records pass this size (RFC 5936 §2.2 leaves it to
 /// the server; 16 KiB as BIND and Knot use keeps a message well inside TCP's 64 KiB frame).
@@ -196,37 +195,12 @@ impl KeyStore for NoKeys {
 type Checked = (Message<Vec<u8>>, Option<ServerSequence<Arc<Key>>>);
 
 impl Transfer {
-    /// Checks `request` (an AXFR or IXFR for `zone`'s apex) from `client` at `now` (Unix
-    /// seconds) against the zone's policy and plans the answer; `Err` holds the one error
-    /// message to send instead (REFUSED, FORMERR, or NOTAUTH with the TSIG error).
-    pub fn start(
-        zone: &ServedZone,
-        request: &[u8],
-        client: IpAddr,
-        now: u64,
-    ) -> Result<Self, Vec<u8>> {
-        let soa_and_records = || {
-            let mut records: Vec<Record> = zone.zone.records().collect();
-            let soa = if records.first().is_some_and(|r| r.rtype == rtype::SOA) {
-                Some(records.remove(0))
-            } else {
-                None
-            };
-            (soa, records)
-        };
-        Self::plan(
-            &zone.transfer,
-            &zone.journal,
-            zone.zone.serial(),
-            soa_and_records,
-            request,
-            client,
-            now,
-        )
-    }
-
-    /// [`Transfer::start`] on a zone given by parts: the current serial, and a function
-    /// returning the SOA record and the other records (called only when they are needed).
+    /// Checks `request` (an AXFR or IXFR for the zone's apex) from `client` at `now` (Unix
+    /// seconds) against the zone's `policy` and plans the answer from the zone's `serial`,
+    /// its `journal`, and `soa_and_records`, which returns the SOA record and the other
+    /// records (called once, when they are needed). `Err` holds the one error message to send
+    /// instead (REFUSED, FORMERR, or NOTAUTH with the TSIG error).
+    /// [`crate::zone::set::ServedZone::transfer`] calls it for a served zone.
     pub fn plan(
         policy: &TransferPolicy,
         journal: &Journal,
@@ -288,20 +262,21 @@ impl Transfer {
         })
     }
 
-    /// An IXFR over UDP (RFC 1995 §2): checked as over TCP, answered with the current SOA
-    /// alone (the client then asks over TCP); the zone's records are not read.
-    pub fn start_datagram(
-        zone: &ServedZone,
+    /// An IXFR over UDP (RFC 1995 §2): checked as over TCP, answered with the current `soa`
+    /// alone (the client then asks over TCP).
+    pub fn plan_datagram(
+        policy: &TransferPolicy,
+        serial: u32,
+        soa: Option<Record>,
         request: &[u8],
         client: IpAddr,
         now: u64,
     ) -> Result<Vec<u8>, Vec<u8>> {
-        let soa = || (zone.zone.records().next(), Vec::new());
         let mut transfer = Self::plan(
-            &zone.transfer,
+            policy,
             &Journal::default(),
-            zone.zone.serial(),
-            soa,
+            serial,
+            || (soa, Vec::new()),
             request,
             client,
             now,
