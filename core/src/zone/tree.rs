@@ -1848,3 +1848,94 @@ ns RRSIG NSEC 13 3 300 20300101000000 20200101000000 1 signed.example. AAAA
         }
     }
 }
+
+#[cfg(test)]
+mod scale {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// The bench kit's shape at 1M records: `hostN A`, every tenth name with an AAAA too.
+    /// Run with `cargo test -p kudurru-core --release zone::tree::scale -- --ignored
+    /// --nocapture`.
+    #[test]
+    #[ignore = "a measurement: a million records, in release mode"]
+    fn a_million_records_compile_well_under_a_second() {
+        let apex = to_wire("bench.example");
+        let mut soa = to_wire("ns1.bench.example");
+        soa.extend_from_slice(&to_wire("hostmaster.bench.example"));
+        for v in [1u32, 3600, 600, 604_800, 300] {
+            soa.extend_from_slice(&v.to_be_bytes());
+        }
+        let mut records = vec![
+            Record {
+                owner: apex.clone().into(),
+                rtype: rtype::SOA,
+                ttl: 3600,
+                rdata: soa.into(),
+            },
+            Record {
+                owner: apex.clone().into(),
+                rtype: rtype::NS,
+                ttl: 3600,
+                rdata: to_wire("ns1.bench.example").into(),
+            },
+        ];
+        let mut i = 0u32;
+        while records.len() < 1_000_000 {
+            let owner: Box<[u8]> = to_wire(&format!("host{i}.bench.example")).into();
+            records.push(Record {
+                owner: owner.clone(),
+                rtype: rtype::A,
+                ttl: 300,
+                rdata: i.to_be_bytes().into(),
+            });
+            if i % 10 == 0 {
+                records.push(Record {
+                    owner,
+                    rtype: rtype::AAAA,
+                    ttl: 300,
+                    rdata: [0; 16].into(),
+                });
+            }
+            i += 1;
+        }
+        let data = ZoneData {
+            apex: apex.into(),
+            records,
+            origins: Vec::new(),
+        };
+        let started = Instant::now();
+        let zone = Zone::compile(&data, ZoneKind::Primary).unwrap();
+        let took = started.elapsed();
+        println!(
+            "{} records, {} names: compiled in {took:?}, {} heap bytes ({} per record)",
+            zone.record_count(),
+            zone.name_count(),
+            zone.heap_bytes(),
+            zone.heap_bytes() / zone.record_count()
+        );
+        // Answer speed, single thread, one name after another.
+        let queries: Vec<Vec<u8>> = (0..100_000u32)
+            .map(|n| {
+                tests::query(
+                    &format!("host{}.bench.example", n * 7 % i),
+                    rtype::A,
+                    None,
+                    false,
+                )
+            })
+            .collect();
+        let mut out = Vec::with_capacity(512);
+        let started = Instant::now();
+        for m in &queries {
+            let q = Query::parse(m).unwrap();
+            zone.answer(&q, Some(512), &ReplyOptions::udp(1232), &mut out);
+        }
+        println!(
+            "parse+answer: {:?} per query",
+            started.elapsed() / queries.len() as u32
+        );
+        assert!(took.as_secs_f64() < 3.0);
+    }
+}
