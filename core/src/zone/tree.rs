@@ -1890,7 +1890,7 @@ mod scale {
                 ttl: 300,
                 rdata: i.to_be_bytes().into(),
             });
-            if i % 10 == 0 {
+            if i.is_multiple_of(10) {
                 records.push(Record {
                     owner,
                     rtype: rtype::AAAA,
