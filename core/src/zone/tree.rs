@@ -1176,6 +1176,13 @@ impl<'z> Writer<'z, '_> {
             } else {
                 sets.iter().find(|s| s.rtype == qtype)
             };
+            if qtype == RRSIG && wanted.is_some() {
+                // Every signature at the name, whatever it covers.
+                for set in sets.iter().filter(|s| s.rtype == RRSIG) {
+                    self.push(name, set, Section::Answer);
+                }
+                return;
+            }
             if let Some(set) = wanted {
                 self.push_signed(name, node, set, Section::Answer);
                 if wildcard && self.dnssec {
@@ -1832,9 +1839,11 @@ ns RRSIG NSEC 13 3 300 20300101000000 20200101000000 1 signed.example. AAAA
             Some((1232, false)),
         ));
         assert_eq!(p.types(1), vec![Rtype::SOA]);
-        // RRSIG and NSEC records are asked for like any type.
+        // RRSIG and NSEC records are asked for like any type; RRSIG gets every signature.
         let p = Parsed::new(ask(&zone, "a.signed.example", NSEC, Some((1232, false))));
         assert_eq!(p.types(0), vec![Rtype::NSEC]);
+        let p = Parsed::new(ask(&zone, "a.signed.example", RRSIG, Some((1232, false))));
+        assert_eq!(p.types(0), vec![Rtype::RRSIG, Rtype::RRSIG]);
     }
 
     #[test]
