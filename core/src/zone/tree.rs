@@ -963,7 +963,8 @@ impl Zone {
             w.out[3] = (w.out[3] & 0xf0) | rcode::REFUSED;
             w.out[2] &= !0x04;
         }
-        let limit = udp_limit.unwrap_or(usize::from(u16::MAX));
+        // On a stream, the message must fit its 16-bit length with the OPT's keepalive option.
+        let limit = udp_limit.unwrap_or(usize::from(u16::MAX) - 6);
         let opt = if query.edns().is_some() { OPT_LEN } else { 0 };
         if w.out.len() + opt > limit {
             if let Some(at) = w.additional_at {
