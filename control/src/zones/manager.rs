@@ -37,7 +37,7 @@ use super::build::{self, Overlay};
 use super::files::{self, Fingerprint};
 use super::{SecondaryZone, ServedView, Shared, SoaTimers, ZoneChanged, stored, zone_text};
 use crate::blocking::Diagnosis;
-use crate::blocking::status::{Draft, condition, write};
+use crate::blocking::status::{Draft, condition, write_as};
 use crate::config::ZonesSettings;
 use crate::objects::ObjectStore;
 use crate::objects::kinds::{
@@ -1160,7 +1160,7 @@ impl Manager {
         }
         self.shared.set_diagnoses(diagnoses);
         for (name, kind, object, status) in writes {
-            match write(self.store.clone(), &object, status).await {
+            match write_as(self.store.clone(), &object, status, Actor::system("zones")).await {
                 Ok(written) => {
                     if kind == ZONE {
                         if let Some(zone) = self.zones.get_mut(&name) {
