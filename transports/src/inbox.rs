@@ -46,7 +46,8 @@ pub struct InboxMessage {
     pub client: SocketAddr,
     /// How.
     pub transport: InboxTransport,
-    /// Where the answer goes; dropping it makes the core answer SERVFAIL.
+    /// Where the answer goes (empty: send nothing); dropping it makes the core answer
+    /// SERVFAIL.
     pub reply: oneshot::Sender<Vec<u8>>,
 }
 
@@ -104,7 +105,8 @@ impl CoreInbox {
             return error(message, wire::rcode::SERVFAIL);
         }
         match within(INBOX_TIMEOUT, answer).await {
-            Some(Ok(answer)) => Some(answer),
+            // An empty answer: the control thread sends nothing (a message without a header).
+            Some(Ok(answer)) => (!answer.is_empty()).then_some(answer),
             _ => error(message, wire::rcode::SERVFAIL),
         }
     }

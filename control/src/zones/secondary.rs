@@ -606,3 +606,116 @@ async fn read_frame(stream: &mut TcpStream) -> Result<Vec<u8>, RefreshError> {
         .await
         .map_err(|_| RefreshError::Timeout)??)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use domain::tsig::{Algorithm, KeyName};
+
+    use super::*;
+    use crate::zones::keys::TsigKeys;
+
+    const KEYS: &str = "key \"xfr-key\" { algorithm hmac-sha256; secret \"c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTAxMjM=\"; };";
+
+    fn apex() -> Vec<u8> {
+        b"\x04corp\x07example\x00".to_vec()
+    }
+
+    /// A NOTIFY for corp.example with `opcode`, signed with `key` if given.
+    fn notify_message(key: Option<Arc<Key>>) -> Vec<u8> {
+        let mut builder = MessageBuilder::new_vec();
+        builder.header_mut().set_id(77);
+        builder.header_mut().set_opcode(Opcode::NOTIFY);
+        builder.header_mut().set_aa(true);
+        let mut question = builder.question();
+        question
+            .push((Name::from_slice(&apex()).unwrap(), Rtype::SOA, Class::IN))
+            .unwrap();
+        let mut additional = question.additional();
+        if let Some(key) = key {
+            ClientTransaction::request(key, &mut additional, time48()).unwrap();
+        }
+        additional.finish()
+    }
+
+    fn secondaries(tsig_key: Option<&str>) -> (Secondaries, Arc<Notify>) {
+        let refresh = Arc::new(Notify::new());
+        let task = tokio::spawn(async {});
+        let running = Running {
+            primaries: vec![PrimaryServer {
+                address: "127.0.0.1:5300".parse().unwrap(),
+                tsig_key: tsig_key.map(str::to_owned),
+            }],
+            refresh: refresh.clone(),
+            task,
+        };
+        let secondaries = Secondaries {
+            inner: Arc::new(Mutex::new(HashMap::from([(apex().into(), running)]))),
+        };
+        (secondaries, refresh)
+    }
+
+    fn rcode_aa(answer: &[u8]) -> (Rcode, bool) {
+        let msg = Message::from_octets(answer).unwrap();
+        (msg.header().rcode(), msg.header().aa())
+    }
+
+    #[tokio::test]
+    async fn rfc1996_3_notify_from_a_primary_refreshes_others_refused() {
+        let keys = TsigKeys::empty();
+        let (secondaries, refresh) = secondaries(None);
+        let from_primary = "127.0.0.1:40000".parse().unwrap();
+        let answer = secondaries.notify(&notify_message(None), from_primary, &keys);
+        assert_eq!(rcode_aa(&answer), (Rcode::NOERROR, true));
+        tokio::time::timeout(Duration::from_secs(1), refresh.notified())
+            .await
+            .expect("the zone was told to refresh");
+        let stranger = "127.0.0.2:40000".parse().unwrap();
+        let answer = secondaries.notify(&notify_message(None), stranger, &keys);
+        assert_eq!(rcode_aa(&answer), (Rcode::REFUSED, false));
+        let mut other_zone = notify_message(None);
+        other_zone[13] = b'k'; // \x04korp: another zone
+        let answer = secondaries.notify(&other_zone, from_primary, &keys);
+        assert_eq!(rcode_aa(&answer).0, Rcode::REFUSED);
+        assert_eq!(
+            secondaries.notify(&[1, 2, 3], from_primary, &keys),
+            Vec::<u8>::new(),
+            "no header: nothing to answer"
+        );
+    }
+
+    #[tokio::test]
+    async fn rfc8945_notify_from_a_keyed_primary_must_be_signed_with_its_key() {
+        let keys = TsigKeys::parse(KEYS).unwrap();
+        let (secondaries, _) = secondaries(Some("xfr-key"));
+        let from_primary = "127.0.0.1:40000".parse().unwrap();
+        let good = keys.get("xfr-key").unwrap();
+        let answer = secondaries.notify(&notify_message(Some(good.clone())), from_primary, &keys);
+        assert_eq!(rcode_aa(&answer), (Rcode::NOERROR, true));
+        let signed = Message::from_octets(answer).unwrap();
+        assert!(
+            signed
+                .additional()
+                .unwrap()
+                .limit_to::<domain::rdata::Tsig<_, _>>()
+                .next()
+                .is_some(),
+            "the answer is signed"
+        );
+        let unsigned = secondaries.notify(&notify_message(None), from_primary, &keys);
+        assert_eq!(rcode_aa(&unsigned).0, Rcode::REFUSED);
+        let wrong = Arc::new(
+            Key::new(
+                Algorithm::Sha256,
+                b"another secret, another secret!!",
+                KeyName::from_str("xfr-key.").unwrap(),
+                None,
+                None,
+            )
+            .unwrap(),
+        );
+        let forged = secondaries.notify(&notify_message(Some(wrong)), from_primary, &keys);
+        assert_eq!(rcode_aa(&forged).0, Rcode::NOTAUTH);
+    }
+}
