@@ -528,3 +528,78 @@ fn rfc8945_tsig_secondary_transfers_from_knot_with_the_key_only() {
         k.terminate();
     }
 }
+
+#[test]
+fn rfc8945_knot_secondary_pulls_signed_and_takes_only_signed_notify() {
+    let scratch = Scratch::new("xfr-tsig-out");
+    let upstream = TestUpstream::start();
+    let keys = key_file(&scratch, KEY_SECRET);
+    let knot_port = free_port();
+    let mut k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_ZONES__TSIGKEYFILE", keys.to_str().unwrap())
+        .start();
+    let token = k.token("admin", None);
+    create(
+        &k,
+        &token,
+        "zones",
+        "corp-example",
+        json!({"zone": "corp.example.", "type": "primary",
+               "nameServers": ["ns1.corp.example."],
+               "allowTransfer": ["127.0.0.1/32"],
+               "notify": [format!("127.0.0.1:{knot_port}")],
+               "tsigKey": "xfr-key"}),
+    );
+    create(
+        &k,
+        &token,
+        "recordsets",
+        "www",
+        json!({"zone": "corp-example", "name": "www", "type": "A", "records": ["192.0.2.10"]}),
+    );
+    eventually(Duration::from_secs(10), "kudurru serving the zone", || {
+        a_records(k.addr, "www.corp.example") == ["192.0.2.10"]
+    });
+    let knot_dir = scratch.join("knot");
+    std::fs::create_dir_all(&knot_dir).unwrap();
+    // Knot signs its requests with the key and takes NOTIFY only when signed with it.
+    let knot = Knot::start(
+        &knot_dir,
+        &knot_config(
+            &knot_dir,
+            knot_port,
+            &format!(
+                "key:\n  - id: xfr-key\n    algorithm: hmac-sha256\n    secret: {KEY_SECRET}\n\
+                 remote:\n  - id: kudurru\n    address: 127.0.0.1@{}\n    key: xfr-key\n\
+                 acl:\n  - id: notify\n    address: 127.0.0.1\n    key: xfr-key\n    action: notify\n\
+                 template:\n  - id: default\n    storage: {d}\n\
+                 zone:\n  - domain: corp.example\n    master: kudurru\n    acl: notify\n",
+                k.addr.port(),
+                d = knot_dir.display()
+            ),
+        ),
+        knot_port,
+    );
+    eventually(
+        Duration::from_secs(20),
+        "Knot's signed AXFR from kudurru",
+        || a_records(knot.addr(), "www.corp.example") == ["192.0.2.10"],
+    );
+    create(
+        &k,
+        &token,
+        "recordsets",
+        "new",
+        json!({"zone": "corp-example", "name": "new", "type": "A", "records": ["192.0.2.2"]}),
+    );
+    eventually(Duration::from_secs(20), "Knot serving the change", || {
+        a_records(knot.addr(), "new.corp.example") == ["192.0.2.2"]
+    });
+    let log = knot.log();
+    assert!(
+        log.contains("notify, incoming"),
+        "Knot took kudurru's signed NOTIFY: {log}"
+    );
+    assert!(!log.contains("denied"), "nothing refused: {log}");
+    k.terminate();
+}
