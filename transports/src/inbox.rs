@@ -22,7 +22,8 @@ use kudurru_core::wire;
 
 use crate::deadline::within;
 
-/// How many messages may wait for the control thread across all cores.
+/// How many messages may wait for the control thread across all cores (futures' channel
+/// adds one slot per core's sender).
 pub const INBOX_CAPACITY: usize = 256;
 
 /// How long a core waits for the control thread's answer before answering SERVFAIL.
@@ -115,4 +116,124 @@ impl CoreInbox {
 fn error(message: &[u8], rcode: u8) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(wire::HEADER_LEN);
     wire::write_header_error(message, rcode, &mut out).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_lite::StreamExt;
+    use glommio::{LocalExecutorBuilder, Placement};
+
+    use super::*;
+    use crate::sys::{IO_MEMORY_PER_CORE, RING_DEPTH};
+
+    /// A NOTIFY for `corp.example.` SOA.
+    fn notify() -> Vec<u8> {
+        let mut m = vec![0x12, 0x34, 0x20, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        m.extend_from_slice(b"\x04corp\x07example\x00\x00\x06\x00\x01");
+        m
+    }
+
+    fn rcode(answer: &[u8]) -> u8 {
+        answer[3] & 0x0f
+    }
+
+    #[test]
+    fn answers_pass_through_a_full_or_closed_inbox_answers_servfail_none_is_notimp() {
+        let client: SocketAddr = "127.0.0.1:5300".parse().unwrap();
+        let (sender, mut receiver) = inbox();
+        // The control thread's side: answers every message with its ID and REFUSED.
+        let control = std::thread::spawn(move || {
+            futures_lite::future::block_on(async {
+                let message = receiver.next().await.expect("one message");
+                let mut answer = message.message.clone();
+                answer[2] |= 0x80;
+                answer[3] = 5;
+                message.reply.send(answer).unwrap();
+                // The rest are never answered: the receiver goes.
+            });
+        });
+        LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(IO_MEMORY_PER_CORE)
+            .ring_depth(RING_DEPTH)
+            .spawn(move || async move {
+                let core = CoreInbox::default();
+                let answer = core
+                    .ask(&notify(), client, InboxTransport::Udp)
+                    .await
+                    .unwrap();
+                assert_eq!(rcode(&answer), wire::rcode::NOTIMP, "no inbox: NOTIMP");
+                core.connect(sender);
+                let answer = core
+                    .ask(&notify(), client, InboxTransport::Udp)
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    rcode(&answer),
+                    wire::rcode::REFUSED,
+                    "the control thread's answer"
+                );
+                assert_eq!(answer[..2], [0x12, 0x34]);
+                // The control side is gone: SERVFAIL at once, without waiting.
+                control.join().unwrap();
+                let started = std::time::Instant::now();
+                let answer = core
+                    .ask(&notify(), client, InboxTransport::Tcp)
+                    .await
+                    .unwrap();
+                assert_eq!(rcode(&answer), wire::rcode::SERVFAIL);
+                assert!(started.elapsed() < INBOX_TIMEOUT);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn a_full_inbox_answers_servfail_without_waiting() {
+        let client: SocketAddr = "127.0.0.1:5300".parse().unwrap();
+        let (sender, _receiver) = inbox();
+        LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(IO_MEMORY_PER_CORE)
+            .ring_depth(RING_DEPTH)
+            .spawn(move || async move {
+                let core = CoreInbox::default();
+                let mut fill = sender.clone();
+                let mut queued = 0;
+                while fill
+                    .sender
+                    .try_send(InboxMessage {
+                        message: notify(),
+                        client,
+                        transport: InboxTransport::Udp,
+                        reply: oneshot::channel().0,
+                    })
+                    .is_ok()
+                {
+                    queued += 1;
+                }
+                assert!(queued >= INBOX_CAPACITY, "bounded at about its capacity");
+                // futures' channel keeps one more slot per sender: a core's first message
+                // waits there (and times out), its next one is refused at once.
+                core.connect(sender);
+                let core = std::rc::Rc::new(core);
+                let waiting = glommio::spawn_local({
+                    let core = core.clone();
+                    async move { core.ask(&notify(), client, InboxTransport::Udp).await }
+                });
+                glommio::yield_if_needed().await;
+                glommio::executor().yield_now().await;
+                let started = std::time::Instant::now();
+                let answer = core
+                    .ask(&notify(), client, InboxTransport::Udp)
+                    .await
+                    .unwrap();
+                assert_eq!(rcode(&answer), wire::rcode::SERVFAIL);
+                assert!(started.elapsed() < std::time::Duration::from_millis(500));
+                let answer = waiting.await.unwrap();
+                assert_eq!(rcode(&answer), wire::rcode::SERVFAIL, "no answer in time");
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
 }

@@ -20,10 +20,10 @@ const FLOORS: &[&[&str]] = &[
     // I/O primitives: the unsafe syscalls (on the steering program), the stream outbox. The
     // core context (settings, counters, limiter, lameduck, query and connection counts) sits
     // here, below the resolver, so listeners can read it without reaching the resolver.
-    &["sys", "outbox", "inbox"],
+    &["sys", "outbox"],
     // The connection table (per-client limits, longest-idle eviction), then the core context
     // that holds it.
-    &["connections"],
+    &["connections", "inbox"],
     &["core_context"],
     // quinn on glommio; the upstream waiter table.
     &["quic", "upstream::waiters"],
