@@ -228,7 +228,7 @@ mod tests {
                     .await
                     .unwrap();
                 assert_eq!(rcode(&answer), wire::rcode::SERVFAIL);
-                assert!(started.elapsed() < std::time::Duration::from_millis(500));
+                assert!(started.elapsed() < Duration::from_millis(500));
                 let answer = waiting.await.unwrap();
                 assert_eq!(rcode(&answer), wire::rcode::SERVFAIL, "no answer in time");
             })
