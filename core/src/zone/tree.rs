@@ -28,7 +28,7 @@ pub struct Zone {
 impl Zone {
     /// Compiles `data`, checking it: exactly one SOA at the apex, NS at the apex (not for
     /// built-in zones), every owner at or below the apex, no CNAME next to other data.
-    pub fn compile(data: &ZoneData, kind: ZoneKind) -> Result<Zone, ZoneError> {
+    pub fn compile(data: &ZoneData, kind: ZoneKind) -> Result<Self, ZoneError> {
         let _ = (data, kind);
         unimplemented!("zone compile")
     }
