@@ -14,6 +14,7 @@
 //! what it transferred, the UPDATE handler the changes a client asked for.
 
 pub mod keys;
+pub mod update;
 
 use kudurru_core::zone::xfr::Diff;
 use kudurru_core::zone::{Record, ZoneData, ZoneError};
@@ -44,6 +45,13 @@ impl ZoneHandle {
     /// A secondary zone's SOA expire passed (`true`: SERVFAIL) or a transfer succeeded.
     pub async fn set_expired(&self, apex: &[u8], expired: bool) {
         let _ = (apex, expired);
+        unimplemented!("zone manager")
+    }
+
+    /// What the UPDATE handler needs of the zone at `apex`: whether it is a primary here, its
+    /// `allowUpdate` and its records now (`update::UpdateTarget`).
+    pub fn update_target(&self, apex: &[u8]) -> update::UpdateTarget {
+        let _ = apex;
         unimplemented!("zone manager")
     }
 
