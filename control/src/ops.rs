@@ -34,6 +34,9 @@ pub struct OpsState {
     pub http: Vec<(&'static str, Arc<crate::http::ListenerStats>)>,
     /// Block lists: readiness (`blocking.allowDegraded`) and metrics.
     pub blocking: Arc<crate::blocking::Shared>,
+    /// Zones: `/internal/zones` and metrics; `None` when no zone manager runs (the route
+    /// then answers 404, as on a node without zones).
+    pub zones: Option<Arc<crate::zones::Shared>>,
 }
 
 /// Whether a peer may change lameduck: loopback only, since the ops listener has no
@@ -115,6 +118,10 @@ fn route(
             "text/plain; version=0.0.4; charset=utf-8",
             render_metrics(state),
         ),
+        "/internal/zones" if read => match &state.zones {
+            Some(zones) => (200, JSON, format!("{}\n", zones.internal_json())),
+            None => (404, TEXT, "not found\n".into()),
+        },
         _ => (404, TEXT, "not found\n".into()),
     }
 }
@@ -266,7 +273,7 @@ pub fn render_metrics(state: &OpsState) -> String {
             let _ = writeln!(out, "{name}{{core=\"{core}\"}} {}", get(cm));
         }
     }
-    let plain: [(&str, &str, Counter); 10] = [
+    let plain: [(&str, &str, Counter); 12] = [
         (
             "kudurru_cross_core_lookups_total",
             "Cache misses sent to the owning core.",
@@ -301,6 +308,16 @@ pub fn render_metrics(state: &OpsState) -> String {
             "kudurru_tcp_timeouts_total",
             "Client connections closed for idleness or slowness (and DoQ/DoH3 streams whose query did not arrive in time).",
             |c| c.tcp_timeouts.load(Relaxed),
+        ),
+        (
+            "kudurru_zone_transfers_served_total",
+            "Zone transfers (AXFR, IXFR) served whole to secondaries over TCP or DoT.",
+            |c| c.transfers_served.load(Relaxed),
+        ),
+        (
+            "kudurru_zone_transfers_refused_total",
+            "Zone transfer requests refused: address not in allowTransfer, TSIG missing or wrong, malformed.",
+            |c| c.transfers_refused.load(Relaxed),
         ),
         (
             "kudurru_tls_handshakes_total",
@@ -487,6 +504,9 @@ pub fn render_metrics(state: &OpsState) -> String {
     }
     let index = state.blocking.publisher.index();
     state.blocking.metrics.render(&index, &mut out);
+    if let Some(zones) = &state.zones {
+        zones.render_metrics(&mut out);
+    }
     out
 }
 
@@ -515,6 +535,7 @@ mod tests {
             reloads: Arc::default(),
             http: vec![("ops", Arc::default())],
             blocking: synced_blocking(),
+            zones: None,
         }
     }
 

@@ -214,9 +214,6 @@ pub enum Refusal {
     /// pseudo-record, RFC 6891 §6.1.1), TKEY and TSIG (transaction meta types), MAILB and MAILA
     /// (obsolete), and the unassigned rest of the meta range 128–248. FORMERR.
     MetaType,
-    /// AXFR or IXFR on any transport: a resolver serves no zone transfers (RFC 5936 §4.2: not
-    /// defined over UDP at all). REFUSED.
-    ZoneTransfer,
     /// An EDNS option kudurru reads is malformed: a COOKIE of a length RFC 7873 §4 does not
     /// allow (§5.2.2), or an edns-client-subnet option whose family, prefix lengths or address
     /// RFC 7871 §6 does not allow. FORMERR, with an OPT (RFC 6891 §7).
@@ -228,7 +225,38 @@ impl Refusal {
     pub fn rcode(self) -> u8 {
         match self {
             Self::MetaType | Self::MalformedOption => rcode::FORMERR,
-            Self::ZoneTransfer => rcode::REFUSED,
+        }
+    }
+}
+
+/// The opcodes kudurru hands to the control thread instead of answering on the core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlOpcode {
+    /// NOTIFY (opcode 4, RFC 1996): a primary says a zone changed.
+    Notify,
+    /// UPDATE (opcode 5, RFC 2136): a dynamic update to a primary zone.
+    Update,
+}
+
+impl ControlOpcode {
+    /// The opcode of a request (QR=0) the control thread answers, if `msg` is one.
+    pub fn of(msg: &[u8]) -> Option<Self> {
+        let flags = header_flags(msg)?;
+        if msg.len() < HEADER_LEN || flags & FLAG_QR != 0 {
+            return None;
+        }
+        match (flags & OPCODE_MASK) >> 11 {
+            4 => Some(Self::Notify),
+            5 => Some(Self::Update),
+            _ => None,
+        }
+    }
+
+    /// The opcode's number.
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Notify => 4,
+            Self::Update => 5,
         }
     }
 }
@@ -310,7 +338,6 @@ impl<'a> Query<'a> {
     /// qtype already scanned, and a flag the option walk set.
     pub fn refusal(&self) -> Option<Refusal> {
         match self.qtype {
-            rtype::AXFR | rtype::IXFR => Some(Refusal::ZoneTransfer),
             0 | rtype::OPT | 128..=rtype::TSIG | rtype::MAILB | rtype::MAILA => {
                 Some(Refusal::MetaType)
             }
@@ -940,6 +967,24 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn notify_and_update_go_to_the_control_thread_other_opcodes_do_not() {
+        let base = query("corp.example", rtype::SOA, None);
+        for (opcode, expected) in [
+            (0u8, None),
+            (2, None),
+            (4, Some(ControlOpcode::Notify)),
+            (5, Some(ControlOpcode::Update)),
+        ] {
+            let mut m = base.clone();
+            m[2] = (m[2] & 0x87) | (opcode << 3);
+            assert_eq!(ControlOpcode::of(&m), expected, "opcode {opcode}");
+            m[2] |= 0x80; // a response is never handed on
+            assert_eq!(ControlOpcode::of(&m), None);
+        }
+        assert_eq!(ControlOpcode::of(&[0x20; 5]), None);
+    }
+
+    #[test]
     fn error_response_echoes_question_and_opt() {
         let m = query("A.test", rtype::A, Some((1232, 0, true)));
         let q = Query::parse(&m).unwrap();
@@ -1023,7 +1068,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn rfc6895_3_1_meta_qtypes_are_refused_with_formerr_and_transfers_with_refused() {
+    fn rfc6895_3_1_meta_qtypes_are_refused_with_formerr_and_transfers_left_to_the_zones() {
         for qtype in [0, rtype::OPT, 128, 200, 248, rtype::TKEY, rtype::TSIG] {
             let m = query("a.test", qtype, Some((1232, 0, false)));
             let q = Query::parse(&m).expect("a meta qtype scans");
@@ -1033,12 +1078,10 @@ pub(crate) mod tests {
             let q = query("a.test", qtype, None);
             assert_eq!(Query::parse(&q).unwrap().refusal(), Some(Refusal::MetaType));
         }
+        // The zone stage serves or refuses transfers (zone::Zones::answer).
         for qtype in [rtype::AXFR, rtype::IXFR] {
             let q = query("a.test", qtype, None);
-            assert_eq!(
-                Query::parse(&q).unwrap().refusal(),
-                Some(Refusal::ZoneTransfer)
-            );
+            assert_eq!(Query::parse(&q).unwrap().refusal(), None);
         }
         // Data types, ANY (255) and types past the meta range are asked upstream.
         for qtype in [rtype::A, rtype::AAAA, 46, 127, 255, 256, 32769, 65535] {
@@ -1046,7 +1089,6 @@ pub(crate) mod tests {
             assert_eq!(Query::parse(&q).unwrap().refusal(), None, "qtype {qtype}");
         }
         assert_eq!(Refusal::MetaType.rcode(), rcode::FORMERR);
-        assert_eq!(Refusal::ZoneTransfer.rcode(), rcode::REFUSED);
     }
 
     /// `query` with `(code, data)` appended to its OPT record (the query must have one, last).

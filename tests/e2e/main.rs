@@ -22,4 +22,5 @@ mod reload;
 mod resolve;
 mod sharding;
 mod tcp;
+mod transfer;
 mod wire;

@@ -192,6 +192,10 @@ pub(crate) fn answer_now(
     };
     match decision {
         Decision::Respond => {}
+        // Transfers are served on TCP and DoT only (tcp.rs); refuse them here.
+        Decision::Transfer { query, .. } => {
+            wire::write_error(&query, wire::rcode::REFUSED, options, out);
+        }
         Decision::Drop => {
             context.metrics.dropped();
             return Now::Dropped;
@@ -219,6 +223,13 @@ pub(crate) fn answer_now(
                     return Now::Dropped;
                 }
                 None => return Now::Miss(Lookup::Own),
+            }
+        }
+        // NOTIFY and UPDATE reach the control thread over UDP and TCP only (crate::inbox).
+        Decision::Control(_) => {
+            if !wire::write_header_error(message, wire::rcode::NOTIMP, out) {
+                context.metrics.dropped();
+                return Now::Dropped;
             }
         }
         Decision::Chase {

@@ -14,10 +14,10 @@
 //!                                                                                  request was)
 //! ```
 //!
-//! Updates to one zone are applied one after another: the control thread runs one handler at
-//! a time per zone, and each reads the zone the previous one left ([`ZoneUpdates::target`]).
+//! Updates are applied one after another: the inbox runs one handler at a time, and each reads
+//! the zone the previous one left ([`ZoneUpdates::target`]).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use domain::base::iana::Rcode;
@@ -29,8 +29,29 @@ use kudurru_core::Prefix;
 use kudurru_core::zone::update::{RecordIndex, Update, rcode};
 use kudurru_core::zone::{Record, ZoneError};
 
+use kudurru_transports::inbox::InboxTransport;
+
 use crate::zones::ZoneHandle;
 use crate::zones::keys::TsigKeys;
+
+/// An UPDATE as the inbox hands it over.
+#[derive(Clone, Copy)]
+pub struct UpdateRequest<'a> {
+    /// The message as received.
+    pub message: &'a [u8],
+    /// Who sent it.
+    pub client: SocketAddr,
+    /// How.
+    pub transport: InboxTransport,
+    /// The zone manager (zones, their `allowUpdate`, the TSIG keys in `shared().keys()`).
+    pub zones: &'a ZoneHandle,
+}
+
+/// The answer to an UPDATE from the inbox (see [`respond`]).
+pub async fn handle(request: UpdateRequest<'_>) -> Vec<u8> {
+    let keys = request.zones.shared().keys();
+    respond(request.message, request.client.ip(), request.zones, &keys).await
+}
 
 /// Who may update a zone (the Zone object's `allowUpdate`): both conditions that are given
 /// must hold; with neither, nobody may.
@@ -61,7 +82,7 @@ pub enum UpdateTarget {
 /// tests use a fake).
 pub trait ZoneUpdates {
     /// The zone at `apex` (lowercase wire form).
-    fn target(&self, apex: &[u8]) -> UpdateTarget;
+    fn target(&self, apex: &[u8]) -> impl Future<Output = UpdateTarget>;
 
     /// Applies `removed` and `added` to the primary at `apex`, whole or not at all: the
     /// serial bumped per `serialPolicy`, persisted, published, NOTIFY sent. The new serial.
@@ -75,7 +96,7 @@ pub trait ZoneUpdates {
 
 /// Handles one UPDATE message from `client` and returns the answer to send (empty when the
 /// message is too short to answer: no header to echo).
-pub async fn handle(
+pub async fn respond(
     message: &[u8],
     client: IpAddr,
     zones: &impl ZoneUpdates,
@@ -92,7 +113,7 @@ pub async fn handle(
         }
     };
     let zone = kudurru_core::key::name_to_text(&update.apex);
-    let (allow, records) = match zones.target(&update.apex) {
+    let (allow, records) = match zones.target(&update.apex).await {
         UpdateTarget::NotPrimary => {
             tracing::debug!(%client, %zone, "update for a zone that is not a primary here");
             return answer(&request, rcode::NOTAUTH, None);
@@ -204,7 +225,7 @@ impl KeyStore for ZoneKey {
 }
 
 impl ZoneUpdates for ZoneHandle {
-    fn target(&self, apex: &[u8]) -> UpdateTarget {
+    fn target(&self, apex: &[u8]) -> impl Future<Output = UpdateTarget> {
         self.update_target(apex)
     }
 
@@ -260,7 +281,7 @@ mod tests {
     }
 
     impl ZoneUpdates for FakeZones {
-        fn target(&self, apex: &[u8]) -> UpdateTarget {
+        async fn target(&self, apex: &[u8]) -> UpdateTarget {
             if *apex != *wire(APEX) {
                 return UpdateTarget::NotPrimary;
             }
@@ -287,6 +308,14 @@ mod tests {
     /// An UPDATE of `zone` (ID 99) adding `new A 192.0.2.9`, with `absent A` prerequisite on
     /// `prerequisite_owner` when given (class NONE: "RRset does not exist").
     fn add_message(zone: &str, prerequisite_owner: Option<&str>) -> Vec<u8> {
+        add_builder(zone, prerequisite_owner).finish()
+    }
+
+    /// [`add_message`] before it is finished (for signing).
+    fn add_builder(
+        zone: &str,
+        prerequisite_owner: Option<&str>,
+    ) -> domain::base::message_builder::AdditionalBuilder<Vec<u8>> {
         let mut builder = MessageBuilder::new_vec();
         builder.header_mut().set_opcode(Opcode::UPDATE);
         builder.header_mut().set_id(99);
@@ -314,7 +343,56 @@ mod tests {
                 A::from_octets(192, 0, 2, 9),
             ))
             .expect("room");
-        updates.finish()
+        updates.additional()
+    }
+
+    const KEY_FILE: &str = r#"key "update-key" { algorithm hmac-sha256; secret "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA=="; };
+key "other-key" { algorithm hmac-sha256; secret "b3RoZXItb3RoZXItb3RoZXItb3RoZXItb3RoZXItb3RoZXI="; };"#;
+
+    /// The update [`add_message`] builds, signed with `key`, and the transaction that checks
+    /// the answer.
+    fn signed(key: Arc<Key>) -> (Vec<u8>, domain::tsig::ClientTransaction<Arc<Key>>) {
+        let mut builder = add_builder(APEX, None);
+        let transaction =
+            domain::tsig::ClientTransaction::request(key, &mut builder, Time48::now())
+                .expect("signed");
+        (builder.finish(), transaction)
+    }
+
+    #[test]
+    fn rfc8945_a_signed_update_is_applied_and_answered_signed() {
+        let keys = TsigKeys::parse(KEY_FILE).expect("the key file parses");
+        let zones = FakeZones::new(Some(AllowUpdate {
+            tsig_key: Some("update-key".into()),
+            clients: Vec::new(),
+        }));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let client: IpAddr = "127.0.0.1".parse().expect("an address");
+        // Signed with another key the file holds: NOTAUTH (BADKEY), nothing applied.
+        let other = keys.get("other-key").expect("the other key");
+        let (message, _) = signed(other);
+        let answer = runtime.block_on(respond(&message, client, &zones, &keys));
+        let answer = Message::from_octets(answer).expect("an answer");
+        assert_eq!(answer.header().rcode().to_int(), rcode::NOTAUTH);
+        assert!(zones.applied.borrow().is_empty());
+        // Signed with the zone's key: applied, the answer signed and verified by the client.
+        let key = keys.get("update-key").expect("the key");
+        let (message, transaction) = signed(key);
+        let answer = runtime.block_on(respond(&message, client, &zones, &keys));
+        let mut answer = Message::from_octets(answer).expect("an answer");
+        assert_eq!(answer.header().rcode().to_int(), rcode::NOERROR);
+        transaction
+            .answer(&mut answer, Time48::now())
+            .expect("the answer's TSIG verifies");
+        assert_eq!(zones.applied.borrow().len(), 1);
+        // The same message again: its TSIG verifies once more (no replay protection beyond
+        // the time window, as RFC 8945 §5.2.3 allows), and the add changes nothing.
+        let answer = runtime.block_on(respond(&message, client, &zones, &keys));
+        let answer = Message::from_octets(answer).expect("an answer");
+        assert_eq!(answer.header().rcode().to_int(), rcode::NOERROR);
+        assert_eq!(zones.applied.borrow().len(), 1);
     }
 
     fn run(message: &[u8], client: &str, zones: &FakeZones) -> (u16, u8) {
@@ -322,7 +400,7 @@ mod tests {
             .build()
             .expect("a runtime");
         let client: IpAddr = client.parse().expect("an address");
-        let answer = runtime.block_on(handle(message, client, zones, &TsigKeys::default()));
+        let answer = runtime.block_on(respond(message, client, zones, &TsigKeys::empty()));
         let answer = Message::from_octets(answer).expect("an answer");
         assert!(answer.header().qr());
         assert_eq!(answer.header().opcode(), Opcode::UPDATE);
@@ -414,7 +492,7 @@ mod tests {
         let client: IpAddr = "127.0.0.1".parse().expect("an address");
         assert!(
             runtime
-                .block_on(handle(&[0; 5], client, &zones, &TsigKeys::default()))
+                .block_on(respond(&[0; 5], client, &zones, &TsigKeys::empty()))
                 .is_empty()
         );
     }
