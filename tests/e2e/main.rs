@@ -24,3 +24,4 @@ mod sharding;
 mod tcp;
 mod transfer;
 mod wire;
+mod zones;

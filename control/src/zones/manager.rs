@@ -1389,3 +1389,7 @@ fn transfer_policy(shared: &Shared, name: &str, transfer: &kinds::TransferSpec) 
         },
     }
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;
