@@ -25,3 +25,4 @@ mod tcp;
 mod transfer;
 mod wire;
 mod zones;
+mod zones_forward;
