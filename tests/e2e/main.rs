@@ -26,3 +26,4 @@ mod transfer;
 mod wire;
 mod zones;
 mod zones_forward;
+mod zones_update;
