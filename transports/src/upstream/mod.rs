@@ -588,3 +588,59 @@ async fn answer_from(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kudurru_core::zone::ForwardZone;
+
+    fn forward(apex: &str, upstream: &str) -> ForwardZone {
+        ForwardZone {
+            apex: kudurru_core::policy::name::to_wire(apex)
+                .expect("a test name")
+                .into(),
+            upstreams: vec![upstream.parse().expect("an upstream URL")].into(),
+        }
+    }
+
+    /// A new zone set (any zone change publishes one) keeps each forward zone's health and
+    /// RTT where its upstreams did not change, wherever the zone now sits in the list; a
+    /// new or retargeted zone starts fresh.
+    #[test]
+    fn forward_selectors_keep_the_state_of_sets_that_did_not_change() {
+        let first = Arc::new(Zones::new(
+            Vec::new(),
+            vec![
+                forward("a.example", "udp://127.0.0.1:5301"),
+                forward("b.example", "udp://127.0.0.1:5302"),
+                forward("c.example", "udp://127.0.0.1:5303"),
+            ],
+        ));
+        let mut selectors = ForwardSelectors::follow(first.clone(), Vec::new());
+        assert_eq!(selectors.sets.len(), first.forwards().len());
+        for (set, selector) in &mut selectors.sets {
+            let port = set[0].addr.port();
+            selector.on_success(0, Duration::from_millis(u64::from(port - 5300)));
+        }
+        let second = Arc::new(Zones::new(
+            Vec::new(),
+            vec![
+                forward("new.example", "udp://127.0.0.1:5304"),
+                forward("c.example", "udp://127.0.0.1:5309"),
+                forward("b.example", "udp://127.0.0.1:5302"),
+                forward("a.example", "udp://127.0.0.1:5301"),
+            ],
+        ));
+        let selectors = ForwardSelectors::follow(second.clone(), selectors.sets);
+        assert!(Arc::ptr_eq(&selectors.zones, &second));
+        for (zone, (set, selector)) in second.forwards().iter().zip(&selectors.sets) {
+            assert!(Arc::ptr_eq(set, &zone.upstreams));
+            let kept = match set[0].addr.port() {
+                5301 => Some(Duration::from_millis(1)),
+                5302 => Some(Duration::from_millis(2)),
+                _ => None,
+            };
+            assert_eq!(selector.srtt(0), kept, "{}", set[0]);
+        }
+    }
+}
