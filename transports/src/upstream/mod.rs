@@ -73,24 +73,22 @@ struct ForwardSelectors {
 impl ForwardSelectors {
     /// The selectors of `zones`' forward zones, each taken over from `old` when a set there
     /// has the same upstreams (a zone change publishes new `Zones`; the health of upstreams
-    /// that stayed must not be forgotten each time), else fresh.
+    /// that stayed must not be forgotten each time), else fresh. Linear in the number of
+    /// forward zones (delegations with glue are forward zones too, and a zone may hold many):
+    /// run once per published zone set, on the first miss routed to a forward zone.
     fn follow(zones: Arc<Zones>, old: Vec<(Arc<[UpstreamSpec]>, Selector)>) -> Self {
-        let mut old: Vec<Option<(Arc<[UpstreamSpec]>, Selector)>> =
-            old.into_iter().map(Some).collect();
+        let mut kept: HashMap<Arc<[UpstreamSpec]>, Vec<Selector>> = HashMap::new();
+        for (set, selector) in old {
+            kept.entry(set).or_default().push(selector);
+        }
         let sets = zones
             .forwards()
             .iter()
             .map(|forward| {
-                let kept = old
-                    .iter_mut()
-                    .find(|slot| {
-                        slot.as_ref()
-                            .is_some_and(|(set, _)| **set == *forward.upstreams)
-                    })
-                    .and_then(Option::take)
-                    .map(|(_, selector)| selector);
-                let selector =
-                    kept.unwrap_or_else(|| Selector::new(forward.upstreams.len(), rand::random()));
+                let selector = kept
+                    .get_mut(&forward.upstreams)
+                    .and_then(Vec::pop)
+                    .unwrap_or_else(|| Selector::new(forward.upstreams.len(), rand::random()));
                 (forward.upstreams.clone(), selector)
             })
             .collect();
