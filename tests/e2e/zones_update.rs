@@ -1,6 +1,6 @@
 //! Dynamic updates (RFC 2136) end to end with Debian's `nsupdate` and a key file in
 //! `tsig-keygen`'s format (the one `zones.tsigKeyFile` reads): an add seen by dig under a new
-//! serial, a delete, a failed prerequisite (NXRRSET) that changes nothing, an unsigned update
+//! serial, a delete over TCP, a failed prerequisite (NXRRSET) that changes nothing, an unsigned update
 //! to a TSIG zone and one from a client outside `allowUpdate.clients` both REFUSED.
 
 use std::io::Write;
@@ -14,10 +14,21 @@ use crate::zones::{apply, eventually, rdata, ready, serial};
 
 const KEY_FILE: &str = "key \"update-key\" {\n\talgorithm hmac-sha256;\n\tsecret \"dXBkYXRlLXVwZGF0ZS11cGRhdGUtdXBkYXRlLTAxMjM=\";\n};\n";
 
-/// Runs `nsupdate` (signed with `key` when given) on `commands` sent to `k`; its exit
-/// status and what it printed.
+/// Runs `nsupdate` (signed with `key` when given) on `commands` sent to `k` over UDP; its
+/// exit status and what it printed.
 fn nsupdate(k: &Kudurru, key: Option<&Path>, commands: &str) -> (bool, String) {
+    nsupdate_with(k, key, commands, &[])
+}
+
+/// [`nsupdate`] with extra flags (`-v`: over TCP).
+fn nsupdate_with(
+    k: &Kudurru,
+    key: Option<&Path>,
+    commands: &str,
+    flags: &[&str],
+) -> (bool, String) {
     let mut command = Command::new("nsupdate");
+    command.args(flags);
     if let Some(key) = key {
         command.arg("-k").arg(key);
     }
@@ -138,11 +149,12 @@ fn rfc2136_nsupdate_with_tsig_adds_deletes_and_is_refused_where_it_must_be() {
     assert_eq!(dig(k.addr, &["www.far.example.", "A"]).status, "NXDOMAIN");
     assert_eq!(serial(&k, "far.example."), far);
 
-    // Delete: gone under a newer serial.
-    let (ok, out) = nsupdate(
+    // Delete, over TCP: gone under a newer serial.
+    let (ok, out) = nsupdate_with(
         &k,
         Some(&keys),
         "zone corp.example.\nupdate delete new.corp.example. A",
+        &["-v"],
     );
     assert!(ok, "nsupdate delete: {out}");
     eventually("the deleted record gone", || {
