@@ -947,7 +947,7 @@ impl Manager {
                         .map(|&(address, length)| kudurru_core::Prefix::containing(address, length))
                         .collect(),
                 }),
-            records: served.data.records.iter().cloned().collect(),
+            records: served.data.clone(),
         }
     }
 

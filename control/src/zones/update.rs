@@ -27,7 +27,7 @@ use domain::rdata::tsig::Time48;
 use domain::tsig::{Algorithm, Key, KeyStore, ServerTransaction};
 use kudurru_core::Prefix;
 use kudurru_core::zone::update::{RecordIndex, Update, rcode};
-use kudurru_core::zone::{Record, ZoneError};
+use kudurru_core::zone::{Record, ZoneData, ZoneError};
 
 use kudurru_transports::inbox::InboxTransport;
 
@@ -74,7 +74,7 @@ pub enum UpdateTarget {
         /// `allowUpdate`, `None` when the zone has none (REFUSED).
         allow: Option<AllowUpdate>,
         /// The zone's records as the last update left them.
-        records: RecordIndex,
+        records: Arc<ZoneData>,
     },
 }
 
@@ -151,6 +151,7 @@ pub async fn respond(
         tracing::info!(%client, %zone, "update refused: not signed with allowUpdate.tsigKey");
         return answer(&request, rcode::REFUSED, None);
     }
+    let records = RecordIndex::touched_by(&update, &records.records);
     let rcode = apply(&update, &records, zones, client, &zone).await;
     answer(&request, rcode, transaction)
 }
@@ -287,7 +288,11 @@ mod tests {
             }
             UpdateTarget::Primary {
                 allow: self.allow.clone(),
-                records: self.records.borrow().iter().cloned().collect(),
+                records: Arc::new(ZoneData {
+                    apex: apex.into(),
+                    records: self.records.borrow().clone(),
+                    origins: Vec::new(),
+                }),
             }
         }
 
