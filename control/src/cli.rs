@@ -129,6 +129,12 @@ pub enum Command {
         #[command(subcommand)]
         command: BlocklistCommand,
     },
+    /// Zones of a running server (through the API).
+    Zone {
+        /// What to do.
+        #[command(subcommand)]
+        command: ZoneCommand,
+    },
     /// Why a name is or is not blocked (through the API).
     Blocking {
         /// What to do.
@@ -206,6 +212,23 @@ pub enum BlocklistCommand {
     Refresh {
         /// The BlockList.
         name: String,
+        /// How to reach the API.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `kudurru zone …`.
+#[derive(Debug, Subcommand)]
+pub enum ZoneCommand {
+    /// The records the Zone NAME (the object's name) serves, as zone-file lines, SOA first
+    /// (GET /api/v1/zones/NAME/records, every page).
+    Records {
+        /// The Zone object.
+        name: String,
+        /// Print each page's JSON instead of zone-file lines.
+        #[arg(long)]
+        json: bool,
         /// How to reach the API.
         #[command(flatten)]
         client: ClientArgs,

@@ -5,7 +5,7 @@
 use clap::{CommandFactory, Parser};
 use kudurru_control::cli::{
     ApiCommand, AuditCommand, BlockingCommand, BlocklistCommand, CacheCommand, CertCommand, Cli,
-    ClientArgs, Command, ConfigCommand, ServeArgs, SettingsCommand, TokenCommand,
+    ClientArgs, Command, ConfigCommand, ServeArgs, SettingsCommand, TokenCommand, ZoneCommand,
 };
 use kudurru_control::{
     certs, check, client, config, lameduck, layers, objects, openapi, serve, tokens,
@@ -70,6 +70,16 @@ fn main() {
             }
             Err(e) => {
                 eprintln!("kudurru blocklist: {e}");
+                serve::exit::CONFIG
+            }
+        },
+        Command::Zone { command } => match zone(&command) {
+            Ok(text) => {
+                print!("{text}");
+                serve::exit::OK
+            }
+            Err(e) => {
+                eprintln!("kudurru zone: {e}");
                 serve::exit::CONFIG
             }
         },
@@ -484,6 +494,51 @@ fn blocklist(command: &BlocklistCommand) -> Result<String, Failure> {
     Ok(format!(
         "refresh of {name} started; `kudurru get blocklist {name}` shows its status\n"
     ))
+}
+
+/// `kudurru zone records NAME`: every page, as zone-file lines (or each page's JSON).
+fn zone(command: &ZoneCommand) -> Result<String, Failure> {
+    let ZoneCommand::Records { name, json, client } = command;
+    let api = api_client(client)?;
+    let mut out = String::new();
+    let mut next: Option<String> = None;
+    loop {
+        let mut path = format!("/api/v1/zones/{}/records?limit=10000", percent_encode(name));
+        if let Some(token) = &next {
+            path.push_str(&format!("&continue={}", percent_encode(token)));
+        }
+        let answer = api.call("GET", &path, None)?;
+        if answer.status != 200 {
+            let message = answer.body["message"].as_str().unwrap_or("");
+            return Err(format!("{} answered {}: {message}", api.url(), answer.status).into());
+        }
+        let body = &answer.body;
+        if *json {
+            out.push_str(&format!("{body:#}\n"));
+        } else {
+            if next.is_none() {
+                out.push_str(&format!(
+                    "; {} serial {} ({} records)\n",
+                    body["zone"].as_str().unwrap_or("?"),
+                    body["serial"],
+                    body["total"]
+                ));
+            }
+            for record in body["records"].as_array().into_iter().flatten() {
+                out.push_str(&format!(
+                    "{} {} IN {} {}\n",
+                    record["name"].as_str().unwrap_or("?"),
+                    record["ttl"],
+                    record["type"].as_str().unwrap_or("?"),
+                    record["rdata"].as_str().unwrap_or("")
+                ));
+            }
+        }
+        match body["continue"].as_str() {
+            Some(token) => next = Some(token.to_owned()),
+            None => return Ok(out),
+        }
+    }
 }
 
 /// `kudurru blocking check NAME`: the explanation as lines (or its JSON).

@@ -93,11 +93,12 @@ fn knot_config(dir: &Path, port: u16, body: &str) -> String {
     )
 }
 
-fn zone_file(serial: u32, extra: &str) -> String {
+/// The zone Knot serves; `timers` is "refresh retry expire".
+fn zone_file(serial: u32, timers: &str, extra: &str) -> String {
     format!(
         "$ORIGIN corp.example.\n$TTL 300\n\
-         @ SOA ns1 hostmaster {serial} 2 1 4 60\n\
-         @ NS ns1\nns1 A 192.0.2.53\nwww A 192.0.2.1\n{extra}"
+         @ SOA ns1 hostmaster {serial} {timers} 60\n\
+         @ NS ns1\nns1 A 192.0.2.53\nwww A 192.0.2.10\n{extra}"
     )
 }
 
@@ -132,8 +133,12 @@ fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// The A records of an authoritative answer (AA set: the test upstream, which answers
+/// anything with 192.0.2.1, never counts).
 fn a_records(server: std::net::SocketAddr, name: &str) -> Vec<String> {
     try_dig(server, &[name, "A", "+norecurse"])
+        .ok()
+        .filter(|d| d.flags.iter().any(|f| f == "aa"))
         .map(|d| d.answers.into_iter().map(|a| a.3).collect())
         .unwrap_or_default()
 }
@@ -156,7 +161,12 @@ fn knot_primary_to_kudurru_secondary_axfr_then_ixfr_on_notify() {
     let mut k = Kudurru::builder(&[upstream.udp_url()]).start();
     let knot_dir = scratch.join("knot");
     std::fs::create_dir_all(&knot_dir).unwrap();
-    std::fs::write(knot_dir.join("corp.example.zone"), zone_file(1, "")).unwrap();
+    // A refresh of an hour: only Knot's NOTIFY brings the change in time.
+    std::fs::write(
+        knot_dir.join("corp.example.zone"),
+        zone_file(1, "3600 600 86400", ""),
+    )
+    .unwrap();
     let knot = Knot::start(
         &knot_dir,
         &knot_config(
@@ -183,15 +193,33 @@ fn knot_primary_to_kudurru_secondary_axfr_then_ixfr_on_notify() {
                "primaries": [{"address": knot.addr().to_string()}]}),
     );
     eventually(Duration::from_secs(20), "the AXFR from Knot", || {
-        a_records(k.addr, "www.corp.example") == ["192.0.2.1"]
+        a_records(k.addr, "www.corp.example") == ["192.0.2.10"]
     });
     let answer = dig(k.addr, &["www.corp.example", "A", "+norecurse"]);
     assert!(answer.flags.contains(&"aa".to_owned()), "{}", answer.raw);
 
+    // RFC 1996 §3: NOTIFY is taken from a primary's address only.
+    let notify = dig(k.addr, &["+opcode=notify", "corp.example", "SOA"]);
+    assert_eq!(notify.status, "NOERROR", "{}", notify.raw);
+    assert!(notify.flags.contains(&"aa".to_owned()), "{}", notify.raw);
+    let stranger = dig(
+        k.addr,
+        &["-b", "127.0.0.2", "+opcode=notify", "corp.example", "SOA"],
+    );
+    assert_eq!(stranger.status, "REFUSED", "{}", stranger.raw);
+    let other_zone = dig(k.addr, &["+opcode=notify", "other.example", "SOA"]);
+    assert_eq!(other_zone.status, "REFUSED", "{}", other_zone.raw);
+    let over_tcp = dig(k.addr, &["+opcode=notify", "+tcp", "other.example", "SOA"]);
+    assert_eq!(
+        over_tcp.status, "REFUSED",
+        "TCP reaches the inbox: {}",
+        over_tcp.raw
+    );
+
     // Serial 2 with a new name: Knot computes the difference, journals it and NOTIFYs.
     std::fs::write(
         knot_dir.join("corp.example.zone"),
-        zone_file(2, "new A 192.0.2.2\n"),
+        zone_file(2, "3600 600 86400", "new A 192.0.2.2\n"),
     )
     .unwrap();
     knot.knotc(&["zone-reload", "corp.example"]);
@@ -199,8 +227,9 @@ fn knot_primary_to_kudurru_secondary_axfr_then_ixfr_on_notify() {
         a_records(k.addr, "new.corp.example") == ["192.0.2.2"]
     });
     let log = knot.log();
+    assert!(log.contains("AXFR, outgoing"), "the first transfer: {log}");
     assert!(
-        log.contains("IXFR") || log.contains("incremental"),
+        log.contains("IXFR, outgoing"),
         "Knot served the change as IXFR: {log}"
     );
     assert!(
@@ -234,10 +263,10 @@ fn kudurru_primary_to_knot_secondary_axfr_then_notify_and_ixfr() {
         &token,
         "recordsets",
         "www",
-        json!({"zone": "corp-example", "name": "www", "type": "A", "records": ["192.0.2.1"]}),
+        json!({"zone": "corp-example", "name": "www", "type": "A", "records": ["192.0.2.10"]}),
     );
     eventually(Duration::from_secs(10), "kudurru serving the zone", || {
-        a_records(k.addr, "www.corp.example") == ["192.0.2.1"]
+        a_records(k.addr, "www.corp.example") == ["192.0.2.10"]
     });
     let knot_dir = scratch.join("knot");
     std::fs::create_dir_all(&knot_dir).unwrap();
@@ -258,7 +287,7 @@ fn kudurru_primary_to_knot_secondary_axfr_then_notify_and_ixfr() {
         knot_port,
     );
     eventually(Duration::from_secs(20), "Knot's AXFR from kudurru", || {
-        a_records(knot.addr(), "www.corp.example") == ["192.0.2.1"]
+        a_records(knot.addr(), "www.corp.example") == ["192.0.2.10"]
     });
     // A change: kudurru bumps the serial and NOTIFYs; Knot asks and pulls it.
     create(
@@ -272,7 +301,14 @@ fn kudurru_primary_to_knot_secondary_axfr_then_notify_and_ixfr() {
         a_records(knot.addr(), "new.corp.example") == ["192.0.2.2"]
     });
     let log = knot.log();
-    assert!(log.contains("notify"), "Knot heard kudurru's NOTIFY: {log}");
+    assert!(
+        log.contains("notify, incoming"),
+        "Knot heard kudurru's NOTIFY: {log}"
+    );
+    assert!(
+        log.contains("IXFR, incoming"),
+        "Knot pulled the change as IXFR: {log}"
+    );
     assert!(
         k.metric_sum("kudurru_zone_transfers_served_total") >= 2.0,
         "both transfers counted"
@@ -304,10 +340,23 @@ fn rfc8945_tsig_good_key_transfers_wrong_key_refused() {
         &token,
         "recordsets",
         "www",
-        json!({"zone": "corp-example", "name": "www", "type": "A", "records": ["192.0.2.1"]}),
+        json!({"zone": "corp-example", "name": "www", "type": "A", "records": ["192.0.2.10"]}),
+    );
+    // Enough records for several messages: each one is signed and dig verifies each.
+    let bulk: Vec<String> = (0..1500)
+        .map(|i| format!("10.0.{}.{}", i / 250, i % 250 + 1))
+        .collect();
+    create(
+        &k,
+        &token,
+        "recordsets",
+        "bulk",
+        json!({"zone": "corp-example", "name": "bulk", "type": "A", "records": bulk}),
     );
     eventually(Duration::from_secs(10), "kudurru serving the zone", || {
-        a_records(k.addr, "www.corp.example") == ["192.0.2.1"]
+        a_records(k.addr, "www.corp.example") == ["192.0.2.10"]
+            && try_dig(k.addr, &["bulk.corp.example", "A", "+norecurse", "+tcp"])
+                .is_ok_and(|d| d.answers.len() == 1500)
     });
     let axfr = |key: Option<&str>| {
         let mut args = vec!["corp.example".to_owned(), "AXFR".to_owned()];
@@ -331,7 +380,18 @@ fn rfc8945_tsig_good_key_transfers_wrong_key_refused() {
         2,
         "SOA first and last: {good}"
     );
-    assert!(!good.contains("failed"), "the signatures verify: {good}");
+    assert!(
+        !good.contains("failed") && !good.contains("verify"),
+        "the signatures verify: {good}"
+    );
+    assert!(good.contains("XFR size: 1504 records"), "{good}");
+    let messages: usize = good
+        .split("messages ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(messages > 1, "several signed messages: {good}");
     let wrong = axfr(Some(WRONG_SECRET));
     assert!(!wrong.contains("www.corp.example."), "{wrong}");
     assert!(
@@ -356,7 +416,11 @@ fn a_secondary_expires_after_its_primary_dies() {
     let knot_dir = scratch.join("knot");
     std::fs::create_dir_all(&knot_dir).unwrap();
     // refresh 2 s, retry 1 s, expire 4 s.
-    std::fs::write(knot_dir.join("corp.example.zone"), zone_file(1, "")).unwrap();
+    std::fs::write(
+        knot_dir.join("corp.example.zone"),
+        zone_file(1, "2 1 4", ""),
+    )
+    .unwrap();
     let knot = Knot::start(
         &knot_dir,
         &knot_config(
@@ -381,7 +445,7 @@ fn a_secondary_expires_after_its_primary_dies() {
                "primaries": [{"address": knot.addr().to_string()}]}),
     );
     eventually(Duration::from_secs(20), "the AXFR from Knot", || {
-        a_records(k.addr, "www.corp.example") == ["192.0.2.1"]
+        a_records(k.addr, "www.corp.example") == ["192.0.2.10"]
     });
     drop(knot);
     eventually(Duration::from_secs(20), "SERVFAIL after expire", || {
@@ -393,4 +457,74 @@ fn a_secondary_expires_after_its_primary_dies() {
             .is_some_and(|v| v >= 1.0)
     );
     k.terminate();
+}
+
+#[test]
+fn rfc8945_tsig_secondary_transfers_from_knot_with_the_key_only() {
+    for (secret, transfers) in [(KEY_SECRET, true), (WRONG_SECRET, false)] {
+        let scratch = Scratch::new(if transfers {
+            "xfr-tsig-in-good"
+        } else {
+            "xfr-tsig-in-bad"
+        });
+        let upstream = TestUpstream::start();
+        let keys = key_file(&scratch, secret);
+        let knot_port = free_port();
+        let mut k = Kudurru::builder(&[upstream.udp_url()])
+            .env("KUDURRU_ZONES__TSIGKEYFILE", keys.to_str().unwrap())
+            .start();
+        let knot_dir = scratch.join("knot");
+        std::fs::create_dir_all(&knot_dir).unwrap();
+        std::fs::write(
+            knot_dir.join("corp.example.zone"),
+            zone_file(1, "3600 1 86400", ""),
+        )
+        .unwrap();
+        let knot = Knot::start(
+            &knot_dir,
+            &knot_config(
+                &knot_dir,
+                knot_port,
+                &format!(
+                    "key:\n  - id: xfr-key\n    algorithm: hmac-sha256\n    secret: {KEY_SECRET}\n\
+                     acl:\n  - id: xfr\n    address: 127.0.0.1\n    key: xfr-key\n    action: transfer\n\
+                     template:\n  - id: default\n    storage: {d}\n\
+                     zone:\n  - domain: corp.example\n    file: corp.example.zone\n    acl: xfr\n",
+                    d = knot_dir.display()
+                ),
+            ),
+            knot_port,
+        );
+        let token = k.token("admin", None);
+        create(
+            &k,
+            &token,
+            "zones",
+            "corp-example",
+            json!({"zone": "corp.example.", "type": "secondary",
+                   "primaries": [{"address": knot.addr().to_string(), "tsigKey": "xfr-key"}]}),
+        );
+        if transfers {
+            eventually(Duration::from_secs(20), "the signed AXFR from Knot", || {
+                a_records(k.addr, "www.corp.example") == ["192.0.2.10"]
+            });
+        } else {
+            eventually(
+                Duration::from_secs(20),
+                "the refresh failing on the wrong key (no SOA yet: the next try is RFC 1912's 600 s retry away)",
+                || {
+                    k.metric(
+                        "kudurru_zone_transfers_total{zone=\"corp.example.\",result=\"failure\"}",
+                    )
+                    .is_some_and(|v| v >= 1.0)
+                },
+            );
+            assert_ne!(
+                a_records(k.addr, "www.corp.example"),
+                ["192.0.2.10"],
+                "nothing transferred"
+            );
+        }
+        k.terminate();
+    }
 }

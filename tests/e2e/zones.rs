@@ -130,27 +130,34 @@ fn kdig(addr: std::net::SocketAddr, ca: &Path, extra: &[&str]) -> String {
 struct Rig {
     _scratch: Scratch,
     dir: std::path::PathBuf,
-    cert: std::path::PathBuf,
+    /// The DoT and DoH certificate, when started with TLS.
+    cert: Option<std::path::PathBuf>,
     k: Kudurru,
     token: String,
     _upstream: TestUpstream,
 }
 
-/// kudurru with `zones.fileDir` in a scratch directory holding the zone file, a TLS pair for
-/// DoT and DoH, the Zone `corp` (from the file) and `rs` (from RecordSets) applied and served.
-fn start(name: &str) -> Rig {
+/// kudurru with `zones.fileDir` in a scratch directory holding the zone file, with `tls` a
+/// pair for DoT and DoH (generating one is slow in a debug build), the Zone `corp` (from the
+/// file) and `rs` (from RecordSets) applied and served.
+fn start(name: &str, tls: bool) -> Rig {
     let scratch = Scratch::new(&format!("zones-{name}"));
     let dir = scratch.join("zones");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("corp.zone"), ZONE_FILE).unwrap();
     std::fs::write(dir.join("hosts.inc"), INCLUDED).unwrap();
     std::fs::write(scratch.join("outside.zone"), "leak IN A 192.0.2.66\n").unwrap();
-    let (cert, key) = cert_pair(&scratch, "zones");
     let upstream = TestUpstream::start();
-    let k = Kudurru::builder(&[upstream.udp_url()])
-        .env("KUDURRU_ZONES__FILEDIR", dir.to_str().unwrap())
-        .tls(&cert, &key)
-        .start();
+    let mut builder = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_ZONES__FILEDIR", dir.to_str().unwrap());
+    let cert = if tls {
+        let (cert, key) = cert_pair(&scratch, "zones");
+        builder = builder.tls(&cert, &key);
+        Some(cert)
+    } else {
+        None
+    };
+    let k = builder.start();
     let token = k.token("admin", None);
     apply(
         &k,
@@ -191,7 +198,8 @@ fn start(name: &str) -> Rig {
 
 #[test]
 fn primaries_answer_every_shape_over_udp_dot_and_doh() {
-    let rig = start("shapes");
+    let rig = start("shapes", true);
+
     let k = &rig.k;
 
     let www = dig(k.addr, &["www.corp.example.", "A"]);
@@ -200,7 +208,6 @@ fn primaries_answer_every_shape_over_udp_dot_and_doh() {
     assert_eq!(rdata(&www, "A"), ["192.0.2.1"]);
     let included = dig(k.addr, &["host1.corp.example.", "A"]);
     assert_eq!(rdata(&included, "A"), ["192.0.2.11"], "from the $INCLUDE");
-
     let missing = dig(k.addr, &["nope.corp.example.", "A"]);
     assert_eq!(missing.status, "NXDOMAIN");
     assert!(missing.flags.contains(&"aa".to_owned()));
@@ -209,7 +216,6 @@ fn primaries_answer_every_shape_over_udp_dot_and_doh() {
     assert_eq!(nodata.status, "NOERROR");
     assert!(nodata.answers.is_empty(), "{}", nodata.raw);
     assert_eq!(nodata.authority[0].2, "SOA", "NODATA carries the SOA");
-
     let wild = dig(k.addr, &["anything.wild.corp.example.", "TXT"]);
     assert_eq!(rdata(&wild, "TXT"), ["\"wildcard\""], "{}", wild.raw);
     assert_eq!(wild.answers[0].0, "anything.wild.corp.example.");
@@ -221,7 +227,6 @@ fn primaries_answer_every_shape_over_udp_dot_and_doh() {
         ["192.0.2.1"],
         "the chain inside the zone"
     );
-
     let referral = dig(k.addr, &["+norec", "host.sub.corp.example.", "A"]);
     assert_eq!(referral.status, "NOERROR", "{}", referral.raw);
     assert!(
@@ -242,22 +247,19 @@ fn primaries_answer_every_shape_over_udp_dot_and_doh() {
         "glue: {}",
         referral.raw
     );
-
     let any = dig(k.addr, &["corp.example.", "ANY"]);
     assert_eq!(any.status, "NOERROR");
     let types: std::collections::BTreeSet<&str> =
         any.answers.iter().map(|a| a.2.as_str()).collect();
     assert_eq!(types.len(), 1, "ANY minimised (RFC 8482): {}", any.raw);
-
     let rs = dig(k.addr, &["www.rs.example.", "A"]);
     let mut addresses = rdata(&rs, "A");
     addresses.sort();
     assert_eq!(addresses, ["192.0.2.101", "192.0.2.102"]);
     assert_eq!(rs.answers[0].1, 120);
-
     let dot = kdig(
         k.tls.unwrap(),
-        &rig.cert,
+        rig.cert.as_deref().unwrap(),
         &["+tls", "www.corp.example.", "A"],
     );
     assert!(
@@ -267,7 +269,7 @@ fn primaries_answer_every_shape_over_udp_dot_and_doh() {
     assert!(dot.contains(" aa"), "AA over DoT: {dot}");
     let doh = kdig(
         k.https.unwrap(),
-        &rig.cert,
+        rig.cert.as_deref().unwrap(),
         &["+https", "www.rs.example.", "A"],
     );
     assert!(
@@ -278,7 +280,7 @@ fn primaries_answer_every_shape_over_udp_dot_and_doh() {
 
 #[test]
 fn a_record_set_change_is_answered_without_restart_under_a_new_serial_and_the_views_follow() {
-    let rig = start("change");
+    let rig = start("change", false);
     let (k, token) = (&rig.k, rig.token.as_str());
     let before = serial(k, "rs.example.").unwrap();
     apply(
@@ -361,11 +363,59 @@ fn a_record_set_change_is_answered_without_restart_under_a_new_serial_and_the_vi
     assert_eq!(status, 410, "a token from another serial");
     let (status, _) = call(k, "GET", "/api/v1/zones/corp/records?limit=0", token, None);
     assert_eq!(status, 400);
+
+    // The command line reads every page.
+    let out = Command::new(kudurru_e2e::kudurru_bin())
+        .args(["zone", "records", "corp"])
+        .args(["--api", &format!("http://{}", k.api), "--token", token])
+        .output()
+        .expect("kudurru runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.starts_with("; corp.example. serial 2024010100 (9 records)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("www.corp.example. 300 IN A 192.0.2.1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("alias.corp.example. 300 IN CNAME www.corp.example.\n"),
+        "{text}"
+    );
+
+    // zones.maxRecords applies without a restart: a zone past it is refused, the old one stays.
+    let (status, body) = call(
+        k,
+        "PATCH",
+        "/api/v1/settings",
+        token,
+        Some(&json!({"zones": {"maxRecords": 3}})),
+    );
+    assert_eq!(status, 200, "{body}");
+    apply(
+        k,
+        token,
+        "recordsets",
+        "rs-mail",
+        json!({"zone": "rs", "name": "mail", "type": "A", "records": ["192.0.2.25"]}),
+    );
+    eventually("rs refused past zones.maxRecords", || {
+        let (status, message) = ready(k, token, "rs");
+        status == "False" && message.contains("zones.maxRecords")
+    });
+    assert_eq!(serial(k, "rs.example."), Some(after));
+    assert_eq!(dig(k.addr, &["mail.rs.example.", "A"]).status, "NXDOMAIN");
 }
 
 #[test]
 fn every_bad_zone_file_is_refused_with_file_and_line_and_the_old_answers_stay() {
-    let rig = start("refused");
+    let rig = start("refused", false);
     let (k, token) = (&rig.k, rig.token.as_str());
     let good_serial = serial(k, "corp.example.").unwrap();
     for (bad, expected) in [

@@ -27,7 +27,6 @@ use glommio::net::TcpListener;
 use glommio::sync::Semaphore;
 use kudurru_core::wire::{Query, ReplyOptions};
 use kudurru_core::zone::set::ServedZone;
-use kudurru_core::zone::xfr::Transfer;
 use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
 use crate::accept;
@@ -294,7 +293,7 @@ async fn serve_transfer<W: AsyncWrite + Unpin + 'static>(
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let mut transfer = match Transfer::start(zone, request, peer.ip(), now) {
+    let mut transfer = match zone.transfer(request, peer.ip(), now) {
         Ok(transfer) => transfer,
         Err(answer) => {
             CoreMetrics::bump(&context.metrics.transfers_refused);

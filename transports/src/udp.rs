@@ -14,7 +14,6 @@ use std::time::Instant;
 
 use glommio::net::{Readiness, UdpSocket};
 use kudurru_core::wire::{self, Query, ReplyOptions};
-use kudurru_core::zone::xfr::Transfer;
 use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 
 use crate::answer::{Answering, Lookup};
@@ -91,9 +90,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                             let now = std::time::SystemTime::now()
                                 .duration_since(std::time::UNIX_EPOCH)
                                 .map_or(0, |d| d.as_secs());
-                            out = match Transfer::start_datagram(served, message, peer.ip(), now) {
-                                Ok(answer) | Err(answer) => answer,
-                            };
+                            out = served.transfer_datagram(message, peer.ip(), now);
                         }
                         None => wire::write_error(&query, wire::rcode::REFUSED, &options, &mut out),
                     },

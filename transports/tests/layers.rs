@@ -20,7 +20,7 @@ const FLOORS: &[&[&str]] = &[
     // I/O primitives: the unsafe syscalls (on the steering program), the stream outbox. The
     // core context (settings, counters, limiter, lameduck, query and connection counts) sits
     // here, below the resolver, so listeners can read it without reaching the resolver.
-    &["sys", "outbox"],
+    &["sys", "outbox", "inbox"],
     // The connection table (per-client limits, longest-idle eviction), then the core context
     // that holds it.
     &["connections"],

@@ -95,10 +95,19 @@ pub async fn write(
     object: &Object,
     status: ObjectStatus,
 ) -> Result<Object, StoreError> {
+    write_as(store, object, status, actor()).await
+}
+
+/// [`write`] audited as `actor` (another controller: `system:zones`).
+pub async fn write_as(
+    store: Arc<dyn ObjectStore>,
+    object: &Object,
+    status: ObjectStatus,
+    actor: Actor,
+) -> Result<Object, StoreError> {
     let mut target = object.clone();
     target.status = status;
     tokio::task::spawn_blocking(move || {
-        let actor = actor();
         let mut tries = 0;
         loop {
             match store.update_status(&actor, &target) {

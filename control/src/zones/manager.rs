@@ -37,7 +37,7 @@ use super::build::{self, Overlay};
 use super::files::{self, Fingerprint};
 use super::{SecondaryZone, ServedView, Shared, SoaTimers, ZoneChanged, stored, zone_text};
 use crate::blocking::Diagnosis;
-use crate::blocking::status::{Draft, condition, write};
+use crate::blocking::status::{Draft, condition, write_as};
 use crate::config::ZonesSettings;
 use crate::objects::ObjectStore;
 use crate::objects::kinds::{
@@ -137,6 +137,8 @@ struct ZoneState {
     persisted: Option<(u32, String)>,
     /// A secondary's stored data was looked for.
     loaded: bool,
+    /// Another Zone object (first by name) serves the same apex: this one serves nothing.
+    shadowed: bool,
     dirty: bool,
 }
 
@@ -329,6 +331,7 @@ impl Manager {
                 expired,
                 persisted,
                 loaded,
+                shadowed: false,
                 dirty: true,
             },
         );
@@ -499,6 +502,8 @@ impl Manager {
         let spec = match (&zone.spec, zone.enabled()) {
             (Ok(spec), true) => spec.clone(),
             _ => {
+                // Re-enabled later, a secondary reads its stored transfer again.
+                zone.loaded = false;
                 if zone.served.take().is_some() {
                     self.publish = true;
                 }
@@ -514,10 +519,17 @@ impl Manager {
                 "{} is already served by Zone {owner}",
                 zone_text(&spec.apex)
             ));
-            if zone.served.take().is_some() {
-                self.publish = true;
-            }
+            zone.shadowed = true;
+            zone.loaded = false;
+            zone.served = None;
+            self.publish = true;
             return;
+        }
+        let zone = self.zones.get_mut(name).expect("looked up above");
+        if zone.shadowed {
+            zone.shadowed = false;
+            zone.refused = None;
+            self.publish = true;
         }
         match &spec.kind {
             ZoneType::Forward(_) => {}
@@ -741,19 +753,17 @@ impl Manager {
         let mut secondaries = Vec::new();
         for (name, zone) in &mut self.zones {
             let Ok(spec) = &zone.spec else { continue };
-            if !zone.enabled() {
+            if !zone.enabled() || zone.shadowed {
                 continue;
             }
             let transfer = match &spec.kind {
                 ZoneType::Primary(p) => &p.transfer,
                 ZoneType::Secondary(s) => &s.transfer,
                 ZoneType::Forward(upstreams) => {
-                    if zone.refused.is_none() {
-                        forwards.push(ForwardZone {
-                            apex: spec.apex.clone(),
-                            upstreams: upstreams.clone().into(),
-                        });
-                    }
+                    forwards.push(ForwardZone {
+                        apex: spec.apex.clone(),
+                        upstreams: upstreams.clone().into(),
+                    });
                     continue;
                 }
             };
@@ -1195,7 +1205,7 @@ impl Manager {
         }
         self.shared.set_diagnoses(diagnoses);
         for (name, kind, object, status) in writes {
-            match write(self.store.clone(), &object, status).await {
+            match write_as(self.store.clone(), &object, status, Actor::system("zones")).await {
                 Ok(written) => {
                     if kind == ZONE {
                         if let Some(zone) = self.zones.get_mut(&name) {

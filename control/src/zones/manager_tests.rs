@@ -600,3 +600,42 @@ async fn an_update_is_written_as_record_sets_and_bumps_the_serial() {
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn two_zones_at_one_apex_serve_the_first_by_name_until_it_goes() {
+    let mut rig = rig();
+    rig.create(ZONE, "a-corp", primary(json!({})));
+    rig.create(ZONE, "b-corp", primary(json!({"serialPolicy": "unixtime"})));
+    rig.create(
+        ZONE,
+        "fwd",
+        json!({"zone": "test.", "type": "forward", "upstreams": ["udp://127.0.0.1:5301"]}),
+    );
+    rig.settle().await;
+    assert_eq!(rig.serial(), Some(1), "a-corp serves");
+    let (ready, message) = rig.ready(ZONE, "b-corp");
+    assert_eq!(ready, ConditionStatus::False);
+    assert!(
+        message.contains("already served by Zone a-corp"),
+        "{message}"
+    );
+    assert_eq!(rig.ready(ZONE, "fwd").0, ConditionStatus::True);
+    assert_eq!(rig.manager.shared.publisher.zones().forwards().len(), 1);
+    assert_eq!(
+        rig.manager.shared.internal_json()["zones"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "forward zones are left out of /internal/zones"
+    );
+    rig.store
+        .delete(&admin(), ZONE, "a-corp", &Default::default())
+        .unwrap();
+    rig.settle().await;
+    assert_eq!(rig.ready(ZONE, "b-corp").0, ConditionStatus::True);
+    assert!(
+        rig.serial().unwrap() > 1_000_000_000,
+        "b-corp (unixtime) serves now"
+    );
+}

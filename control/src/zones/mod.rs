@@ -11,7 +11,13 @@
 //! ```
 //!
 //! The manager's handle is what the other parts call: the secondary's transfer loop hands it
-//! what it transferred, the UPDATE handler the changes a client asked for.
+//! what it transferred, the UPDATE handler the changes a client asked for. What they follow:
+//!
+//! - [`Shared::changes`]: a broadcast of [`ZoneChanged`] (apex, serial, `notify` targets,
+//!   TSIG key) after every publish that changed a zone's data: NOTIFY out subscribes;
+//! - [`Shared::secondaries`]: a watch of the [`SecondaryZone`]s (primaries, TSIG keys, the
+//!   serial and SOA timers served): the transfer loops follow it;
+//! - [`ZoneHandle`] (built in `serve` next to the manager): transfers, expiry and updates in.
 
 pub mod build;
 pub mod files;

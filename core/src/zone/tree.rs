@@ -428,10 +428,6 @@ impl Zone {
                     .then_with(|| ra.rdata.cmp(&rb.rdata))
             })
         });
-        order.dedup_by(|b, a| {
-            let (ra, rb) = (&data.records[a.3 as usize], &data.records[b.3 as usize]);
-            a.0 == b.0 && key(a) == key(b) && ra.rtype == rb.rtype && ra.rdata == rb.rdata
-        });
 
         // Group into owners and RRsets; encode the records.
         let mut build: Vec<BuildNode> = Vec::new();
@@ -472,8 +468,16 @@ impl Zone {
                     .min()
                     .unwrap_or(first.ttl);
                 let data_at = store.len();
+                let mut count = 0u32;
+                let mut previous: Option<&[u8]> = None;
+                let mut lowered = false;
                 for m in members {
                     let r = &data.records[m.3 as usize];
+                    // Sorted by rdata: a duplicate follows its twin (its TTL counted above).
+                    if previous.replace(&r.rdata) == Some(&r.rdata[..]) {
+                        continue;
+                    }
+                    let record_at = store.len();
                     store.extend_from_slice(&r.rtype.to_be_bytes());
                     store.extend_from_slice(&class::IN.to_be_bytes());
                     store.extend_from_slice(&ttl.to_be_bytes());
@@ -484,10 +488,22 @@ impl Zone {
                         // Names in these types' rdata are compared and pointed at, and RFC
                         // 4034 §6.2 signs them lowercased: store them so. Length octets are
                         // below 64, so lowercasing the whole name touches only letters.
-                        if let Some(name) = store.get_mut(rdata_at + skip..) {
+                        lowered |= store.get_mut(rdata_at + skip..).is_some_and(|name| {
+                            let upper = name.iter().any(u8::is_ascii_uppercase);
                             name.make_ascii_lowercase();
+                            upper
+                        });
+                        // Once a name was lowered, records that differed only in its case are
+                        // duplicates.
+                        let earlier = Records {
+                            block: &store[data_at..record_at],
+                        };
+                        if lowered && { earlier }.any(|(_, rdata)| rdata == &store[rdata_at..]) {
+                            store.truncate(record_at);
+                            continue;
                         }
                     }
+                    count += 1;
                 }
                 if store.len() > u32::MAX as usize {
                     return Err(zone_error(
@@ -502,7 +518,7 @@ impl Zone {
                     ttl,
                     data_at: data_at as u32,
                     data_len: (store.len() - data_at) as u32,
-                    count: members.len() as u32,
+                    count,
                 });
                 set_start = set_end;
             }
@@ -963,7 +979,8 @@ impl Zone {
             w.out[3] = (w.out[3] & 0xf0) | rcode::REFUSED;
             w.out[2] &= !0x04;
         }
-        let limit = udp_limit.unwrap_or(usize::from(u16::MAX));
+        // On a stream, the message must fit its 16-bit length with the OPT's keepalive option.
+        let limit = udp_limit.unwrap_or(usize::from(u16::MAX) - 6);
         let opt = if query.edns().is_some() { OPT_LEN } else { 0 };
         if w.out.len() + opt > limit {
             if let Some(at) = w.additional_at {
@@ -1176,6 +1193,13 @@ impl<'z> Writer<'z, '_> {
             } else {
                 sets.iter().find(|s| s.rtype == qtype)
             };
+            if qtype == RRSIG && wanted.is_some() {
+                // Every signature at the name, whatever it covers.
+                for set in sets.iter().filter(|s| s.rtype == RRSIG) {
+                    self.push(name, set, Section::Answer);
+                }
+                return;
+            }
             if let Some(set) = wanted {
                 self.push_signed(name, node, set, Section::Answer);
                 if wildcard && self.dnssec {
@@ -1424,6 +1448,7 @@ sub NS ns.sub
 sub NS ns.other.example.
 ns.sub A 192.0.2.54
 *.sub A 192.0.2.55
+sub NS NS.SUB
 "#;
 
     fn corp() -> Zone {
@@ -1832,9 +1857,11 @@ ns RRSIG NSEC 13 3 300 20300101000000 20200101000000 1 signed.example. AAAA
             Some((1232, false)),
         ));
         assert_eq!(p.types(1), vec![Rtype::SOA]);
-        // RRSIG and NSEC records are asked for like any type.
+        // RRSIG and NSEC records are asked for like any type; RRSIG gets every signature.
         let p = Parsed::new(ask(&zone, "a.signed.example", NSEC, Some((1232, false))));
         assert_eq!(p.types(0), vec![Rtype::NSEC]);
+        let p = Parsed::new(ask(&zone, "a.signed.example", RRSIG, Some((1232, false))));
+        assert_eq!(p.types(0), vec![Rtype::RRSIG, Rtype::RRSIG]);
     }
 
     #[test]

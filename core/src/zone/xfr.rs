@@ -16,6 +16,7 @@
 //! records up to [`MESSAGE_TARGET`] bytes, and compress nothing: the record stream is the
 //! zone's, once, and a transfer's size is dominated by rdata.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -29,14 +30,10 @@ use domain::tsig::{Algorithm, Key, KeyStore, ServerError, ServerSequence};
 use crate::limiter::{address_bits, mask};
 use crate::wire::rtype;
 use crate::zone::data::Record;
-use crate::zone::set::ServedZone;
 
 /// A transfer message is closed once its records pass this size (RFC 5936 §2.2 leaves it to
 /// the server; 16 KiB as BIND and Knot use keeps a message well inside TCP's 64 KiB frame).
 pub const MESSAGE_TARGET: usize = 16 * 1024;
-
-/// The journal keeps at most this many diffs per zone.
-pub const JOURNAL_MAX_DIFFS: usize = 64;
 
 /// Who may transfer a zone.
 #[derive(Debug, Clone, Default)]
@@ -86,21 +83,6 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// This journal with `diff` appended, the oldest dropped past [`JOURNAL_MAX_DIFFS`]; a
-    /// diff that does not follow the last one starts the journal over.
-    pub fn with(&self, diff: Diff) -> Self {
-        let mut diffs = match self.diffs.last() {
-            Some(last) if last.to == diff.from => self.diffs.clone(),
-            _ => Vec::new(),
-        };
-        diffs.push(diff);
-        if diffs.len() > JOURNAL_MAX_DIFFS {
-            let excess = diffs.len() - JOURNAL_MAX_DIFFS;
-            diffs.drain(..excess);
-        }
-        Self { diffs }
-    }
-
     /// The changes from serial `from` to the last one, condensed into one diff (a record
     /// added then removed again appears in neither list; SOAs left out of both), with the SOA
     /// record the client holds. `None` when the journal does not reach back to `from`.
@@ -112,26 +94,27 @@ impl Journal {
             .iter()
             .find(|r| r.rtype == rtype::SOA)?
             .clone();
-        let mut removed: Vec<Record> = Vec::new();
-        let mut added: Vec<Record> = Vec::new();
+        // Sets, so a large diff condenses in linear time; sorted after, for a stable order.
+        let mut removed: HashSet<&Record> = HashSet::new();
+        let mut added: HashSet<&Record> = HashSet::new();
         for diff in &self.diffs[start..] {
             for record in diff.removed.iter().filter(|r| r.rtype != rtype::SOA) {
-                match added.iter().position(|a| a == record) {
-                    Some(i) => {
-                        added.swap_remove(i);
-                    }
-                    None => removed.push(record.clone()),
+                if !added.remove(record) {
+                    removed.insert(record);
                 }
             }
             for record in diff.added.iter().filter(|r| r.rtype != rtype::SOA) {
-                match removed.iter().position(|r| r == record) {
-                    Some(i) => {
-                        removed.swap_remove(i);
-                    }
-                    None => added.push(record.clone()),
+                if !removed.remove(record) {
+                    added.insert(record);
                 }
             }
         }
+        let sorted = |set: HashSet<&Record>| {
+            let mut records: Vec<Record> = set.into_iter().cloned().collect();
+            records.sort_unstable();
+            records
+        };
+        let (removed, added) = (sorted(removed), sorted(added));
         let to = self.diffs.last().map_or(from, |d| d.to);
         Some((
             old_soa,
@@ -212,37 +195,12 @@ impl KeyStore for NoKeys {
 type Checked = (Message<Vec<u8>>, Option<ServerSequence<Arc<Key>>>);
 
 impl Transfer {
-    /// Checks `request` (an AXFR or IXFR for `zone`'s apex) from `client` at `now` (Unix
-    /// seconds) against the zone's policy and plans the answer; `Err` holds the one error
-    /// message to send instead (REFUSED, FORMERR, or NOTAUTH with the TSIG error).
-    pub fn start(
-        zone: &ServedZone,
-        request: &[u8],
-        client: IpAddr,
-        now: u64,
-    ) -> Result<Self, Vec<u8>> {
-        let soa_and_records = || {
-            let mut records: Vec<Record> = zone.zone.records().collect();
-            let soa = if records.first().is_some_and(|r| r.rtype == rtype::SOA) {
-                Some(records.remove(0))
-            } else {
-                None
-            };
-            (soa, records)
-        };
-        Self::plan(
-            &zone.transfer,
-            &zone.journal,
-            zone.zone.serial(),
-            soa_and_records,
-            request,
-            client,
-            now,
-        )
-    }
-
-    /// [`Transfer::start`] on a zone given by parts: the current serial, and a function
-    /// returning the SOA record and the other records (called only when they are needed).
+    /// Checks `request` (an AXFR or IXFR for the zone's apex) from `client` at `now` (Unix
+    /// seconds) against the zone's `policy` and plans the answer from the zone's `serial`,
+    /// its `journal`, and `soa_and_records`, which returns the SOA record and the other
+    /// records (called once, when they are needed). `Err` holds the one error message to send
+    /// instead (REFUSED, FORMERR, or NOTAUTH with the TSIG error).
+    /// [`crate::zone::set::ServedZone::transfer`] calls it for a served zone.
     pub fn plan(
         policy: &TransferPolicy,
         journal: &Journal,
@@ -304,20 +262,21 @@ impl Transfer {
         })
     }
 
-    /// An IXFR over UDP (RFC 1995 §2): checked as over TCP, answered with the current SOA
-    /// alone (the client then asks over TCP); the zone's records are not read.
-    pub fn start_datagram(
-        zone: &ServedZone,
+    /// An IXFR over UDP (RFC 1995 §2): checked as over TCP, answered with the current `soa`
+    /// alone (the client then asks over TCP).
+    pub fn plan_datagram(
+        policy: &TransferPolicy,
+        serial: u32,
+        soa: Option<Record>,
         request: &[u8],
         client: IpAddr,
         now: u64,
     ) -> Result<Vec<u8>, Vec<u8>> {
-        let soa = || (zone.zone.records().next(), Vec::new());
         let mut transfer = Self::plan(
-            &zone.transfer,
+            policy,
             &Journal::default(),
-            zone.zone.serial(),
-            soa,
+            serial,
+            || (soa, Vec::new()),
             request,
             client,
             now,
@@ -960,7 +919,9 @@ mod tests {
             removed: vec![soa(2), a("host1.corp.example.", 101)],
             added: vec![soa(3), a("host9.corp.example.", 9)],
         };
-        Journal::default().with(one).with(two)
+        Journal {
+            diffs: vec![one, two],
+        }
     }
 
     #[test]
@@ -1123,26 +1084,15 @@ mod tests {
     }
 
     #[test]
-    fn journal_is_bounded_and_restarts_on_a_gap() {
-        let mut journal = Journal::default();
-        for serial in 0..(JOURNAL_MAX_DIFFS as u32 + 10) {
-            journal = journal.with(Diff {
-                from: serial,
-                to: serial + 1,
-                removed: vec![soa(serial)],
-                added: vec![soa(serial + 1)],
-            });
-        }
-        assert_eq!(journal.diffs.len(), JOURNAL_MAX_DIFFS);
-        assert!(journal.since(0).is_none());
-        let journal = journal.with(Diff {
-            from: 1000,
-            to: 1001,
-            removed: vec![soa(1000)],
-            added: vec![soa(1001)],
-        });
-        assert_eq!(journal.diffs.len(), 1);
-        assert!(serial_older(u32::MAX, 1), "RFC 1982 wraps");
+    fn rfc1982_serials_wrap() {
+        assert!(serial_older(u32::MAX, 1));
+        assert!(serial_older(1, 2));
+        assert!(!serial_older(2, 2));
+        let journal = journal();
+        assert!(
+            journal.since(7).is_none(),
+            "a serial the journal does not reach"
+        );
     }
 
     fn receive(transfer: &mut Transfer, ixfr_from: Option<u32>) -> Result<Received, IncomingError> {
