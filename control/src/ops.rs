@@ -10,8 +10,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 
 use kudurru_transports::metrics::{
-    ACL_ACTION_LABELS, DOH_STATUS_LABELS, HttpVersion, LATENCY_BOUNDS, MAX_UPSTREAMS, RCODE_LABELS,
-    UpstreamError,
+    ACL_ACTION_LABELS, DOH_STATUS_LABELS, FORWARD_ZONES, HttpVersion, LATENCY_BOUNDS,
+    MAX_UPSTREAMS, RCODE_LABELS, UpstreamError,
 };
 use kudurru_transports::{CoreMetrics, SharedSettings, Transport};
 
@@ -390,23 +390,28 @@ pub fn render_metrics(state: &OpsState) -> String {
         }
     }
     let settings = state.settings.load();
-    let upstreams: Vec<String> = settings
+    // By counter slot: the global upstreams, then the forward zones' other upstreams together.
+    let mut upstreams: Vec<(usize, String)> = settings
         .upstreams
         .iter()
         .take(MAX_UPSTREAMS)
         .map(ToString::to_string)
+        .enumerate()
         .collect();
+    if !settings.zones.forwards().is_empty() {
+        upstreams.push((FORWARD_ZONES, "forward-zones".to_owned()));
+    }
     head(
         &mut out,
         "kudurru_upstream_queries_total",
         "counter",
         "Queries sent to each upstream.",
     );
-    for (i, name) in upstreams.iter().enumerate() {
+    for &(i, ref name) in &upstreams {
         let _ = writeln!(
             out,
             "kudurru_upstream_queries_total{{upstream=\"{name}\"}} {}",
-            sum(m, |c| c.upstreams[i].queries.load(Relaxed))
+            sum(m, |c| c.upstream(i).queries.load(Relaxed))
         );
     }
     head(
@@ -415,9 +420,9 @@ pub fn render_metrics(state: &OpsState) -> String {
         "counter",
         "Failed upstream attempts by kind.",
     );
-    for (i, name) in upstreams.iter().enumerate() {
+    for &(i, ref name) in &upstreams {
         for kind in UpstreamError::ALL {
-            let v = sum(m, |c| c.upstreams[i].errors[kind as usize].load(Relaxed));
+            let v = sum(m, |c| c.upstream(i).errors[kind as usize].load(Relaxed));
             let _ = writeln!(
                 out,
                 "kudurru_upstream_errors_total{{upstream=\"{name}\",kind=\"{}\"}} {v}",
@@ -431,11 +436,11 @@ pub fn render_metrics(state: &OpsState) -> String {
         "counter",
         "Replies ignored: wrong ID or question (spoofing resistance).",
     );
-    for (i, name) in upstreams.iter().enumerate() {
+    for &(i, ref name) in &upstreams {
         let _ = writeln!(
             out,
             "kudurru_upstream_mismatched_replies_total{{upstream=\"{name}\"}} {}",
-            sum(m, |c| c.upstreams[i].mismatched.load(Relaxed))
+            sum(m, |c| c.upstream(i).mismatched.load(Relaxed))
         );
     }
     head(
@@ -444,11 +449,11 @@ pub fn render_metrics(state: &OpsState) -> String {
         "counter",
         "Truncated UDP replies retried over TCP.",
     );
-    for (i, name) in upstreams.iter().enumerate() {
+    for &(i, ref name) in &upstreams {
         let _ = writeln!(
             out,
             "kudurru_upstream_tcp_retries_total{{upstream=\"{name}\"}} {}",
-            sum(m, |c| c.upstreams[i].tcp_retries.load(Relaxed))
+            sum(m, |c| c.upstream(i).tcp_retries.load(Relaxed))
         );
     }
     head(
@@ -457,11 +462,11 @@ pub fn render_metrics(state: &OpsState) -> String {
         "counter",
         "TCP connections opened to the upstream (reused for many queries).",
     );
-    for (i, name) in upstreams.iter().enumerate() {
+    for &(i, ref name) in &upstreams {
         let _ = writeln!(
             out,
             "kudurru_upstream_tcp_connections_total{{upstream=\"{name}\"}} {}",
-            sum(m, |c| c.upstreams[i].tcp_connections.load(Relaxed))
+            sum(m, |c| c.upstream(i).tcp_connections.load(Relaxed))
         );
     }
     head(
@@ -470,23 +475,23 @@ pub fn render_metrics(state: &OpsState) -> String {
         "histogram",
         "Latency of answered upstream queries.",
     );
-    for (i, name) in upstreams.iter().enumerate() {
+    for &(i, ref name) in &upstreams {
         let mut cumulative = 0;
         for (b, bound) in LATENCY_BOUNDS.iter().enumerate() {
-            cumulative += sum(m, |c| c.upstreams[i].latency_buckets[b].load(Relaxed));
+            cumulative += sum(m, |c| c.upstream(i).latency_buckets[b].load(Relaxed));
             let _ = writeln!(
                 out,
                 "kudurru_upstream_latency_seconds_bucket{{upstream=\"{name}\",le=\"{bound}\"}} {cumulative}"
             );
         }
         cumulative += sum(m, |c| {
-            c.upstreams[i].latency_buckets[LATENCY_BOUNDS.len()].load(Relaxed)
+            c.upstream(i).latency_buckets[LATENCY_BOUNDS.len()].load(Relaxed)
         });
         let _ = writeln!(
             out,
             "kudurru_upstream_latency_seconds_bucket{{upstream=\"{name}\",le=\"+Inf\"}} {cumulative}"
         );
-        let sum_us = sum(m, |c| c.upstreams[i].latency_sum_us.load(Relaxed));
+        let sum_us = sum(m, |c| c.upstream(i).latency_sum_us.load(Relaxed));
         let _ = writeln!(
             out,
             "kudurru_upstream_latency_seconds_sum{{upstream=\"{name}\"}} {}",

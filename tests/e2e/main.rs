@@ -25,3 +25,5 @@ mod tcp;
 mod transfer;
 mod wire;
 mod zones;
+mod zones_forward;
+mod zones_update;

@@ -28,7 +28,13 @@ $INCLUDE hosts.inc
 
 const INCLUDED: &str = "host1 IN A 192.0.2.11\n";
 
-fn call(k: &Kudurru, method: &str, path: &str, token: &str, body: Option<&Value>) -> (u16, Value) {
+pub(crate) fn call(
+    k: &Kudurru,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
     let text = body.map(Value::to_string);
     crate::objects::call(
         k,
@@ -39,7 +45,7 @@ fn call(k: &Kudurru, method: &str, path: &str, token: &str, body: Option<&Value>
     )
 }
 
-fn apply(k: &Kudurru, token: &str, plural: &str, name: &str, spec: Value) {
+pub(crate) fn apply(k: &Kudurru, token: &str, plural: &str, name: &str, spec: Value) {
     let (status, body) = call(k, "GET", &format!("/api/v1/{plural}/{name}"), token, None);
     let (status, body) = if status == 404 {
         call(
@@ -67,7 +73,7 @@ fn apply(k: &Kudurru, token: &str, plural: &str, name: &str, spec: Value) {
 }
 
 /// Waits up to 20 s for `check`; panics with `what` if it never holds.
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -76,7 +82,7 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 /// The Zone's Ready condition: (status, message).
-fn ready(k: &Kudurru, token: &str, name: &str) -> (String, String) {
+pub(crate) fn ready(k: &Kudurru, token: &str, name: &str) -> (String, String) {
     let (_, object) = call(k, "GET", &format!("/api/v1/zones/{name}"), token, None);
     object["status"]["conditions"]
         .as_array()
@@ -92,7 +98,7 @@ fn ready(k: &Kudurru, token: &str, name: &str) -> (String, String) {
         .unwrap_or_default()
 }
 
-fn rdata(answer: &DigAnswer, rtype: &str) -> Vec<String> {
+pub(crate) fn rdata(answer: &DigAnswer, rtype: &str) -> Vec<String> {
     answer
         .answers
         .iter()
@@ -101,7 +107,7 @@ fn rdata(answer: &DigAnswer, rtype: &str) -> Vec<String> {
         .collect()
 }
 
-fn serial(k: &Kudurru, zone: &str) -> Option<u32> {
+pub(crate) fn serial(k: &Kudurru, zone: &str) -> Option<u32> {
     let answer = dig(k.addr, &[zone, "SOA"]);
     rdata(&answer, "SOA")
         .first()

@@ -89,6 +89,10 @@ pub const ACL_ACTION_LABELS: [&str; 2] = ["refuse", "drop"];
 /// Most upstreams tracked per core; further ones share the last slot.
 pub const MAX_UPSTREAMS: usize = 16;
 
+/// The counter slot ([`CoreMetrics::upstream`]) of the forward zones' upstreams that are not
+/// also global upstreams: counted together, as `upstream="forward-zones"`.
+pub const FORWARD_ZONES: usize = usize::MAX;
+
 /// Upper bounds (seconds) of the upstream latency histogram buckets.
 pub const LATENCY_BOUNDS: [f64; 12] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
@@ -218,6 +222,8 @@ pub struct CoreMetrics {
     pub doh_rejected: [AtomicU64; 9],
     /// Per upstream (by index in the current upstream set).
     pub upstreams: [UpstreamCounters; MAX_UPSTREAMS],
+    /// The forward zones' upstreams that are not global upstreams, together.
+    pub forward_zone_upstreams: UpstreamCounters,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -263,8 +269,11 @@ impl CoreMetrics {
         bump(&self.doh_rejected[slot]);
     }
 
-    /// The counters of upstream `index`.
+    /// The counters of upstream `index` (an index in the global set, or [`FORWARD_ZONES`]).
     pub fn upstream(&self, index: usize) -> &UpstreamCounters {
+        if index == FORWARD_ZONES {
+            return &self.forward_zone_upstreams;
+        }
         &self.upstreams[index.min(MAX_UPSTREAMS - 1)]
     }
 

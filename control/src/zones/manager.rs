@@ -85,6 +85,13 @@ pub enum Command {
         /// The new serial.
         reply: oneshot::Sender<Result<u32, ZoneError>>,
     },
+    /// What the UPDATE handler needs of a zone ([`super::ZoneHandle::update_target`]).
+    UpdateTarget {
+        /// The zone's apex.
+        apex: Box<[u8]>,
+        /// The primary's `allowUpdate` and records, or that it is not one.
+        reply: oneshot::Sender<super::update::UpdateTarget>,
+    },
     /// `zones.*` changed.
     Settings(ZonesSettings),
 }
@@ -444,6 +451,9 @@ impl Manager {
             } => {
                 let result = self.update(&apex, removed, added).await;
                 let _ = reply.send(result);
+            }
+            Command::UpdateTarget { apex, reply } => {
+                let _ = reply.send(self.update_target(&apex));
             }
             Command::Settings(settings) => self.settings = settings,
         }
@@ -921,6 +931,34 @@ impl Manager {
         self.publish = true;
         self.changed.insert(name);
         Ok(())
+    }
+
+    /// The enabled, loaded primary at `apex` as the UPDATE handler sees it.
+    fn update_target(&self, apex: &[u8]) -> super::update::UpdateTarget {
+        let found = self.zones.values().find_map(|z| match &z.spec {
+            Ok(ZoneSpec {
+                apex: a,
+                kind: ZoneType::Primary(primary),
+            }) if z.enabled() && **a == *apex => Some((primary, z.served.as_ref()?)),
+            _ => None,
+        });
+        let Some((primary, served)) = found else {
+            return super::update::UpdateTarget::NotPrimary;
+        };
+        super::update::UpdateTarget::Primary {
+            allow: primary
+                .allow_update
+                .as_ref()
+                .map(|allow| super::update::AllowUpdate {
+                    tsig_key: allow.tsig_key.clone(),
+                    clients: allow
+                        .clients
+                        .iter()
+                        .map(|&(address, length)| kudurru_core::Prefix::containing(address, length))
+                        .collect(),
+                }),
+            records: served.data.clone(),
+        }
     }
 
     /// RFC 2136: the changed RRsets written as RecordSet objects (the audit log names them),

@@ -399,6 +399,21 @@ impl ZoneHandle {
             .await;
     }
 
+    /// What the UPDATE handler needs of the zone at `apex`: whether it is an enabled, loaded
+    /// primary here, its `allowUpdate` and its records now.
+    pub async fn update_target(&self, apex: &[u8]) -> update::UpdateTarget {
+        let (reply, answer) = oneshot::channel();
+        self.ask(
+            Command::UpdateTarget {
+                apex: apex.into(),
+                reply,
+            },
+            answer,
+        )
+        .await
+        .unwrap_or(update::UpdateTarget::NotPrimary)
+    }
+
     /// A dynamic update (RFC 2136) to a primary zone: `removed` and `added` records (SOA not
     /// among them), applied whole or not at all; the serial bumped per the zone's
     /// `serialPolicy`. Returns the new serial.

@@ -23,6 +23,7 @@ pub mod data;
 pub mod file;
 pub mod set;
 pub mod tree;
+pub mod update;
 pub mod xfr;
 
 pub use data::{Record, ZoneData, ZoneError, ZoneErrorKind};

@@ -1,11 +1,20 @@
-//! The upstream client of one core ([`Upstreams`]): the upstream set with its selector, one
-//! query to one upstream over UDP (retried over TCP when truncated) or TCP (on the core's
-//! reused, pipelined connection: [`tcp`]), and the retry loop over the upstream set.
+//! The upstream client of one core ([`Upstreams`]): the upstream sets with their selectors,
+//! one query to one upstream over UDP (retried over TCP when truncated) or TCP (on the core's
+//! reused, pipelined connection: [`tcp`]), and the retry loop over an upstream set.
 //!
 //! ```text
-//! Upstreams::forward ─▶ selector order ─▶ ask ─┬ udp: UdpPool (sockets) ─┐
-//!                                              └ tcp: TcpPool (connection) ┴▶ waiters (by ID)
+//! Upstreams::forward ─▶ Zones::route ─┬ Global: `upstreams` ──────────┐
+//!                                     └ Forward(i): zone i's upstreams ┴▶ its selector's order
+//!   ─▶ ask ─┬ udp: UdpPool (sockets) ─┐
+//!           └ tcp: TcpPool (connection) ┴▶ waiters (by ID)
 //! ```
+//!
+//! A forward zone's upstreams are asked exactly as the global ones are (the same attempts,
+//! timeouts and passes), with a selector of their own per zone; when all of them fail the
+//! answer is SERVFAIL, never the global upstreams' (a forward zone is often a name the
+//! public DNS must not see). Sockets and connections are per address: a forward zone's
+//! upstream that is also a global upstream shares its sockets and its counters; the others
+//! share one counter slot ([`FORWARD_ZONES`]).
 //!
 //! Spoofing resistance: UDP queries go out on connected sockets (the kernel drops datagrams from
 //! any other source) with kernel-chosen random source ports that rotate ([`udp`]) and a
@@ -26,30 +35,93 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use kudurru_core::wire::write_upstream_query;
+use kudurru_core::zone::{Route, Zones};
 use kudurru_core::{
     CacheKey, CachedAnswer, ReplyError, Selector, TtlPolicy, UpstreamOrder, UpstreamProtocol,
     UpstreamSpec,
 };
 
 use crate::deadline::{until, within};
-use crate::metrics::{CoreMetrics, UpstreamCounters, UpstreamError};
+use crate::metrics::{CoreMetrics, FORWARD_ZONES, UpstreamCounters, UpstreamError};
 use crate::settings::{Settings, SharedSettings};
 use tcp::TcpPool;
 use udp::UdpPool;
 use waiters::Registration;
 
-/// One core's upstream client: the upstream set and its selector, rebuilt when the published
-/// snapshot's set changes, and this core's sockets and connections to each upstream, opened on
-/// first use.
+/// One core's upstream client: the global upstream set and its selector, rebuilt when the
+/// published snapshot's set changes, one selector per forward zone, following the published
+/// zones, and this core's sockets and connections to each upstream, opened on first use.
 pub(crate) struct Upstreams {
     /// The published snapshot: only to tell whether a query's snapshot is the current one
-    /// (the selector follows the current set), and the TCP connections' write timeout.
+    /// (the selectors follow the current sets), and the TCP connections' write timeout.
     settings: SharedSettings,
     metrics: Arc<CoreMetrics>,
     selector: RefCell<(Arc<[UpstreamSpec]>, Selector)>,
+    forwards: RefCell<ForwardSelectors>,
+    /// By counter slot (an index in the global set, or [`FORWARD_ZONES`]) and address.
     udp: RefCell<HashMap<(usize, SocketAddr), Rc<UdpPool>>>,
     tcp: RefCell<HashMap<(usize, SocketAddr), Rc<TcpPool>>>,
 }
+
+/// The selectors of the forward zones of one `Zones` (the published one's, once a query under
+/// it came): `sets[i]` is `zones.forwards()[i]`'s upstreams and their selector.
+struct ForwardSelectors {
+    zones: Arc<Zones>,
+    sets: Vec<(Arc<[UpstreamSpec]>, Selector)>,
+}
+
+impl ForwardSelectors {
+    /// The selectors of `zones`' forward zones, each taken over from `old` when a set there
+    /// has the same upstreams (a zone change publishes new `Zones`; the health of upstreams
+    /// that stayed must not be forgotten each time), else fresh. Linear in the number of
+    /// forward zones (delegations with glue are forward zones too, and a zone may hold many):
+    /// run once per published zone set, on the first miss routed to a forward zone.
+    fn follow(zones: Arc<Zones>, old: Vec<(Arc<[UpstreamSpec]>, Selector)>) -> Self {
+        let mut kept: HashMap<Arc<[UpstreamSpec]>, Vec<Selector>> = HashMap::new();
+        for (set, selector) in old {
+            kept.entry(set).or_default().push(selector);
+        }
+        let sets = zones
+            .forwards()
+            .iter()
+            .map(|forward| {
+                let selector = kept
+                    .get_mut(&forward.upstreams)
+                    .and_then(Vec::pop)
+                    .unwrap_or_else(|| Selector::new(forward.upstreams.len(), rand::random()));
+                (forward.upstreams.clone(), selector)
+            })
+            .collect();
+        Self { zones, sets }
+    }
+}
+
+/// The upstream set one miss is resolved over: where [`Zones::route`] sent it, and its
+/// upstreams (from the query's snapshot).
+#[derive(Clone, Copy)]
+struct UpstreamSet<'s> {
+    route: Route,
+    upstreams: &'s Arc<[UpstreamSpec]>,
+}
+
+impl<'s> UpstreamSet<'s> {
+    /// Where a miss for `key` goes under `settings`. A forward index the zones do not hold
+    /// (they are the same `Zones` the route came from, so never) gives an empty set: SERVFAIL.
+    fn of(key: &CacheKey, settings: &'s Settings) -> Self {
+        let route = settings.zones.route(key.qname());
+        let upstreams = match route {
+            Route::Global => &settings.upstreams,
+            Route::Forward(i) => settings
+                .zones
+                .forward(i)
+                .map_or(&*NO_UPSTREAMS, |forward| &forward.upstreams),
+        };
+        Self { route, upstreams }
+    }
+}
+
+static NO_UPSTREAMS: std::sync::LazyLock<Arc<[UpstreamSpec]>> =
+    std::sync::LazyLock::new(|| Arc::from(Vec::new()));
 
 impl Upstreams {
     /// The upstream set of `snapshot`, with no socket open yet.
@@ -60,17 +132,20 @@ impl Upstreams {
     ) -> Self {
         let upstreams = snapshot.upstreams.clone();
         let selector = Selector::new(upstreams.len(), rand::random());
+        let forwards = ForwardSelectors::follow(snapshot.zones.clone(), Vec::new());
         Self {
             settings,
             metrics,
             selector: RefCell::new((upstreams, selector)),
+            forwards: RefCell::new(forwards),
             udp: RefCell::new(HashMap::new()),
             tcp: RefCell::new(HashMap::new()),
         }
     }
 
     /// Resolves `key` over the upstream set of `settings` (the query's snapshot, which also gives
-    /// the timeouts and the TTL policy): fastest healthy first, the next one when an attempt
+    /// the timeouts and the TTL policy) that [`Zones::route`] names: the global upstreams or
+    /// a forward zone's. Fastest healthy first, the next one when an attempt
     /// fails or outlasts its upstream's attempt timeout ([`attempt_timeout`]), around again up
     /// to [`PASSES`] times; SERVFAIL (cached briefly, RFC 9520) when every attempt failed or
     /// `upstream.resolveTimeout` passed.
@@ -86,7 +161,8 @@ impl Upstreams {
     ) -> (CachedAnswer, Instant) {
         let start = Instant::now();
         let deadline = start + settings.resolve_timeout;
-        let order = self.order(settings, start);
+        let set = UpstreamSet::of(key, settings);
+        let order = self.order(set, settings, start);
         let attempts = order.len() * PASSES;
         // An upstream that answered with a failure is not asked again for this query; one that
         // timed out may have lost a datagram and is.
@@ -110,14 +186,15 @@ impl Upstreams {
                     continue;
                 }
                 // The order indexes this snapshot's upstream set.
-                let Some(&spec) = settings.upstreams.get(index) else {
+                let Some(&spec) = set.upstreams.get(index) else {
                     continue;
                 };
-                CoreMetrics::bump(&self.metrics.upstream(index).queries);
+                let slot = counter_slot(set.route, index, spec, settings);
+                CoreMetrics::bump(&self.metrics.upstream(slot).queries);
                 let connection = Rc::new(Cell::new(0));
                 let attempt = ask(
                     self,
-                    Target { index, spec },
+                    Target { slot, spec },
                     key,
                     now,
                     deadline,
@@ -126,6 +203,7 @@ impl Upstreams {
                 );
                 open.push(Open {
                     index,
+                    slot,
                     spec,
                     started: now,
                     timed_out: false,
@@ -141,7 +219,7 @@ impl Upstreams {
             // The newest attempt's timeout, when another may follow it; else the deadline.
             let newest = open.len() - 1;
             let wake = if next < attempts && !open[newest].timed_out {
-                let timeout = self.attempt_timeout(open[newest].index, settings);
+                let timeout = self.attempt_timeout(set, open[newest].index, settings);
                 deadline.min(open[newest].started + timeout)
             } else {
                 deadline
@@ -164,7 +242,7 @@ impl Upstreams {
                 let late = &mut open[newest];
                 if !late.timed_out && now < deadline {
                     late.timed_out = true;
-                    self.timed_out(late, now, settings);
+                    self.timed_out(set, late, now, settings);
                 }
                 continue;
             };
@@ -174,11 +252,11 @@ impl Upstreams {
                 Err(kind) => (Err(kind), Instant::now()),
             };
             now = ended;
-            let counters = self.metrics.upstream(done.index);
+            let counters = self.metrics.upstream(done.slot);
             let rtt = ended.saturating_duration_since(done.started);
             match result {
                 Ok(answer) => {
-                    self.with_selector(done.index, done.spec, |selector| {
+                    self.with_selector(set, done.index, done.spec, |selector| {
                         selector.on_success(done.index, rtt);
                     });
                     counters.observe(rtt);
@@ -187,7 +265,7 @@ impl Upstreams {
                 // Already counted when its timeout passed.
                 Err(UpstreamError::Timeout) if done.timed_out => {}
                 Err(kind) => {
-                    self.with_selector(done.index, done.spec, |selector| {
+                    self.with_selector(set, done.index, done.spec, |selector| {
                         selector.on_failure(done.index, ended, settings.upstream_timeout);
                     });
                     counters.error(kind);
@@ -202,7 +280,7 @@ impl Upstreams {
         // counted then).
         let now = Instant::now();
         for late in open.iter().filter(|open| !open.timed_out) {
-            self.timed_out(late, now, settings);
+            self.timed_out(set, late, now, settings);
         }
         CoreMetrics::bump(&self.metrics.upstream_exhausted);
         (CachedAnswer::failure(key, now, &settings.ttl), now)
@@ -212,12 +290,11 @@ impl Upstreams {
     /// open after that): three times the upstream's smoothed RTT, at least
     /// [`MIN_ATTEMPT_TIMEOUT`] and at most `upstream.timeout` (the whole of it while the RTT is
     /// unknown), as Unbound derives its timeouts from each server's RTT.
-    fn attempt_timeout(&self, index: usize, settings: &Settings) -> Duration {
-        let (current, selector) = &*self.selector.borrow();
-        let srtt = match settings.upstreams.get(index) {
-            Some(spec) if current.get(index) == Some(spec) => selector.srtt(index),
-            _ => None,
-        };
+    fn attempt_timeout(&self, set: UpstreamSet<'_>, index: usize, settings: &Settings) -> Duration {
+        let mut srtt = None;
+        if let Some(&spec) = set.upstreams.get(index) {
+            self.with_selector(set, index, spec, |selector| srtt = selector.srtt(index));
+        }
         srtt.map_or(settings.upstream_timeout, |srtt| {
             (srtt * 3)
                 .max(MIN_ATTEMPT_TIMEOUT)
@@ -227,26 +304,44 @@ impl Upstreams {
 
     /// Counts `late`, an attempt past its timeout at `now`, as a timeout of its upstream, and
     /// retires the TCP connection it waits on from new queries.
-    fn timed_out(&self, late: &Open<'_>, now: Instant, settings: &Settings) {
+    fn timed_out(&self, set: UpstreamSet<'_>, late: &Open<'_>, now: Instant, settings: &Settings) {
         if late.connection.get() != 0 {
-            self.tcp_pool(late.index, late.spec.addr)
+            self.tcp_pool(late.slot, late.spec.addr)
                 .retire(late.connection.get());
         }
-        self.with_selector(late.index, late.spec, |selector| {
+        self.with_selector(set, late.index, late.spec, |selector| {
             selector.on_failure(late.index, now, settings.upstream_timeout);
         });
         self.metrics
-            .upstream(late.index)
+            .upstream(late.slot)
             .error(UpstreamError::Timeout);
         tracing::debug!(upstream = %late.spec, error = UpstreamError::Timeout.label(), "upstream attempt timed out; kept open");
     }
 
-    /// Runs `f` on the core's selector when it follows the set `spec` (upstream `index`) is
-    /// from: not after a reload changed the set since the query's order was taken.
-    fn with_selector(&self, index: usize, spec: UpstreamSpec, f: impl FnOnce(&mut Selector)) {
-        let (current, selector) = &mut *self.selector.borrow_mut();
-        if current.get(index) == Some(&spec) {
-            f(selector);
+    /// Runs `f` on the core's selector of `set` when it follows the set `spec` (upstream
+    /// `index`) is from: not after a reload changed the set since the query's order was taken.
+    fn with_selector(
+        &self,
+        set: UpstreamSet<'_>,
+        index: usize,
+        spec: UpstreamSpec,
+        f: impl FnOnce(&mut Selector),
+    ) {
+        match set.route {
+            Route::Global => {
+                let (current, selector) = &mut *self.selector.borrow_mut();
+                if current.get(index) == Some(&spec) {
+                    f(selector);
+                }
+            }
+            Route::Forward(zone) => {
+                let mut forwards = self.forwards.borrow_mut();
+                if let Some((current, selector)) = forwards.sets.get_mut(zone)
+                    && Arc::ptr_eq(current, set.upstreams)
+                {
+                    f(selector);
+                }
+            }
         }
     }
 
@@ -255,7 +350,26 @@ impl Upstreams {
     /// a reload that changed the set keeps its own set, in a fresh selector's order, and leaves
     /// the core's selector to the current set (no rebuilding back and forth while such queries
     /// drain).
-    fn order(&self, settings: &Settings, now: Instant) -> UpstreamOrder {
+    ///
+    /// A forward zone's selector follows the published zones the same way: the selectors are
+    /// matched to the forward zones of a newly published `Zones` when the first query under it
+    /// comes, keeping the state of every set that did not change.
+    fn order(&self, set: UpstreamSet<'_>, settings: &Settings, now: Instant) -> UpstreamOrder {
+        if let Route::Forward(zone) = set.route {
+            let mut forwards = self.forwards.borrow_mut();
+            if !Arc::ptr_eq(&forwards.zones, &settings.zones) {
+                if std::ptr::eq(settings, &**self.settings.load()) {
+                    let old = std::mem::take(&mut forwards.sets);
+                    *forwards = ForwardSelectors::follow(settings.zones.clone(), old);
+                } else {
+                    return Selector::new(set.upstreams.len(), rand::random()).order(now);
+                }
+            }
+            return match forwards.sets.get_mut(zone) {
+                Some((_, selector)) => selector.order(now),
+                None => UpstreamOrder::new(),
+            };
+        }
         let mut state = self.selector.borrow_mut();
         if !Arc::ptr_eq(&state.0, &settings.upstreams) {
             if *state.0 == *settings.upstreams {
@@ -273,29 +387,44 @@ impl Upstreams {
         state.1.order(now)
     }
 
-    /// The UDP socket pool for upstream `index` at `addr`.
-    fn udp_pool(&self, index: usize, addr: SocketAddr) -> Rc<UdpPool> {
+    /// The UDP socket pool for the upstream at `addr`, counted in `slot`.
+    fn udp_pool(&self, slot: usize, addr: SocketAddr) -> Rc<UdpPool> {
         self.udp
             .borrow_mut()
-            .entry((index, addr))
-            .or_insert_with(|| Rc::new(UdpPool::new(addr, self.metrics.clone(), index)))
+            .entry((slot, addr))
+            .or_insert_with(|| Rc::new(UdpPool::new(addr, self.metrics.clone(), slot)))
             .clone()
     }
 
-    /// The connection to TCP upstream `index` at `addr`.
-    fn tcp_pool(&self, index: usize, addr: SocketAddr) -> Rc<TcpPool> {
+    /// The connection to the TCP upstream at `addr`, counted in `slot`.
+    fn tcp_pool(&self, slot: usize, addr: SocketAddr) -> Rc<TcpPool> {
         self.tcp
             .borrow_mut()
-            .entry((index, addr))
+            .entry((slot, addr))
             .or_insert_with(|| {
                 Rc::new(TcpPool::new(
                     addr,
                     self.metrics.clone(),
                     self.settings.clone(),
-                    index,
+                    slot,
                 ))
             })
             .clone()
+    }
+}
+
+/// Where upstream `index` of `route`'s set is counted (and which sockets it uses): its index
+/// in the global set; for a forward zone's upstream, the index of the same upstream in the
+/// global set when it is there (the same server, the same counters and sockets), else
+/// [`FORWARD_ZONES`].
+fn counter_slot(route: Route, index: usize, spec: UpstreamSpec, settings: &Settings) -> usize {
+    match route {
+        Route::Global => index,
+        Route::Forward(_) => settings
+            .upstreams
+            .iter()
+            .position(|global| *global == spec)
+            .unwrap_or(FORWARD_ZONES),
     }
 }
 
@@ -309,7 +438,10 @@ const MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// An attempt in flight, with what its end is counted against.
 struct Open<'a> {
+    /// Its upstream's index in the set.
     index: usize,
+    /// Its upstream's counter slot ([`counter_slot`]).
+    slot: usize,
     spec: UpstreamSpec,
     started: Instant,
     /// Whether its timeout passed (counted then; it stays open until the resolve deadline).
@@ -322,10 +454,10 @@ struct Open<'a> {
 /// An attempt's end: the answer and when it came, or why there is none.
 type AttemptResult = Result<(CachedAnswer, Instant), UpstreamError>;
 
-/// Which upstream an attempt asks: its index in the set, and its spec.
+/// Which upstream an attempt asks: its counter slot ([`counter_slot`]), and its spec.
 #[derive(Clone, Copy)]
 struct Target {
-    index: usize,
+    slot: usize,
     spec: UpstreamSpec,
 }
 
@@ -341,16 +473,16 @@ async fn ask(
     policy: &TtlPolicy,
     connection: Rc<Cell<u64>>,
 ) -> AttemptResult {
-    let Target { index, spec } = target;
-    let counters = upstreams.metrics.upstream(index);
+    let Target { slot, spec } = target;
+    let counters = upstreams.metrics.upstream(slot);
     let outcome = match spec.protocol {
         UpstreamProtocol::Udp => {
-            let pool = upstreams.udp_pool(index, spec.addr);
+            let pool = upstreams.udp_pool(slot, spec.addr);
             within(deadline - now, ask_udp(&pool, key, policy, counters)).await
         }
         // TCP futures are boxed: their state would otherwise widen every UDP attempt's future.
         UpstreamProtocol::Tcp => {
-            let pool = upstreams.tcp_pool(index, spec.addr);
+            let pool = upstreams.tcp_pool(slot, spec.addr);
             let ask = ask_tcp(&pool, key, policy, counters, &connection);
             until(deadline, Box::pin(ask)).await
         }
@@ -359,7 +491,7 @@ async fn ask(
         None => Err(UpstreamError::Timeout),
         Some(Err(Attempt::Truncated)) => {
             CoreMetrics::bump(&counters.tcp_retries);
-            let pool = upstreams.tcp_pool(index, spec.addr);
+            let pool = upstreams.tcp_pool(slot, spec.addr);
             let ask = ask_tcp(&pool, key, policy, counters, &connection);
             match until(deadline, Box::pin(ask)).await {
                 None => Err(UpstreamError::Timeout),
@@ -451,6 +583,62 @@ async fn answer_from(
                 return Err(Attempt::Failed(UpstreamError::BadReply));
             }
             Err(e) => return Err(classify(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kudurru_core::zone::ForwardZone;
+
+    fn forward(apex: &str, upstream: &str) -> ForwardZone {
+        ForwardZone {
+            apex: kudurru_core::policy::name::to_wire(apex)
+                .expect("a test name")
+                .into(),
+            upstreams: vec![upstream.parse().expect("an upstream URL")].into(),
+        }
+    }
+
+    /// A new zone set (any zone change publishes one) keeps each forward zone's health and
+    /// RTT where its upstreams did not change, wherever the zone now sits in the list; a
+    /// new or retargeted zone starts fresh.
+    #[test]
+    fn forward_selectors_keep_the_state_of_sets_that_did_not_change() {
+        let first = Arc::new(Zones::new(
+            Vec::new(),
+            vec![
+                forward("a.example", "udp://127.0.0.1:5301"),
+                forward("b.example", "udp://127.0.0.1:5302"),
+                forward("c.example", "udp://127.0.0.1:5303"),
+            ],
+        ));
+        let mut selectors = ForwardSelectors::follow(first.clone(), Vec::new());
+        assert_eq!(selectors.sets.len(), first.forwards().len());
+        for (set, selector) in &mut selectors.sets {
+            let port = set[0].addr.port();
+            selector.on_success(0, Duration::from_millis(u64::from(port - 5300)));
+        }
+        let second = Arc::new(Zones::new(
+            Vec::new(),
+            vec![
+                forward("new.example", "udp://127.0.0.1:5304"),
+                forward("c.example", "udp://127.0.0.1:5309"),
+                forward("b.example", "udp://127.0.0.1:5302"),
+                forward("a.example", "udp://127.0.0.1:5301"),
+            ],
+        ));
+        let selectors = ForwardSelectors::follow(second.clone(), selectors.sets);
+        assert!(Arc::ptr_eq(&selectors.zones, &second));
+        for (zone, (set, selector)) in second.forwards().iter().zip(&selectors.sets) {
+            assert!(Arc::ptr_eq(set, &zone.upstreams));
+            let kept = match set[0].addr.port() {
+                5301 => Some(Duration::from_millis(1)),
+                5302 => Some(Duration::from_millis(2)),
+                _ => None,
+            };
+            assert_eq!(selector.srtt(0), kept, "{}", set[0]);
         }
     }
 }

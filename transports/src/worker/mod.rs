@@ -200,6 +200,120 @@ mod tests {
         }
     }
 
+    /// A forward zone at `apex` (presentation form) to `upstreams`.
+    fn forward_zone(apex: &str, upstreams: &[SocketAddr]) -> kudurru_core::zone::ForwardZone {
+        kudurru_core::zone::ForwardZone {
+            apex: kudurru_core::policy::name::to_wire(apex)
+                .expect("a test name")
+                .into(),
+            upstreams: upstreams
+                .iter()
+                .map(|a| format!("udp://{a}").parse().expect("an upstream URL"))
+                .collect::<Vec<_>>()
+                .into(),
+        }
+    }
+
+    /// Misses go where `Zones::route` says: a forward zone's names (a special-use name and an
+    /// RFC 6303 reverse zone among them, which replace the built-in zones) to its upstreams,
+    /// the rest to the global set; a forward zone whose upstream is dead answers SERVFAIL
+    /// without asking the global set; after a publish that adds a zone the forward zones
+    /// still route (their selectors rebuilt for the new `Zones`).
+    #[test]
+    fn misses_route_to_their_forward_zone_and_a_dead_one_never_reaches_the_global_set() {
+        const GLOBAL: [u8; 4] = [192, 0, 2, 1];
+        const FORWARD: [u8; 4] = [192, 0, 2, 53];
+        let (global, global_asked) = upstream(GLOBAL);
+        let (forward, forward_asked) = upstream(FORWARD);
+        // A port nothing listens on: the connected socket's send or receive is refused.
+        let dead = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("a loopback port");
+        let executor = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(IO_MEMORY_PER_CORE)
+            .ring_depth(RING_DEPTH)
+            .spawn(move || async move {
+                let zones = |extra: &[&str]| {
+                    let mut forwards = vec![
+                        forward_zone("local", &[forward]),
+                        forward_zone("10.in-addr.arpa", &[forward]),
+                        forward_zone("dead.example", &[dead]),
+                    ];
+                    forwards.extend(extra.iter().map(|apex| forward_zone(apex, &[forward])));
+                    Arc::new(kudurru_core::zone::Zones::new(Vec::new(), forwards))
+                };
+                let first = Arc::new(Settings {
+                    zones: zones(&[]),
+                    ..settings(global, 300)
+                });
+                let published: SharedSettings = Arc::new(ArcSwap::new(first.clone()));
+                let worker = Rc::new(Worker::new(
+                    0,
+                    Ownership::new(1, 1),
+                    published.clone(),
+                    Arc::new(CoreMetrics::default()),
+                    None,
+                    Arc::new(AtomicBool::new(false)),
+                ));
+                let resolve = |name: &'static [&'static str], settings: Arc<Settings>| {
+                    let worker = worker.clone();
+                    async move {
+                        let message = query(name);
+                        let key = *Query::parse(&message).expect("parses").key();
+                        let answer = worker.resolve(&key, &settings).await;
+                        if answer.kind() == AnswerKind::Failure {
+                            None
+                        } else {
+                            Some(address_and_ttl(&answer, &message).0)
+                        }
+                    }
+                };
+                assert_eq!(
+                    resolve(&["www", "example"], first.clone()).await,
+                    Some(GLOBAL)
+                );
+                assert_eq!(
+                    resolve(&["printer", "local"], first.clone()).await,
+                    Some(FORWARD)
+                );
+                assert_eq!(
+                    resolve(&["1", "0", "0", "10", "in-addr", "arpa"], first.clone()).await,
+                    Some(FORWARD)
+                );
+                assert_eq!(
+                    resolve(&["www", "dead", "example"], first.clone()).await,
+                    None
+                );
+                // A new zone set (another forward zone): the old ones still route.
+                let second = Arc::new(Settings {
+                    zones: zones(&["lab.example"]),
+                    ..settings(global, 300)
+                });
+                published.store(second.clone());
+                assert_eq!(
+                    resolve(&["host", "lab", "example"], second.clone()).await,
+                    Some(FORWARD)
+                );
+                assert_eq!(
+                    resolve(&["nas", "local"], second.clone()).await,
+                    Some(FORWARD)
+                );
+                assert_eq!(resolve(&["other", "example"], second).await, Some(GLOBAL));
+            })
+            .expect("a glommio executor");
+        executor.join().expect("executor thread");
+        assert_eq!(
+            global_asked.load(Ordering::SeqCst),
+            2,
+            "www and other.example"
+        );
+        assert_eq!(
+            forward_asked.load(Ordering::SeqCst),
+            4,
+            "the forward zones' names"
+        );
+    }
+
     /// A recursive `name A` query (labels given without the root).
     fn query(name: &[&str]) -> Vec<u8> {
         let mut message = vec![0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
