@@ -174,7 +174,7 @@ pub fn parse_record_set(
 
 /// `rdata` of type `rtype` in presentation format, names absolute (with the trailing dot),
 /// so [`parse_record_set`] reads it back to the same wire form; RFC 3597's `\# len hex` for
-/// a type `domain` does not know or rdata it cannot parse.
+/// a type `domain` does not know, rdata it cannot parse, or text that would not read back.
 pub fn rdata_text(rtype: u16, rdata: &[u8]) -> String {
     use domain::base::ParsedName;
     use domain::base::rdata::ParseRecordData;
@@ -188,7 +188,13 @@ pub fn rdata_text(rtype: u16, rdata: &[u8]) -> String {
         && parser.remaining() == 0
         && !matches!(data, ZoneRecordData::Unknown(_))
     {
-        return data.display_zonefile(DisplayKind::Simple).to_string();
+        // `domain` prints some bytes in labels unescaped (a `;` reads back as a comment):
+        // the text is used only when it scans back to the same wire form.
+        let text = data.display_zonefile(DisplayKind::Simple).to_string();
+        let again = parse_record_set(&[0], "@", &type_text(rtype), 0, &[&text]);
+        if again.is_ok_and(|set| set.records.first().is_some_and(|r| *r.rdata == *rdata)) {
+            return text;
+        }
     }
     let mut text = format!("\\# {}", rdata.len());
     if !rdata.is_empty() {

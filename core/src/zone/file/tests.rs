@@ -319,6 +319,12 @@ fn rdata_prints_back_to_the_same_wire_form() {
     }
     assert_eq!(rdata_text(1, &[192, 0, 2, 1]), "192.0.2.1");
     assert_eq!(rdata_text(1, &[1, 2]), "\\# 2 0102", "malformed A");
+    // Found by the zone_file fuzz target: domain prints a `;` in a label unescaped.
+    let mut mx = vec![0, 19, 3, b'a', b';', b'b'];
+    mx.extend_from_slice(&apex);
+    let text = rdata_text(15, &mx);
+    let again = parse_record_set(&apex, "x", "MX", 60, &[&text]).unwrap();
+    assert_eq!(*again.records[0].rdata, *mx, "{text}");
 }
 
 #[test]
