@@ -9,10 +9,10 @@ use kudurru_storage::{
 };
 use serde_json::{Value, json};
 
-use super::super::Transferred;
 use super::*;
 use crate::blocking::Publisher;
 use crate::config::Config;
+use crate::zones::Transferred;
 
 struct Rig {
     store: Arc<MemoryStore>,
