@@ -27,7 +27,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(zone.records.len() <= limits.max_records);
         for (record, origin) in zone.records.iter().zip(&zone.origins) {
             assert!(in_zone(&record.owner, APEX));
-            assert!(origin.rsplit_once(':').is_some_and(|(_, line)| line.parse::<usize>().is_ok()));
+            assert!(
+                origin
+                    .rsplit_once(':')
+                    .is_some_and(|(_, line)| line.parse::<usize>().is_ok())
+            );
             let text = rdata_text(record.rtype, &record.rdata);
             let again = parse_record_set(APEX, "@", &type_text(record.rtype), 0, &[&text]);
             if let Ok(again) = again {

@@ -110,7 +110,10 @@ pub struct ManagerParts {
 #[derive(Clone)]
 struct Served {
     zone: Arc<Zone>,
+    /// Sorted as the records API lists it.
     data: Arc<ZoneData>,
+    /// Owner names.
+    names: usize,
     hash: String,
     serial: u32,
     journal: Arc<Journal>,
@@ -566,15 +569,16 @@ impl Manager {
                 return;
             }
         };
-        match compile(Arc::new(data), ZoneKind::Secondary).await {
-            Ok((zone_compiled, data)) => {
+        match compile(data, ZoneKind::Secondary).await {
+            Ok((zone_compiled, data, names, hash)) => {
                 let serial = build::soa_serial(&data).unwrap_or(0);
                 tracing::info!(zone = %zone_text(apex), serial, records = data.records.len(), "serving the stored transfer");
                 let zone = self.zones.get_mut(name).expect("a known zone");
                 zone.served = Some(Served {
                     zone: Arc::new(zone_compiled),
-                    hash: build::content_hash(&data),
+                    hash,
                     data,
+                    names,
                     serial,
                     journal: Arc::new(Journal::default()),
                 });
@@ -664,8 +668,8 @@ impl Manager {
             ),
         };
         build::set_serial(&mut data, serial);
-        match compile(Arc::new(data), ZoneKind::Primary).await {
-            Ok((compiled, data)) => {
+        match compile(data, ZoneKind::Primary).await {
+            Ok((compiled, data, names, _)) => {
                 let zone = self.zones.get_mut(name).expect("a known zone");
                 let journal = match &zone.served {
                     Some(old) => {
@@ -683,6 +687,7 @@ impl Manager {
                 zone.served = Some(Served {
                     zone: Arc::new(compiled),
                     data,
+                    names,
                     hash,
                     serial,
                     journal: Arc::new(journal),
@@ -796,9 +801,9 @@ impl Manager {
                 apex: spec.apex.clone(),
                 kind: current.zone.kind(),
                 serial: current.serial,
-                names: build::name_count(&current.data),
+                names: current.names,
                 expired: zone.expired,
-                data: Arc::new(sorted(&current.data)),
+                data: current.data.clone(),
             });
             if self.changed.remove(name) {
                 self.shared.announce(ZoneChanged {
@@ -874,7 +879,7 @@ impl Manager {
             self.refuse(&name, apex, error.to_string());
             return Err(error);
         }
-        let (compiled, data) = match compile(Arc::new(new), ZoneKind::Secondary).await {
+        let (compiled, data, names, hash) = match compile(new, ZoneKind::Secondary).await {
             Ok(done) => done,
             Err(message) => {
                 self.refuse(&name, apex, message.clone());
@@ -920,8 +925,9 @@ impl Manager {
         let zone = self.zones.get_mut(&name).expect("found above");
         zone.served = Some(Served {
             zone: Arc::new(compiled),
-            hash: build::content_hash(&data),
+            hash,
             data,
+            names,
             serial,
             journal: Arc::new(journal),
         });
@@ -1286,35 +1292,52 @@ fn zone_condition(zone: &ZoneState) -> (bool, &'static str, String) {
     }
 }
 
-/// Compiles on the blocking pool (a large zone takes a while); a panic is an error.
-async fn compile(data: Arc<ZoneData>, kind: ZoneKind) -> Result<(Zone, Arc<ZoneData>), String> {
-    let input = data.clone();
-    match tokio::task::spawn_blocking(move || Zone::compile(&input, kind)).await {
-        Ok(Ok(zone)) => Ok((zone, data)),
+/// A compiled zone, its data (sorted), owner names and content hash.
+type Compiled = (Zone, Arc<ZoneData>, usize, String);
+
+/// Sorts `data` for the records API (SOA first, then owners in canonical order, RFC 4034
+/// §6.1, then type; origins kept with their records), counts its owner names and compiles
+/// it, all on the blocking pool (a large zone takes a while); a panic is an error.
+async fn compile(mut data: ZoneData, kind: ZoneKind) -> Result<Compiled, String> {
+    let compiled = tokio::task::spawn_blocking(move || {
+        sort(&mut data);
+        let names = build::name_count(&data);
+        let hash = build::content_hash(&data);
+        Zone::compile(&data, kind).map(|zone| (zone, Arc::new(data), names, hash))
+    })
+    .await;
+    match compiled {
+        Ok(Ok(done)) => Ok(done),
         Ok(Err(e)) => Err(e.to_string()),
         Err(e) => Err(format!("the compile did not finish: {e}")),
     }
 }
 
-/// The records sorted for the records API: SOA first, then by owner in canonical order
-/// (RFC 4034 §6.1), type and rdata.
-fn sorted(data: &ZoneData) -> ZoneData {
-    let mut records = data.records.clone();
-    records.sort_by(|a, b| {
-        (b.rtype == build::SOA && b.owner == data.apex)
-            .cmp(&(a.rtype == build::SOA && a.owner == data.apex))
-            .then_with(|| canonical(&a.owner).cmp(&canonical(&b.owner)))
-            .then_with(|| (a.rtype, &a.rdata).cmp(&(b.rtype, &b.rdata)))
+/// Sorts the records (and their origins) as [`compile`] says.
+fn sort(data: &mut ZoneData) {
+    let apex = data.apex.clone();
+    let mut order: Vec<usize> = (0..data.records.len()).collect();
+    order.sort_by_cached_key(|&i| {
+        let r = &data.records[i];
+        (
+            !(r.rtype == build::SOA && r.owner == apex),
+            canonical(&r.owner),
+            r.rtype,
+        )
     });
-    ZoneData {
-        apex: data.apex.clone(),
-        records,
-        origins: Vec::new(),
-    }
+    let records = order.iter().map(|&i| data.records[i].clone()).collect();
+    let origins = if data.origins.len() == data.records.len() {
+        order.iter().map(|&i| data.origins[i].clone()).collect()
+    } else {
+        Vec::new()
+    };
+    data.records = records;
+    data.origins = origins;
 }
 
-/// A name's labels from the root down, for canonical ordering.
-fn canonical(name: &[u8]) -> Vec<&[u8]> {
+/// A name's canonical sort key (RFC 4034 §6.1): its labels from the root down, each byte
+/// shifted up by one and each label ended by 0, so a label sorts before its extensions.
+fn canonical(name: &[u8]) -> Vec<u16> {
     let mut labels = Vec::new();
     let mut at = 0;
     while let Some(&length) = name.get(at) {
@@ -1327,8 +1350,12 @@ fn canonical(name: &[u8]) -> Vec<&[u8]> {
         labels.push(label);
         at += 1 + usize::from(length);
     }
-    labels.reverse();
-    labels
+    let mut key = Vec::with_capacity(name.len() + 1);
+    for label in labels.iter().rev() {
+        key.extend(label.iter().map(|&b| u16::from(b) + 1));
+        key.push(0);
+    }
+    key
 }
 
 /// The name of the RecordSet an update creates: the zone's name and a hash of owner and type.

@@ -639,3 +639,56 @@ async fn two_zones_at_one_apex_serve_the_first_by_name_until_it_goes() {
         "b-corp (unixtime) serves now"
     );
 }
+
+#[test]
+fn records_sort_soa_first_then_in_canonical_order_with_their_origins() {
+    let name = |labels: &[&[u8]]| -> Box<[u8]> {
+        let mut wire = Vec::new();
+        for label in labels {
+            wire.push(label.len() as u8);
+            wire.extend_from_slice(label);
+        }
+        wire.extend_from_slice(APEX);
+        wire.into()
+    };
+    let record = |owner: Box<[u8]>, rtype: u16| Record {
+        owner,
+        rtype,
+        ttl: 60,
+        rdata: Box::new([]),
+    };
+    let mut data = ZoneData {
+        apex: APEX.into(),
+        records: vec![
+            record(name(&[b"z"]), 1),
+            record(name(&[b"*", b"z"]), 1),
+            record(name(&[b"a"]), 1),
+            record(name(&[b"\x01", b"z"]), 1),
+            record(name(&[]), 2),
+            record(name(&[b"\x80", b"z"]), 1),
+            record(name(&[]), 6),
+        ],
+        origins: (0..7).map(|i| format!("line {i}")).collect(),
+    };
+    sort(&mut data);
+    let owners: Vec<(Box<[u8]>, u16)> = data
+        .records
+        .iter()
+        .map(|r| (r.owner.clone(), r.rtype))
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            (name(&[]), 6),
+            (name(&[]), 2),
+            (name(&[b"a"]), 1),
+            (name(&[b"z"]), 1),
+            (name(&[b"\x01", b"z"]), 1),
+            (name(&[b"*", b"z"]), 1),
+            (name(&[b"\x80", b"z"]), 1),
+        ],
+        "RFC 4034 §6.1's order"
+    );
+    assert_eq!(data.origins[0], "line 6", "origins move with their records");
+    assert_eq!(data.origins[6], "line 5");
+}

@@ -319,4 +319,27 @@ fn rdata_prints_back_to_the_same_wire_form() {
     }
     assert_eq!(rdata_text(1, &[192, 0, 2, 1]), "192.0.2.1");
     assert_eq!(rdata_text(1, &[1, 2]), "\\# 2 0102", "malformed A");
+    // Found by the zone_file fuzz target: domain prints a `;` in a label unescaped.
+    let mut mx = vec![0, 19, 3, b'a', b';', b'b'];
+    mx.extend_from_slice(&apex);
+    let text = rdata_text(15, &mx);
+    let again = parse_record_set(&apex, "x", "MX", 60, &[&text]).unwrap();
+    assert_eq!(*again.records[0].rdata, *mx, "{text}");
+}
+
+#[test]
+fn unclosed_parentheses_and_quotes_are_errors_not_panics() {
+    // Found by the zone_file fuzz target: domain 0.12.3's scanner indexed past its buffer on
+    // a character string left open at the end of the text.
+    let apex = apex();
+    for rdata in ["$ORI(IN corp.exaple.", "\"open", "(a b", "a ( b"] {
+        let error = parse_record_set(&apex, "www", "TXT", 60, &[rdata]).unwrap_err();
+        assert_eq!(error.0, Some(0), "{rdata}");
+    }
+    let error = parse("@ 60 IN A 192.0.2.1\nwww 60 IN TXT ( \"a\"\n\"b\"\n").unwrap_err();
+    assert_eq!(error.origin.as_deref(), Some("corp.example.zone:2"));
+    let error = parse("www 60 IN TXT \"a\n").unwrap_err();
+    assert_eq!(error.origin.as_deref(), Some("corp.example.zone:1"));
+    // No line feed at the end of the last entry is fine.
+    assert_eq!(parse("www 60 IN A 192.0.2.1").unwrap().records.len(), 1);
 }
