@@ -442,6 +442,54 @@ mod tests {
     }
 
     #[test]
+    fn zone_transfers_of_a_served_zone_leave_ingress_over_streams_only() {
+        use crate::zone::{Record, ServedZone, Zone, ZoneData, ZoneKind};
+        let apex: Box<[u8]> = b"\x04corp\x07example\x00"[..].into();
+        let mut soa = b"\x02ns\x04corp\x07example\x00\x01h\x00".to_vec();
+        soa.extend_from_slice(&[0; 20]);
+        let record = |rtype: u16, rdata: &[u8]| Record {
+            owner: apex.clone(),
+            rtype,
+            ttl: 300,
+            rdata: rdata.into(),
+        };
+        let data = ZoneData {
+            apex: apex.clone(),
+            records: vec![
+                record(rtype::SOA, &soa),
+                record(rtype::NS, b"\x02ns\x04corp\x07example\x00"),
+            ],
+            origins: Vec::new(),
+        };
+        let zone = Zone::compile(&data, ZoneKind::Primary).unwrap();
+        let mut h = Harness::new(RateLimit::default());
+        h.zones = Zones::new(vec![ServedZone::new(std::sync::Arc::new(zone))], Vec::new());
+        let mut axfr = b"\x00\x04\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00".to_vec();
+        axfr.extend_from_slice(&apex);
+        axfr.extend_from_slice(&[0, 252, 0, 1]);
+        let mut out = Vec::new();
+        assert!(matches!(
+            h.run(&axfr, false, false, &mut out),
+            Decision::Transfer { zone: 0, .. }
+        ));
+        assert!(matches!(
+            h.run(&axfr, false, true, &mut out),
+            Decision::Respond
+        ));
+        assert_eq!(wire::header_rcode(&out), Some(rcode::REFUSED));
+        // A name of the zone is answered authoritatively in ingress.
+        let mut soa_query = axfr.clone();
+        let at = soa_query.len() - 4;
+        soa_query[at..at + 2].copy_from_slice(&rtype::SOA.to_be_bytes());
+        assert!(matches!(
+            h.run(&soa_query, false, true, &mut out),
+            Decision::Respond
+        ));
+        assert_eq!(wire::read_u16(&out, wire::ANCOUNT_AT), Some(1));
+        assert_eq!(wire::header_flags(&out).map(|f| f & 0x0400), Some(0x0400));
+    }
+
+    #[test]
     fn the_health_name_answers_noerror_and_servfail_in_lameduck() {
         let mut h = Harness::new(RateLimit::default());
         let mut out = Vec::new();

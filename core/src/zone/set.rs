@@ -186,7 +186,7 @@ impl Zones {
         }
         // Delegations with glue become implicit forward zones (module docs).
         for (i, zone) in served.iter().enumerate() {
-            if zone.zone.kind() == ZoneKind::BuiltIn {
+            if zone.zone.kind() == ZoneKind::BuiltIn || zone.expired {
                 continue;
             }
             for (cut, addrs) in zone.zone.delegations() {

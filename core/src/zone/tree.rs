@@ -1142,9 +1142,9 @@ impl<'z> Writer<'z, '_> {
                 Some(n) => {
                     let flags = zone.flags(n);
                     if flags & FLAG_OCCLUDED != 0 || (flags & FLAG_CUT != 0 && qtype != DS) {
-                        if step == 0 {
-                            self.referral(name);
-                        }
+                        // After a CNAME, the referral goes in authority and the answer
+                        // stays authoritative (RFC 1034 §4.3.2 step 3b).
+                        self.referral(name, step == 0);
                         return;
                     }
                     (n, false)
@@ -1153,9 +1153,9 @@ impl<'z> Writer<'z, '_> {
                     let encloser = self.closest_encloser(name);
                     let flags = zone.flags(encloser);
                     if flags & (FLAG_CUT | FLAG_OCCLUDED) != 0 {
-                        if step == 0 {
-                            self.referral(name);
-                        }
+                        // After a CNAME, the referral goes in authority and the answer
+                        // stays authoritative (RFC 1034 §4.3.2 step 3b).
+                        self.referral(name, step == 0);
                         return;
                     }
                     let mut buf = [0u8; MAX_NAME_LEN + 2];
@@ -1313,14 +1313,17 @@ impl<'z> Writer<'z, '_> {
         }
     }
 
-    /// A referral from the cut at or above `name`: AA=0, the NS RRset in authority (with DS or
+    /// A referral from the cut at or above `name`: AA=0 (unless a CNAME led here), the NS
+    /// RRset in authority (with DS or
     /// the NSEC denying it for DO), in-zone glue in additional.
-    fn referral(&mut self, name: &'z [u8]) {
+    fn referral(&mut self, name: &'z [u8], clear_aa: bool) {
         let zone = self.zone;
         let Some(cut) = zone.cut_above(name) else {
             return;
         };
-        self.out[2] &= !0x04;
+        if clear_aa {
+            self.out[2] &= !0x04;
+        }
         let owner = zone.node_name(cut);
         let Some(ns) = zone.set(cut, rtype::NS) else {
             return;
@@ -1443,6 +1446,7 @@ gone CNAME nothere
 out CNAME www.elsewhere.example.
 loop1 CNAME loop2
 loop2 CNAME loop1
+tosub CNAME host.sub
 a.b.c A 192.0.2.3
 sub NS ns.sub
 sub NS ns.other.example.
@@ -1621,6 +1625,12 @@ sub NS NS.SUB
         // A loop ends.
         let p = answer(&zone, "loop1.corp.example", rtype::A);
         assert_eq!(p.types(0), vec![Rtype::CNAME, Rtype::CNAME]);
+        // A chain into a delegation ends with the referral in authority, still AA.
+        let p = answer(&zone, "tosub.corp.example", rtype::A);
+        assert!(p.aa());
+        assert_eq!(p.types(0), vec![Rtype::CNAME]);
+        assert_eq!(p.types(1), vec![Rtype::NS, Rtype::NS]);
+        assert_eq!(p.types(2), vec![Rtype::A]);
     }
 
     #[test]
@@ -1703,13 +1713,13 @@ sub NS NS.SUB
         assert_eq!(records[0].rtype, rtype::SOA);
         assert_eq!(records.len(), zone.record_count());
         assert_eq!(records.iter().filter(|r| r.rtype == rtype::SOA).count(), 1);
-        // 2 NS, 1 SOA, ns1, 2 www A, www AAAA, mail, mx1, mail2, 2 wild, 6 CNAMEs, a.b.c, 2 sub
+        // 2 NS, 1 SOA, ns1, 2 www A, www AAAA, mail, mx1, mail2, 2 wild, 7 CNAMEs, a.b.c, 2 sub
         // NS, ns.sub, *.sub, 40 mx2, 40 big.
         assert_eq!(
             zone.record_count(),
-            3 + 1 + 3 + 3 + 1 + 2 + 6 + 1 + 2 + 2 + 80
+            3 + 1 + 3 + 3 + 1 + 2 + 7 + 1 + 2 + 2 + 80
         );
-        assert_eq!(zone.name_count(), 18 + 2);
+        assert_eq!(zone.name_count(), 19 + 2);
         let again = Zone::compile(&zone.to_data(), ZoneKind::Primary).unwrap();
         assert!(again.records().eq(zone.records()));
         assert!(zone.name_exists(&to_wire("www.corp.example")));
