@@ -5,15 +5,23 @@
 //!   │ served
 //! bytes ─▶ scan (wire) ─┬─ garbage / QR=1 ─────────────▶ Drop (send nothing)
 //!                       ├─ FORMERR / NOTIMP / BADVERS ─▶ Respond (error written to `out`)
-//!                       ├─ Refusal (meta qtype, xfr, ─▶ Respond (FORMERR or REFUSED)
+//!                       ├─ Refusal (meta qtype, ─────▶ Respond (FORMERR)
 //!                       │   malformed COOKIE or ECS)
 //!                       ├─ health.kudurru.internal. ───▶ Respond (SERVFAIL in lameduck)
 //!                       ├─ rate limit ─ over ─┬─ slip (datagram) ─▶ Respond (empty, TC=1)
 //!                       │                     └─ otherwise ───────▶ Drop
 //!                       ├─ policy (groups, policies, ──▶ Blocked (block answer or rewrite
 //!                       │   lists)                        in `out`, or nothing: RPZ drop)
-//!                       ├─ local name (local) ─────────▶ Respond (answer written to `out`)
+//!                       ├─ zones (zone::Zones) ─┬─ authoritative answer, ─▶ Respond
+//!                       │                       │  referral, SERVFAIL (expired),
+//!                       │                       │  REFUSED (AXFR/IXFR not served)
+//!                       │                       ├─ AXFR/IXFR at a served ─▶ Transfer
+//!                       │                       │  apex over a stream
+//!                       │                       └─ not ours, forward zone, ─▶ (go on)
+//!                       │                          RD=1 below a glued cut
+//!                       ├─ CHAOS, other classes (local) ─▶ Respond (answer written to `out`)
 //!                       └─ otherwise ──────────────────▶ Resolve(query): cache, then upstream
+//!                                                        (Zones::route picks the upstreams)
 //! ```
 //!
 //! The access list comes first, before the message is even scanned: a refused client costs
@@ -29,6 +37,7 @@ use crate::limiter::{Limiter, RateLimit, Verdict};
 use crate::policy::{Blocked, PolicyDecision, PolicyIndex};
 use crate::settings::Settings;
 use crate::wire::{self, Query, QueryError, ReplyOptions, class, rcode, rtype};
+use crate::zone::{ZoneAnswer, Zones};
 use crate::{CacheKey, CachedAnswer, LocalNames};
 
 /// The name health checkers ask (dnsdist `checkName`, `mustResolve`): NOERROR normally, SERVFAIL
@@ -76,6 +85,15 @@ pub enum Decision<'a> {
         /// The CNAME record's TTL.
         ttl: u32,
     },
+    /// An AXFR or IXFR over a stream for the apex of a served primary or secondary zone:
+    /// serve it from `settings.zones.served()[zone]` (the transfer checks the client against
+    /// the zone's ACL and TSIG).
+    Transfer {
+        /// The transfer request.
+        query: Query<'a>,
+        /// Index of the zone in [`Zones::served`].
+        zone: usize,
+    },
 }
 
 /// What the stages read besides the message: all of it from the settings snapshot and the
@@ -86,7 +104,9 @@ pub struct Stage<'s> {
     pub acl: &'s AccessList,
     /// Client groups, policies and block lists.
     pub policy: &'s PolicyIndex,
-    /// Locally answered names.
+    /// Authoritative, built-in and forward zones.
+    pub zones: &'s Zones,
+    /// The CHAOS names and the class refusal.
     pub local: &'s LocalNames,
     /// How answers on this transport are shaped.
     pub options: &'s ReplyOptions,
@@ -105,6 +125,7 @@ impl<'s> Stage<'s> {
         Self {
             acl: &settings.acl,
             policy: &settings.policy,
+            zones: &settings.zones,
             local: &settings.local,
             options,
             ratelimit: &settings.ratelimit,
@@ -206,6 +227,14 @@ pub fn ingress<'a>(
                 };
             }
         }
+    }
+    match stage
+        .zones
+        .answer(&query, client.addr, !client.datagram, stage.options, out)
+    {
+        ZoneAnswer::Pass => {}
+        ZoneAnswer::Answered => return Decision::Respond,
+        ZoneAnswer::Transfer(zone) => return Decision::Transfer { query, zone },
     }
     if stage.local.answer(&query, stage.options, out) {
         Decision::Respond
@@ -310,6 +339,7 @@ mod tests {
 
     struct Harness {
         acl: AccessList,
+        zones: Zones,
         local: LocalNames,
         options: ReplyOptions,
         ratelimit: RateLimit,
@@ -322,6 +352,7 @@ mod tests {
             let now = Instant::now();
             Self {
                 acl: AccessList::new(&["192.0.2.0/24".parse().unwrap()], &[], AclAction::Refuse),
+                zones: Zones::builtin(),
                 local: local(),
                 options: ReplyOptions::udp(1232),
                 ratelimit,
@@ -352,6 +383,7 @@ mod tests {
             let stage = Stage {
                 acl: &self.acl,
                 policy: &policy,
+                zones: &self.zones,
                 local: &self.local,
                 options: &self.options,
                 ratelimit: &self.ratelimit,

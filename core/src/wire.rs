@@ -214,9 +214,6 @@ pub enum Refusal {
     /// pseudo-record, RFC 6891 §6.1.1), TKEY and TSIG (transaction meta types), MAILB and MAILA
     /// (obsolete), and the unassigned rest of the meta range 128–248. FORMERR.
     MetaType,
-    /// AXFR or IXFR on any transport: a resolver serves no zone transfers (RFC 5936 §4.2: not
-    /// defined over UDP at all). REFUSED.
-    ZoneTransfer,
     /// An EDNS option kudurru reads is malformed: a COOKIE of a length RFC 7873 §4 does not
     /// allow (§5.2.2), or an edns-client-subnet option whose family, prefix lengths or address
     /// RFC 7871 §6 does not allow. FORMERR, with an OPT (RFC 6891 §7).
@@ -228,7 +225,6 @@ impl Refusal {
     pub fn rcode(self) -> u8 {
         match self {
             Self::MetaType | Self::MalformedOption => rcode::FORMERR,
-            Self::ZoneTransfer => rcode::REFUSED,
         }
     }
 }
@@ -310,7 +306,6 @@ impl<'a> Query<'a> {
     /// qtype already scanned, and a flag the option walk set.
     pub fn refusal(&self) -> Option<Refusal> {
         match self.qtype {
-            rtype::AXFR | rtype::IXFR => Some(Refusal::ZoneTransfer),
             0 | rtype::OPT | 128..=rtype::TSIG | rtype::MAILB | rtype::MAILA => {
                 Some(Refusal::MetaType)
             }
@@ -1023,7 +1018,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn rfc6895_3_1_meta_qtypes_are_refused_with_formerr_and_transfers_with_refused() {
+    fn rfc6895_3_1_meta_qtypes_are_refused_with_formerr_and_transfers_left_to_the_zones() {
         for qtype in [0, rtype::OPT, 128, 200, 248, rtype::TKEY, rtype::TSIG] {
             let m = query("a.test", qtype, Some((1232, 0, false)));
             let q = Query::parse(&m).expect("a meta qtype scans");
@@ -1033,12 +1028,10 @@ pub(crate) mod tests {
             let q = query("a.test", qtype, None);
             assert_eq!(Query::parse(&q).unwrap().refusal(), Some(Refusal::MetaType));
         }
+        // The zone stage serves or refuses transfers (zone::Zones::answer).
         for qtype in [rtype::AXFR, rtype::IXFR] {
             let q = query("a.test", qtype, None);
-            assert_eq!(
-                Query::parse(&q).unwrap().refusal(),
-                Some(Refusal::ZoneTransfer)
-            );
+            assert_eq!(Query::parse(&q).unwrap().refusal(), None);
         }
         // Data types, ANY (255) and types past the meta range are asked upstream.
         for qtype in [rtype::A, rtype::AAAA, 46, 127, 255, 256, 32769, 65535] {
@@ -1046,7 +1039,6 @@ pub(crate) mod tests {
             assert_eq!(Query::parse(&q).unwrap().refusal(), None, "qtype {qtype}");
         }
         assert_eq!(Refusal::MetaType.rcode(), rcode::FORMERR);
-        assert_eq!(Refusal::ZoneTransfer.rcode(), rcode::REFUSED);
     }
 
     /// `query` with `(code, data)` appended to its OPT record (the query must have one, last).

@@ -50,9 +50,11 @@ fn answer(msg: &[u8], datagram: bool) -> Option<Vec<u8>> {
         kudurru_core::acl::AclAction::Refuse,
     );
     let policy = kudurru_core::policy::PolicyIndex::default();
+    let zones = kudurru_core::zone::Zones::builtin();
     let stage = Stage {
         acl: &acl,
         policy: &policy,
+        zones: &zones,
         local: &local,
         options: &options,
         ratelimit: &ratelimit,
@@ -72,7 +74,8 @@ fn answer(msg: &[u8], datagram: bool) -> Option<Vec<u8>> {
         | Decision::Resolve(_)
         | Decision::Refused { .. }
         | Decision::Blocked { .. }
-        | Decision::Chase { .. } => None,
+        | Decision::Chase { .. }
+        | Decision::Transfer { .. } => None,
     }
 }
 
@@ -217,6 +220,7 @@ fn a_blocked_name_is_answered_by_ingress_and_an_empty_index_passes() {
         kudurru_core::acl::AclAction::Refuse,
     );
     let empty = PolicyIndex::default();
+    let zones = kudurru_core::zone::Zones::builtin();
     let mut limiter = Limiter::new(64, 1, now);
     let client = Client {
         addr: "192.0.2.1".parse().unwrap(),
@@ -229,6 +233,7 @@ fn a_blocked_name_is_answered_by_ingress_and_an_empty_index_passes() {
         let stage = Stage {
             acl: &acl,
             policy: index,
+            zones: &zones,
             local: &local,
             options: &options,
             ratelimit: &ratelimit,

@@ -15,6 +15,7 @@ const FLOORS: &[&[&str]] = &[
         "http",
         "policy::name",
         "policy::schedule",
+        "zone::data",
     ],
     // The wire format (on the cache key), both HTTP versions (on `http`), the client access
     // list (on the limiter's prefixes), and reply scrubbing (on `domain` alone: which records
@@ -30,6 +31,11 @@ const FLOORS: &[&[&str]] = &[
     // What the wire format serves: answers, local names, DoH and DoQ rules; the compiled
     // block lists.
     &["answer", "local", "doh", "doq", "policy::matcher"],
+    // Zones, bottom up: the compiled zone, the zone-file parser and transfers (over the wire
+    // format and zone data), the set of zones (over them and the upstreams), the module's face.
+    &["zone::tree", "zone::file", "zone::xfr"],
+    &["zone::set"],
+    &["zone"],
     // Blocking, bottom up: the typed specs, block answers and rewrites, the policy index, the
     // module's face.
     &["policy::spec"],

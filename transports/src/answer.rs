@@ -192,6 +192,10 @@ pub(crate) fn answer_now(
     };
     match decision {
         Decision::Respond => {}
+        // Transfers are served on TCP and DoT only (tcp.rs); refuse them here.
+        Decision::Transfer { query, .. } => {
+            wire::write_error(&query, wire::rcode::REFUSED, options, out);
+        }
         Decision::Drop => {
             context.metrics.dropped();
             return Now::Dropped;

@@ -134,6 +134,16 @@ async fn connection<S>(
         );
         match decision {
             Decision::Respond => outbox.push(&context.metrics, &out),
+            // Zone transfers are not served yet: REFUSED, as before the zones.
+            Decision::Transfer { query, .. } => {
+                kudurru_core::wire::write_error(
+                    &query,
+                    kudurru_core::wire::rcode::REFUSED,
+                    &options,
+                    &mut out,
+                );
+                outbox.push(&context.metrics, &out);
+            }
             Decision::Drop => {
                 context.metrics.dropped();
                 break;

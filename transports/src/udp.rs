@@ -83,6 +83,10 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                 };
                 match ingress(message, &stage, client, &mut limiter, now, &mut out) {
                     Decision::Respond => {}
+                    // The zone stage asks for transfers over streams only; refuse anyway.
+                    Decision::Transfer { query, .. } => {
+                        wire::write_error(&query, wire::rcode::REFUSED, &options, &mut out);
+                    }
                     Decision::Drop => {
                         context.metrics.dropped();
                         continue;

@@ -26,5 +26,5 @@ pub mod tree;
 pub mod xfr;
 
 pub use data::{Record, ZoneData, ZoneError, ZoneErrorKind};
-pub use set::{ForwardZone, Route, ZoneAnswer, Zones};
+pub use set::{ForwardZone, Route, ServedZone, ZoneAnswer, Zones};
 pub use tree::{Zone, ZoneKind};
