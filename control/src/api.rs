@@ -34,6 +34,10 @@ use kudurru_transports::{CacheCommand, CacheControl, CacheReport};
 pub const MAX_BODY: usize = 64 * 1024;
 /// Largest object accepted (a client group of ten thousand prefixes fits).
 pub const MAX_OBJECT_BODY: usize = 1 << 20;
+/// Records per page of `/api/v1/zones/{name}/records` when the request names no limit.
+const RECORDS_DEFAULT_LIMIT: usize = 500;
+/// Most records per page of `/api/v1/zones/{name}/records`.
+const RECORDS_MAX_LIMIT: usize = 10_000;
 
 /// The routes: (method, path, permission). The OpenAPI document lists exactly these (a test
 /// checks it).
@@ -54,6 +58,11 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
         Permission::ListsRefresh,
     ),
     ("GET", "/api/v1/blocking/check", Permission::ObjectsRead),
+    (
+        "GET",
+        "/api/v1/zones/{name}/records",
+        Permission::ObjectsRead,
+    ),
 ];
 
 /// Whether `path` is the route `pattern`, whose `{name}` segments match one non-empty segment.
@@ -160,6 +169,9 @@ pub struct Api {
     /// The list manager (`/api/v1/blocklists/{name}/refresh`, `/api/v1/blocking/check`);
     /// `None` when none runs (tests).
     pub blocking: Option<crate::blocking::Handle>,
+    /// The zone manager's shared state (`/api/v1/zones/{name}/records`); `None` when none
+    /// runs (tests).
+    pub zones: Option<Arc<crate::zones::Shared>>,
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.
     writes: Mutex<()>,
@@ -199,6 +211,7 @@ impl Api {
             stopping,
             cache: None,
             blocking: None,
+            zones: None,
             writes: Mutex::new(()),
         }
     }
@@ -339,6 +352,10 @@ impl Api {
             ("DELETE", "/api/v1/cache") => self.cache_flush(&request.query),
             ("GET", "/api/v1/cache/dump") => self.cache_dump(&request.query),
             ("GET", "/api/v1/blocking/check") => self.blocking_check(&request.query),
+            ("GET", path) if path_matches("/api/v1/zones/{name}/records", path) => {
+                let name = path.split('/').nth(4).unwrap_or_default();
+                self.zone_records(name, &request.query)
+            }
             ("POST", path) if path_matches("/api/v1/blocklists/{name}/refresh", path) => {
                 let name = path.split('/').nth(4).unwrap_or_default();
                 self.refresh_list(name)
@@ -498,6 +515,94 @@ impl Api {
         }
     }
 
+    /// `GET /api/v1/zones/{name}/records?limit=N&continue=T`: the records a zone serves, SOA
+    /// first then in canonical order, a page at a time; the token names the serial it was
+    /// read at, so a page of another version is 410 (list again).
+    fn zone_records(&self, name: &str, query: &str) -> Reply {
+        let query = match Query::parse(query) {
+            Ok(query) => query,
+            Err(e) => return e.into(),
+        };
+        let limit = match query.get("limit").map(str::parse::<usize>) {
+            None => RECORDS_DEFAULT_LIMIT,
+            Some(Ok(limit)) if (1..=RECORDS_MAX_LIMIT).contains(&limit) => limit,
+            Some(_) => {
+                return HttpError::new(
+                    400,
+                    "invalid_value",
+                    format!("limit must be 1 to {RECORDS_MAX_LIMIT}"),
+                )
+                .with_key("limit")
+                .into();
+            }
+        };
+        let Some(zones) = &self.zones else {
+            return error(503, "no_zone_manager", "no zone manager runs");
+        };
+        let view = zones.served().unwrap_or_default();
+        let Some(zone) = view.iter().find(|z| z.name == name) else {
+            return error(
+                404,
+                "not_found",
+                format!(
+                    "Zone {name} serves no data (no such Zone, not loaded yet, or a forward zone)"
+                ),
+            );
+        };
+        let start = match query.get("continue") {
+            None => 0,
+            Some(token) => match token.split_once(':').and_then(|(serial, at)| {
+                Some((serial.parse::<u32>().ok()?, at.parse::<usize>().ok()?))
+            }) {
+                Some((serial, at)) if serial == zone.serial => at,
+                Some(_) => {
+                    return error(
+                        410,
+                        "expired",
+                        format!(
+                            "the zone changed since this list began (serial now {}); list again",
+                            zone.serial
+                        ),
+                    );
+                }
+                None => {
+                    return HttpError::new(
+                        400,
+                        "invalid_value",
+                        "not a continue token from this API",
+                    )
+                    .with_key("continue")
+                    .into();
+                }
+            },
+        };
+        let records = &zone.data.records;
+        let end = start.saturating_add(limit).min(records.len());
+        let page: Vec<Value> = records
+            .get(start..end)
+            .unwrap_or_default()
+            .iter()
+            .map(|r| {
+                json!({
+                    "name": crate::zones::zone_text(&r.owner),
+                    "type": kudurru_core::zone::file::type_text(r.rtype),
+                    "ttl": r.ttl,
+                    "rdata": kudurru_core::zone::file::rdata_text(r.rtype, &r.rdata),
+                })
+            })
+            .collect();
+        let mut body = json!({
+            "zone": crate::zones::zone_text(&zone.apex),
+            "serial": zone.serial,
+            "total": records.len(),
+            "records": page,
+        });
+        if end < records.len() {
+            body["continue"] = json!(format!("{}:{end}", zone.serial));
+        }
+        ok(body)
+    }
+
     /// `GET /api/v1/cache/dump?limit=N`: at most N fresh answers per core (default 1000).
     fn cache_dump(&self, query: &str) -> Reply {
         let query = match Query::parse(query) {
@@ -606,6 +711,11 @@ impl Api {
         }
         if let Some(blocking) = &self.blocking {
             for diagnosis in blocking.shared.diagnoses() {
+                push(diagnosis.severity, diagnosis.code, diagnosis.message);
+            }
+        }
+        if let Some(zones) = &self.zones {
+            for diagnosis in zones.diagnoses() {
                 push(diagnosis.severity, diagnosis.code, diagnosis.message);
             }
         }
@@ -1373,6 +1483,7 @@ mod tests {
             reloads: reloadable.stats.clone(),
             http: Vec::new(),
             blocking: blocking.clone(),
+            zones: None,
         });
         let store = crate::objects::open_store(Path::new("/nonexistent"), true).unwrap();
         let (_stop, stopping) = tokio::sync::watch::channel(false);

@@ -295,6 +295,18 @@ fn parameters(method: &str, path: &str) -> Vec<(&'static str, Value, &'static st
             json!({ "type": "integer", "minimum": 1, "maximum": 100000 }),
             "most entries per core (default 1000)",
         )],
+        ("GET", "/api/v1/zones/{name}/records") => vec![
+            (
+                "limit",
+                json!({ "type": "integer", "minimum": 1, "maximum": 10000 }),
+                "most records in this page (default 500)",
+            ),
+            (
+                "continue",
+                json!({ "type": "string" }),
+                "the previous page's continue token",
+            ),
+        ],
         _ => Vec::new(),
     }
 }
@@ -363,6 +375,30 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             }),
             None,
         ),
+        ("GET", "/api/v1/zones/{name}/records") => (
+            "The records a primary or secondary Zone serves (by the Zone object's name), SOA first then in canonical order, paged",
+            json!({
+                "type": "object",
+                "required": ["zone", "serial", "total", "records"],
+                "properties": {
+                    "zone": { "type": "string" },
+                    "serial": { "type": "integer" },
+                    "total": { "type": "integer" },
+                    "records": { "type": "array", "items": {
+                        "type": "object",
+                        "required": ["name", "type", "ttl", "rdata"],
+                        "properties": {
+                            "name": { "type": "string" },
+                            "type": { "type": "string" },
+                            "ttl": { "type": "integer" },
+                            "rdata": { "type": "string" }
+                        }
+                    } },
+                    "continue": { "type": "string", "description": "present when more records follow" }
+                }
+            }),
+            None,
+        ),
         ("GET", "/api/v1/blocking/check") => (
             "Which client groups, policies, list and rule decide a name for a client (schedules at `at`)",
             json!({
@@ -408,7 +444,18 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         responses["503"] = error_response("No data plane runs");
     }
     if path.contains("{name}") {
-        op["parameters"] = json!([{ "name": "name", "in": "path", "required": true, "schema": { "type": "string" } }]);
+        let mut all = vec![
+            json!({ "name": "name", "in": "path", "required": true, "schema": { "type": "string" } }),
+        ];
+        if let Some(query) = op["parameters"].as_array() {
+            all.extend(query.iter().cloned());
+        }
+        op["parameters"] = Value::Array(all);
+    }
+    if path == "/api/v1/zones/{name}/records" {
+        responses["404"] = error_response("No Zone of that name serves data");
+        responses["410"] = error_response("The zone changed since the continue token; list again");
+        responses["503"] = error_response("No zone manager runs");
     }
     if path == "/api/v1/blocklists/{name}/refresh" {
         if let Some(ok) = responses.as_object_mut().and_then(|r| r.remove("200")) {

@@ -34,6 +34,9 @@ pub struct OpsState {
     pub http: Vec<(&'static str, Arc<crate::http::ListenerStats>)>,
     /// Block lists: readiness (`blocking.allowDegraded`) and metrics.
     pub blocking: Arc<crate::blocking::Shared>,
+    /// Zones: `/internal/zones` and metrics; `None` when no zone manager runs (the route
+    /// then answers 404, as on a node without zones).
+    pub zones: Option<Arc<crate::zones::Shared>>,
 }
 
 /// Whether a peer may change lameduck: loopback only, since the ops listener has no
@@ -115,6 +118,10 @@ fn route(
             "text/plain; version=0.0.4; charset=utf-8",
             render_metrics(state),
         ),
+        "/internal/zones" if read => match &state.zones {
+            Some(zones) => (200, JSON, format!("{}\n", zones.internal_json())),
+            None => (404, TEXT, "not found\n".into()),
+        },
         _ => (404, TEXT, "not found\n".into()),
     }
 }
@@ -482,6 +489,9 @@ pub fn render_metrics(state: &OpsState) -> String {
     }
     let index = state.blocking.publisher.index();
     state.blocking.metrics.render(&index, &mut out);
+    if let Some(zones) = &state.zones {
+        zones.render_metrics(&mut out);
+    }
     out
 }
 
@@ -510,6 +520,7 @@ mod tests {
             reloads: Arc::default(),
             http: vec![("ops", Arc::default())],
             blocking: synced_blocking(),
+            zones: None,
         }
     }
 

@@ -41,6 +41,8 @@ pub const HOT_KEYS: &[&str] = &[
     "blocking.maxListBytes",
     "blocking.maxListEntries",
     "blocking.fetchTimeout",
+    "zones.journalSize",
+    "zones.maxRecords",
     "log.level",
 ];
 

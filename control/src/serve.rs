@@ -296,6 +296,17 @@ async fn control(
         follow: None,
     });
     let list_commands = manager.commands();
+    // Zones: the manager publishes through the same publisher; its handle is what transfers,
+    // NOTIFY and UPDATE reach it by.
+    let zones = Arc::new(crate::zones::Shared::new(publisher.clone()));
+    let zone_manager = crate::zones::Manager::new(crate::zones::ManagerParts {
+        store: store.clone(),
+        shared: zones.clone(),
+        settings: validated.zones.clone(),
+    });
+    let zone_commands = zone_manager.commands();
+    let _zone_handle = crate::zones::ZoneHandle::new(zone_commands.clone(), zones.clone());
+    tokio::spawn(zone_manager.run());
     let state = Arc::new(ops::OpsState {
         ready,
         metrics: server.metrics().to_vec(),
@@ -304,6 +315,7 @@ async fn control(
         reloads: reloadable.stats.clone(),
         http: http_stats,
         blocking: blocking.clone(),
+        zones: Some(zones.clone()),
     });
     // Subscribers, in order: the log filter, then the data plane's snapshot.
     reloadable.subscribe("log.level", move |change| {
@@ -325,6 +337,11 @@ async fn control(
         if change.keys.iter().any(|k| k.starts_with("blocking.")) {
             let _ = commands.send(crate::blocking::Command::Settings(
                 change.new.validated.blocking.clone(),
+            ));
+        }
+        if change.keys.iter().any(|k| k.starts_with("zones.")) {
+            let _ = zone_commands.send(crate::zones::Command::Settings(
+                change.new.validated.zones.clone(),
             ));
         }
     });
@@ -371,6 +388,7 @@ async fn control(
             commands: list_commands.clone(),
             shared: blocking.clone(),
         });
+        api.zones = Some(zones.clone());
         let api = Arc::new(api);
         crate::files::remove_stale_temporaries(api.tokens.path());
         tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");

@@ -22,6 +22,9 @@ const FLOORS: &[&[&str]] = &[
     // Block lists, client groups and policies: the list manager, the publisher of the
     // settings snapshot, status, readiness, metrics and the check explanation.
     &["blocking"],
+    // Zones: the Zone and RecordSet manager (on the blocking publisher and status helpers),
+    // zone files, the stored transfers, the handle transfers and updates reach it by.
+    &["zones"],
     // The ops listener; the API on top of it (counters, readiness); the OpenAPI document of
     // the API's routes.
     &["ops"],

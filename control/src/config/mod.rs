@@ -36,6 +36,7 @@ mod tcp;
 mod tls;
 mod upstream;
 mod validate;
+mod zones;
 
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +72,10 @@ pub use upstream::{
     DEFAULT_RESOLVE_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_UPSTREAMS, UpstreamSection,
 };
 pub use validate::Validated;
+pub use zones::{
+    DEFAULT_JOURNAL_SIZE, DEFAULT_MAX_ZONE_RECORDS, DEFAULT_ZONE_FILE_DIR, JOURNAL_SIZE_RANGE,
+    ZONE_RECORDS_RANGE, ZonesSection, ZonesSettings,
+};
 
 use key::{key, parse_string, show_string};
 
@@ -100,6 +105,8 @@ pub struct Config {
     pub ratelimit: RateLimitSection,
     /// `blocking.*`: block lists, client IDs, block answers.
     pub blocking: BlockingSection,
+    /// `zones.*`: zone files, journals, limits, TSIG keys.
+    pub zones: ZonesSection,
     /// `shutdown.*`.
     pub shutdown: ShutdownSection,
     /// `ops.*`.
@@ -130,6 +137,7 @@ impl Default for Config {
             tls: TlsSection::default(),
             ratelimit: RateLimitSection::default(),
             blocking: BlockingSection::default(),
+            zones: ZonesSection::default(),
             shutdown: ShutdownSection::default(),
             ops: OpsSection::default(),
             api: ApiSection::default(),
@@ -167,6 +175,7 @@ static SECTIONS: &[&[KeyInfo]] = &[
     tls::KEYS,
     ratelimit::KEYS,
     blocking::KEYS,
+    zones::KEYS,
     ops::KEYS,
     api::KEYS,
     storage::KEYS,

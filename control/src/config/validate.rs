@@ -168,6 +168,7 @@ impl Config {
         );
         let ratelimit = problems.take(self.ratelimit.validate());
         let blocking = problems.take(self.blocking.validate());
+        let zones = problems.take(self.zones.validate());
         let acl = problems.take(self.server.access_list());
         let token_max_lifetime = problems.take(duration(
             "auth.tokens.maxLifetime",
@@ -277,6 +278,7 @@ impl Config {
             Some(drain_delay),
             Some(ratelimit),
             Some(blocking),
+            Some(zones),
             Some(acl),
             Some(token_max_lifetime),
             Some(audit_retention),
@@ -291,6 +293,7 @@ impl Config {
             drain_delay,
             ratelimit,
             blocking,
+            zones,
             acl,
             token_max_lifetime,
             audit_retention,
@@ -351,6 +354,7 @@ impl Config {
             token_max_lifetime,
             audit_retention,
             blocking,
+            zones,
         })
     }
 }
@@ -382,6 +386,8 @@ pub struct Validated {
     pub audit_retention: Duration,
     /// `blocking.*`.
     pub blocking: super::BlockingSettings,
+    /// `zones.*`.
+    pub zones: super::ZonesSettings,
 }
 
 /// Whether `upstream` reaches one of kudurru's own listeners: the same port on the listener's

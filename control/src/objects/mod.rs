@@ -63,6 +63,20 @@ pub const RESOURCES: &[Resource] = &[
         summary: "Client groups to deny and allow lists, block answers, rewrites and schedules",
         reserved: &[],
     },
+    Resource {
+        kind: kinds::ZONE,
+        plural: "zones",
+        write: Permission::ObjectsWrite,
+        summary: "Local zones: primary (zone file and RecordSets), secondary (transferred) or forward (own upstreams)",
+        reserved: &[],
+    },
+    Resource {
+        kind: kinds::RECORD_SET,
+        plural: "recordsets",
+        write: Permission::ObjectsWrite,
+        summary: "One RRset of a primary zone (owner, type, TTL, rdata), overlaid on its zone file",
+        reserved: &[],
+    },
 ];
 
 /// The resource served under `plural`.

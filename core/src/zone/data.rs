@@ -61,4 +61,8 @@ pub enum ZoneErrorKind {
     /// Larger than the configured limits.
     #[error("too large: {0}")]
     TooLarge(String),
+    /// Not a zone this node serves as asked (no such secondary for a transfer, no such
+    /// primary for an update), or the zone manager is not running.
+    #[error("not served: {0}")]
+    NotServed(String),
 }

@@ -5,13 +5,16 @@
 //!
 //! ```text
 //! JSON spec ─▶ kinds::{block_list, client_group, policy} ─▶ BlockListSpec | ClientGroupSpec | PolicySpec
+//!           ─▶ kinds::{zone, record_set} ─▶ ZoneSpec | RecordSetSpec (the zone manager's)
 //!                 └─ the store's validator: the same function, result dropped
 //! ```
 
 mod block_list;
 mod client_group;
 mod policy;
+mod record_set;
 mod schedule;
+mod zone;
 
 use kudurru_storage::{FieldError, KindSchema};
 use serde_json::{Map, Value};
@@ -19,6 +22,11 @@ use serde_json::{Map, Value};
 pub use block_list::{BLOCK_LIST, block_list};
 pub use client_group::{CLIENT_GROUP, RESERVED_GROUP_NAMES, client_group};
 pub use policy::{POLICY, policy};
+pub use record_set::{RECORD_SET, RecordSetSpec, record_set};
+pub use zone::{
+    PrimaryServer, PrimarySpec, SecondarySpec, SerialPolicy, SoaSpec, TransferSpec, UpdateSpec,
+    ZONE, ZoneSpec, ZoneType, zone,
+};
 
 /// Most entries in one list of a spec.
 const MAX_ENTRIES: usize = 10_000;
@@ -36,6 +44,14 @@ pub(super) const SCHEMAS: &[KindSchema] = &[
     KindSchema {
         kind: POLICY,
         validate_spec: |spec| policy(spec).map(drop),
+    },
+    KindSchema {
+        kind: ZONE,
+        validate_spec: |spec| zone(spec).map(drop),
+    },
+    KindSchema {
+        kind: RECORD_SET,
+        validate_spec: |spec| record_set(spec).map(drop),
     },
 ];
 
