@@ -273,7 +273,7 @@ pub fn render_metrics(state: &OpsState) -> String {
             let _ = writeln!(out, "{name}{{core=\"{core}\"}} {}", get(cm));
         }
     }
-    let plain: [(&str, &str, Counter); 10] = [
+    let plain: [(&str, &str, Counter); 12] = [
         (
             "kudurru_cross_core_lookups_total",
             "Cache misses sent to the owning core.",
@@ -308,6 +308,16 @@ pub fn render_metrics(state: &OpsState) -> String {
             "kudurru_tcp_timeouts_total",
             "Client connections closed for idleness or slowness (and DoQ/DoH3 streams whose query did not arrive in time).",
             |c| c.tcp_timeouts.load(Relaxed),
+        ),
+        (
+            "kudurru_zone_transfers_served_total",
+            "Zone transfers (AXFR, IXFR) served whole to secondaries over TCP or DoT.",
+            |c| c.transfers_served.load(Relaxed),
+        ),
+        (
+            "kudurru_zone_transfers_refused_total",
+            "Zone transfer requests refused: address not in allowTransfer, TSIG missing or wrong, malformed.",
+            |c| c.transfers_refused.load(Relaxed),
         ),
         (
             "kudurru_tls_handshakes_total",

@@ -258,6 +258,7 @@ async fn control(
         settings: settings.clone(),
         lameduck: lameduck.clone(),
         tls,
+        inbox: None,
     })?;
     for (kind, addr) in server.bound() {
         tracing::info!(%kind, %addr, "listening");

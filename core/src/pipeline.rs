@@ -36,7 +36,7 @@ use crate::acl::{AccessList, AclAction};
 use crate::limiter::{Limiter, RateLimit, Verdict};
 use crate::policy::{Blocked, PolicyDecision, PolicyIndex};
 use crate::settings::Settings;
-use crate::wire::{self, Query, QueryError, ReplyOptions, class, rcode, rtype};
+use crate::wire::{self, ControlOpcode, Query, QueryError, ReplyOptions, class, rcode, rtype};
 use crate::zone::{ZoneAnswer, Zones};
 use crate::{CacheKey, CachedAnswer, LocalNames};
 
@@ -85,6 +85,9 @@ pub enum Decision<'a> {
         /// The CNAME record's TTL.
         ttl: u32,
     },
+    /// A NOTIFY or UPDATE from a client the ACL admits: the control thread answers it
+    /// (transports hand the message to it through their inbox; others answer NOTIMP).
+    Control(ControlOpcode),
     /// An AXFR or IXFR over a stream for the apex of a served primary or secondary zone:
     /// serve it from `settings.zones.served()[zone]` (the transfer checks the client against
     /// the zone's ACL and TSIG).
@@ -161,6 +164,9 @@ pub fn ingress<'a>(
 ) -> Decision<'a> {
     if !stage.acl.allows(client.addr) {
         return refuse(msg, stage, out);
+    }
+    if let Some(opcode) = ControlOpcode::of(msg) {
+        return Decision::Control(opcode);
     }
     let query = match Query::parse(msg) {
         Ok(query) => query,

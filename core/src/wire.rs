@@ -229,6 +229,38 @@ impl Refusal {
     }
 }
 
+/// The opcodes kudurru hands to the control thread instead of answering on the core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlOpcode {
+    /// NOTIFY (opcode 4, RFC 1996): a primary says a zone changed.
+    Notify,
+    /// UPDATE (opcode 5, RFC 2136): a dynamic update to a primary zone.
+    Update,
+}
+
+impl ControlOpcode {
+    /// The opcode of a request (QR=0) the control thread answers, if `msg` is one.
+    pub fn of(msg: &[u8]) -> Option<Self> {
+        let flags = header_flags(msg)?;
+        if msg.len() < HEADER_LEN || flags & FLAG_QR != 0 {
+            return None;
+        }
+        match (flags & OPCODE_MASK) >> 11 {
+            4 => Some(Self::Notify),
+            5 => Some(Self::Update),
+            _ => None,
+        }
+    }
+
+    /// The opcode's number.
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Notify => 4,
+            Self::Update => 5,
+        }
+    }
+}
+
 /// Why a query cannot be answered normally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueryError {
@@ -932,6 +964,24 @@ pub(crate) mod tests {
         let mut m = query("a.test", rtype::A, None);
         m[2] |= 5 << 3;
         assert_eq!(Query::parse(&m).unwrap_err(), QueryError::NotImp);
+    }
+
+    #[test]
+    fn notify_and_update_go_to_the_control_thread_other_opcodes_do_not() {
+        let base = query("corp.example", rtype::SOA, None);
+        for (opcode, expected) in [
+            (0u8, None),
+            (2, None),
+            (4, Some(ControlOpcode::Notify)),
+            (5, Some(ControlOpcode::Update)),
+        ] {
+            let mut m = base.clone();
+            m[2] = (m[2] & 0x87) | (opcode << 3);
+            assert_eq!(ControlOpcode::of(&m), expected, "opcode {opcode}");
+            m[2] |= 0x80; // a response is never handed on
+            assert_eq!(ControlOpcode::of(&m), None);
+        }
+        assert_eq!(ControlOpcode::of(&[0x20; 5]), None);
     }
 
     #[test]

@@ -75,6 +75,7 @@ fn answer(msg: &[u8], datagram: bool) -> Option<Vec<u8>> {
         | Decision::Refused { .. }
         | Decision::Blocked { .. }
         | Decision::Chase { .. }
+        | Decision::Control(_)
         | Decision::Transfer { .. } => None,
     }
 }

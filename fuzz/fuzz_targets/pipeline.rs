@@ -155,7 +155,7 @@ fuzz_target!(|input: Input| {
     {
         let at = if round == 0 { now } else { later };
         match ingress(msg, &stage, client, &mut limiter, at, &mut out) {
-            Decision::Drop => {}
+            Decision::Drop | Decision::Control(_) => {}
             Decision::Refused { .. } => panic!("the access list admits every client"),
             Decision::Respond => check(msg, &out, None),
             Decision::Blocked { answered, .. } => {

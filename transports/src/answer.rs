@@ -225,6 +225,13 @@ pub(crate) fn answer_now(
                 None => return Now::Miss(Lookup::Own),
             }
         }
+        // NOTIFY and UPDATE reach the control thread over UDP and TCP only (crate::inbox).
+        Decision::Control(_) => {
+            if !wire::write_header_error(message, wire::rcode::NOTIMP, out) {
+                context.metrics.dropped();
+                return Now::Dropped;
+            }
+        }
         Decision::Chase {
             query,
             blocked,

@@ -37,6 +37,8 @@ pub(crate) struct CoreContext {
     shard: usize,
     /// Client queries being resolved right now (shutdown waits for these).
     active: Cell<usize>,
+    /// NOTIFY and UPDATE to the control thread.
+    pub(crate) inbox: crate::inbox::CoreInbox,
 }
 
 impl CoreContext {
@@ -61,6 +63,7 @@ impl CoreContext {
             lameduck,
             shard,
             active: Cell::new(0),
+            inbox: crate::inbox::CoreInbox::default(),
         }
     }
 

@@ -27,6 +27,7 @@
 // Shared pieces.
 pub mod cache_control;
 mod deadline;
+pub mod inbox;
 pub mod metrics;
 pub mod settings;
 pub mod steering;

@@ -202,6 +202,10 @@ pub struct CoreMetrics {
     pub client_connections: AtomicU64,
     /// TCP connections closed for idleness or slowness.
     pub tcp_timeouts: AtomicU64,
+    /// Zone transfers (AXFR, IXFR) served whole over TCP or DoT.
+    pub transfers_served: AtomicU64,
+    /// Zone transfer requests refused (address, TSIG, malformed).
+    pub transfers_refused: AtomicU64,
     /// TLS handshakes completed (DoT, DoH, and QUIC's for DoQ and DoH3).
     pub tls_handshakes: AtomicU64,
     /// TLS handshakes that failed or did not finish within `tls.handshakeTimeout`.

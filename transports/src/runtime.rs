@@ -107,6 +107,8 @@ pub struct ServerSpec {
     pub lameduck: Arc<AtomicBool>,
     /// Certificate and key for `tls` and `https` listeners (required when there is one).
     pub tls: Option<TlsConfig>,
+    /// Where NOTIFY and UPDATE go (the control thread); without, they are answered NOTIMP.
+    pub inbox: Option<crate::inbox::InboxSender>,
 }
 
 /// Why the data plane did not start.
@@ -323,6 +325,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
     for (index, core) in per_core.into_iter().enumerate() {
         let setup = CoreSetup {
             tls: spec.tls.clone(),
+            inbox: spec.inbox.clone(),
             settings: spec.settings.clone(),
             metrics: metrics[index].clone(),
             ownership: ownership.clone(),
@@ -436,6 +439,7 @@ struct CoreSetup {
     steering: Vec<RawFd>,
     cores: usize,
     tls: Option<TlsConfig>,
+    inbox: Option<crate::inbox::InboxSender>,
 }
 
 /// The request to stop, raised once by the control thread and awaited by every core.
@@ -504,6 +508,7 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
         steering,
         cores,
         tls,
+        inbox,
     } = setup;
     let (shard, senders, receivers) = match mesh {
         None => (0, None, None),
@@ -524,6 +529,9 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
     let worker = Rc::new(Worker::new(
         shard, ownership, settings, metrics, senders, lameduck,
     ));
+    if let Some(inbox) = inbox {
+        worker.context().inbox.connect(inbox);
+    }
     let mut tasks = Vec::new();
     if let Some(mut receivers) = receivers {
         for (_, receiver) in receivers.streams() {

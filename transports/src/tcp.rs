@@ -19,13 +19,15 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures_lite::AsyncReadExt;
 use futures_lite::io::{AsyncRead, AsyncWrite, ReadHalf};
 use glommio::net::TcpListener;
 use glommio::sync::Semaphore;
 use kudurru_core::wire::{Query, ReplyOptions};
+use kudurru_core::zone::set::ServedZone;
+use kudurru_core::zone::xfr::Transfer;
 use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
 use crate::accept;
@@ -33,6 +35,7 @@ use crate::answer::{Answering, Lookup};
 use crate::connections::Admission;
 use crate::core_context::{Active, CoreContext};
 use crate::deadline::within;
+use crate::inbox::InboxTransport;
 use crate::metrics::{CoreMetrics, Transport};
 use crate::outbox::Outbox;
 use crate::tls::TlsConfig;
@@ -135,14 +138,17 @@ async fn connection<S>(
         match decision {
             Decision::Respond => outbox.push(&context.metrics, &out),
             // Zone transfers are not served yet: REFUSED, as before the zones.
-            Decision::Transfer { query, .. } => {
-                kudurru_core::wire::write_error(
-                    &query,
-                    kudurru_core::wire::rcode::REFUSED,
-                    &options,
-                    &mut out,
-                );
-                outbox.push(&context.metrics, &out);
+            Decision::Transfer { zone, .. } => {
+                let Some(served) = settings.zones.served().get(zone).cloned() else {
+                    break;
+                };
+                let (worker, outbox) = (worker.clone(), outbox.clone());
+                glommio::spawn_local(async move {
+                    let _active = Active::enter(worker.context());
+                    let _permit = permit;
+                    serve_transfer(&worker, &outbox, &served, &message, peer).await;
+                })
+                .detach();
             }
             Decision::Drop => {
                 context.metrics.dropped();
@@ -163,6 +169,33 @@ async fn connection<S>(
                     break;
                 }
                 outbox.push(&context.metrics, &out);
+            }
+            Decision::Control(_) if transport != Transport::Tcp => {
+                // Over DoT these opcodes are not served (crate::inbox).
+                if !kudurru_core::wire::write_header_error(
+                    &message,
+                    kudurru_core::wire::rcode::NOTIMP,
+                    &mut out,
+                ) {
+                    break;
+                }
+                outbox.push(&context.metrics, &out);
+            }
+            Decision::Control(_) => {
+                let (worker, outbox) = (worker.clone(), outbox.clone());
+                glommio::spawn_local(async move {
+                    let _active = Active::enter(worker.context());
+                    let _permit = permit;
+                    let context = worker.context();
+                    let Some(out) = context.inbox.ask(&message, peer, InboxTransport::Tcp).await
+                    else {
+                        context.metrics.dropped();
+                        return;
+                    };
+                    outbox.push(&context.metrics, &out);
+                    Outbox::flush(&outbox, &context.metrics, &context.settings);
+                })
+                .detach();
             }
             Decision::Resolve(_) | Decision::Chase { .. } => {
                 let (query, lookup) = match decision {
@@ -245,6 +278,41 @@ async fn connection<S>(
         &worker.context().settings,
     );
     outbox.close().await;
+}
+
+/// Serves an AXFR or IXFR (kudurru_core::zone::xfr) from `zone` to `peer`: each message
+/// queued as it is built, waiting while the client has not read what is queued, yielding
+/// between messages so other connections on the core go on.
+async fn serve_transfer<W: AsyncWrite + Unpin + 'static>(
+    worker: &Rc<Worker>,
+    outbox: &Rc<Outbox<W>>,
+    zone: &ServedZone,
+    request: &[u8],
+    peer: SocketAddr,
+) {
+    let context = worker.context();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut transfer = match Transfer::start(zone, request, peer.ip(), now) {
+        Ok(transfer) => transfer,
+        Err(answer) => {
+            CoreMetrics::bump(&context.metrics.transfers_refused);
+            outbox.push(&context.metrics, &answer);
+            Outbox::flush(outbox, &context.metrics, &context.settings);
+            return;
+        }
+    };
+    while let Some(message) = transfer.next_message() {
+        outbox.push_frame(&message);
+        Outbox::flush(outbox, &context.metrics, &context.settings);
+        if !outbox.room().await {
+            return; // the client stopped reading, or a write failed
+        }
+        glommio::yield_if_needed().await;
+    }
+    context.metrics.response(0);
+    CoreMetrics::bump(&context.metrics.transfers_served);
 }
 
 /// Splits a TCP byte stream into DNS messages (RFC 1035 §4.2.2 two-byte length prefix),

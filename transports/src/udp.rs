@@ -14,10 +14,12 @@ use std::time::Instant;
 
 use glommio::net::{Readiness, UdpSocket};
 use kudurru_core::wire::{self, Query, ReplyOptions};
+use kudurru_core::zone::xfr::Transfer;
 use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 
 use crate::answer::{Answering, Lookup};
 use crate::core_context::Active;
+use crate::inbox::InboxTransport;
 use crate::metrics::Transport;
 use crate::sys::{self, MmsgBatch};
 use crate::worker::Worker;
@@ -84,9 +86,17 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                 match ingress(message, &stage, client, &mut limiter, now, &mut out) {
                     Decision::Respond => {}
                     // The zone stage asks for transfers over streams only; refuse anyway.
-                    Decision::Transfer { query, .. } => {
-                        wire::write_error(&query, wire::rcode::REFUSED, &options, &mut out);
-                    }
+                    Decision::Transfer { query, zone } => match settings.zones.served().get(zone) {
+                        Some(served) => {
+                            let now = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| d.as_secs());
+                            out = match Transfer::start_datagram(served, message, peer.ip(), now) {
+                                Ok(answer) | Err(answer) => answer,
+                            };
+                        }
+                        None => wire::write_error(&query, wire::rcode::REFUSED, &options, &mut out),
+                    },
                     Decision::Drop => {
                         context.metrics.dropped();
                         continue;
@@ -140,6 +150,16 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                                 continue;
                             }
                         }
+                    }
+                    Decision::Control(_) => {
+                        let task = control_and_reply(
+                            worker.clone(),
+                            socket.clone(),
+                            message.to_vec(),
+                            peer,
+                        );
+                        glommio::spawn_local(task).detach();
+                        continue;
                     }
                     Decision::Chase {
                         query,
@@ -306,6 +326,27 @@ async fn resolve_and_reply(
         Err(e) => Err(e),
     };
     if let Err(e) = sent {
+        tracing::debug!(%peer, error = %e, "udp send failed");
+    }
+}
+
+/// A NOTIFY or UPDATE: the control thread's answer (crate::inbox), sent when it comes.
+async fn control_and_reply(
+    worker: Rc<Worker>,
+    socket: Rc<UdpSocket>,
+    message: Vec<u8>,
+    peer: SocketAddr,
+) {
+    let _active = Active::enter(worker.context());
+    let context = worker.context();
+    let Some(out) = context.inbox.ask(&message, peer, InboxTransport::Udp).await else {
+        context.metrics.dropped();
+        return;
+    };
+    context
+        .metrics
+        .response(wire::header_rcode(&out).unwrap_or(0));
+    if let Err(e) = socket.send_to(&out, peer).await {
         tracing::debug!(%peer, error = %e, "udp send failed");
     }
 }

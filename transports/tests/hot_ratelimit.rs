@@ -86,6 +86,7 @@ fn qps_burst_and_slip_apply_when_the_snapshot_changes() {
         settings: shared.clone(),
         lameduck: Arc::new(AtomicBool::new(false)),
         tls: None,
+        inbox: None,
     })
     .expect("data plane starts");
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -231,7 +231,8 @@ impl Zones {
     /// name, or passes. `stream` is whether the transport is a stream (transfers need one);
     /// `client` is for transfer ACLs (the transfer itself checks them). AXFR and IXFR are
     /// never passed: outside a served zone's apex, over UDP, or for a built-in zone, they are
-    /// REFUSED (RFC 5936 §4.2: no AXFR over UDP; IXFR over UDP is not offered either).
+    /// REFUSED (RFC 5936 §4.2: no AXFR over UDP); IXFR over UDP is a Transfer the datagram
+    /// transport answers with the current SOA (RFC 1995 §2).
     pub fn answer(
         &self,
         query: &Query<'_>,
@@ -272,7 +273,11 @@ impl Zones {
             return ZoneAnswer::Answered;
         }
         if transfer {
-            if stream && qname == zone.zone.apex() && zone.zone.kind() != ZoneKind::BuiltIn {
+            // IXFR over UDP too: answered with the current SOA alone (RFC 1995 §2).
+            if (stream || qtype == rtype::IXFR)
+                && qname == zone.zone.apex()
+                && zone.zone.kind() != ZoneKind::BuiltIn
+            {
                 return ZoneAnswer::Transfer(served as usize);
             }
             wire::write_error(query, rcode::REFUSED, options, out);
@@ -603,15 +608,26 @@ mod tests {
     }
 
     #[test]
-    fn transfers_go_to_the_transfer_stage_over_streams_only() {
+    fn transfers_go_to_the_transfer_stage_over_streams_and_ixfr_over_udp() {
         let zones = Zones::new(vec![corp()], Vec::new());
+        // RFC 1995 §2: an IXFR over UDP is answered (the current SOA) by the transfer stage.
+        assert_eq!(
+            ask(&zones, "corp.example", rtype::IXFR, false, false).0,
+            ZoneAnswer::Transfer(0)
+        );
+        let (verdict, out) = ask(&zones, "corp.example", rtype::AXFR, false, false);
+        assert_eq!(
+            verdict,
+            ZoneAnswer::Answered,
+            "RFC 5936 §4.2: no AXFR over UDP"
+        );
+        assert_eq!(wire::header_rcode(&out), Some(rcode::REFUSED));
         for qtype in [rtype::AXFR, rtype::IXFR] {
             assert_eq!(
                 ask(&zones, "corp.example", qtype, false, true).0,
                 ZoneAnswer::Transfer(0)
             );
             for (name, stream) in [
-                ("corp.example", false),
                 ("www.corp.example", true),
                 ("example.com", true),
                 ("localhost", true),
