@@ -688,7 +688,7 @@ def pull_into(server, primary_port):
                                                            [(BIG, None, primary_port)])
         with Proc(f"{name}-{primary_port}", argv, PORTS[name], args.workdir, cpus=CLIENT_CPU) as p:
             seconds = wait_for(p, lambda: answers_address(PORTS[name], big["last"], big["last_address"]),
-                               "the transferred zone's last name", args.load_timeout)
+                               "the transferred zone's last name", args.pull_timeout)
             serial = soa_serial(PORTS[name], BIG)
         return {"seconds": seconds, "serial": serial}
     pull.__name__ = f"{server}-secondary"
@@ -701,7 +701,7 @@ def kudurru_pull(binary, primary_port):
             t0 = time.perf_counter()
             k.apply("big-secondary", secondary_spec(BIG, primary_port))
             seconds = wait_for(k.proc, lambda: answers_address(k.port, big["last"], big["last_address"]),
-                               "the transferred zone's last name", args.load_timeout, since=t0)
+                               "the transferred zone's last name", args.pull_timeout, since=t0)
             serial = soa_serial(k.port, BIG)
             return {"seconds": seconds, "serial": serial}
     pull.__name__ = "kudurru-secondary"
@@ -840,7 +840,8 @@ def main():
     ap.add_argument("--concurrency", type=int, default=500, help="outstanding queries of the capacity rows")
     ap.add_argument("--duration", type=int, default=10, help="seconds per load run")
     ap.add_argument("--axfr-runs", type=int, default=3, help="AXFRs out per server (best kept)")
-    ap.add_argument("--load-timeout", type=int, default=120)
+    ap.add_argument("--load-timeout", type=int, default=120, help="seconds a zone load may take")
+    ap.add_argument("--pull-timeout", type=int, default=30, help="seconds a secondary's first transfer may take")
     ap.add_argument("--skip-small", action="store_true")
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--seed", type=int, default=35)

@@ -768,9 +768,16 @@ impl Manager {
             served.push(ServedZone {
                 zone: current.zone.clone(),
                 expired: zone.expired,
+                // z-bench's merge of z-control and z-xfr: TransferPolicy.key is now the
+                // resolved key and the manager has no key table yet; a zone that names a key
+                // refuses every transfer (fails closed) until the integration resolves it.
                 transfer: Arc::new(TransferPolicy {
-                    allow: transfer.allow.clone(),
-                    key: transfer.tsig_key.clone(),
+                    allow: if transfer.tsig_key.is_some() {
+                        Vec::new()
+                    } else {
+                        transfer.allow.clone()
+                    },
+                    key: None,
                 }),
                 journal: current.journal.clone(),
             });
