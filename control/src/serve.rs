@@ -60,6 +60,9 @@ pub enum ServeError {
     /// The object store could not be opened.
     #[error("cannot open the object store: {0}")]
     Store(#[from] kudurru_storage::StoreError),
+    /// The TSIG key file (`zones.tsigKeyFile`) could not be read or parsed.
+    #[error("cannot load the TSIG keys: {0}")]
+    TsigKeys(#[from] crate::zones::keys::KeyFileError),
     /// The control thread's runtime or its signal handlers could not be set up.
     #[error("cannot start the control thread: {0}")]
     Runtime(#[source] std::io::Error),
@@ -69,7 +72,7 @@ impl ServeError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Self::Config(_) | Self::Certificate(_) => exit::CONFIG,
+            Self::Config(_) | Self::Certificate(_) | Self::TsigKeys(_) => exit::CONFIG,
             Self::Start(StartError::Bind { .. }) => exit::BIND,
             Self::Start(StartError::Memlock { .. } | StartError::IoUring { .. }) => exit::IO_URING,
             Self::Start(_)
@@ -252,13 +255,14 @@ async fn control(
     } else {
         None
     };
+    let (inbox_sender, inbox_receiver) = kudurru_transports::inbox::inbox();
     let server = kudurru_transports::start(ServerSpec {
         cpus: validated.cpus.clone(),
         listeners: validated.listeners.clone(),
         settings: settings.clone(),
         lameduck: lameduck.clone(),
         tls,
-        inbox: None,
+        inbox: Some(inbox_sender),
     })?;
     for (kind, addr) in server.bound() {
         tracing::info!(%kind, %addr, "listening");
@@ -300,14 +304,31 @@ async fn control(
     // Zones: the manager publishes through the same publisher; its handle is what transfers,
     // NOTIFY and UPDATE reach it by.
     let zones = Arc::new(crate::zones::Shared::new(publisher.clone()));
+    // TSIG keys (zones.tsigKeyFile, read once: a restart applies a change); a bad file stops
+    // the start with its file and line.
+    if let Some(path) = &validated.zones.tsig_key_file {
+        let keys = crate::zones::keys::TsigKeys::load(path)?;
+        tracing::info!(file = %path.display(), keys = keys.len(), "TSIG keys");
+        zones.set_keys(keys);
+    }
     let zone_manager = crate::zones::Manager::new(crate::zones::ManagerParts {
         store: store.clone(),
         shared: zones.clone(),
         settings: validated.zones.clone(),
     });
     let zone_commands = zone_manager.commands();
-    let _zone_handle = crate::zones::ZoneHandle::new(zone_commands.clone(), zones.clone());
+    let zone_handle = crate::zones::ZoneHandle::new(zone_commands.clone(), zones.clone());
     tokio::spawn(zone_manager.run());
+    // Transfers in, NOTIFY in and out, and the cores' inbox (NOTIFY, UPDATE).
+    let secondaries = crate::zones::secondary::Secondaries::start(zone_handle.clone());
+    tokio::spawn(crate::zones::notify::run(zone_handle.clone()));
+    tokio::spawn(crate::zones::inbox::serve(
+        inbox_receiver,
+        crate::zones::inbox::InboxContext {
+            zones: zone_handle,
+            secondaries,
+        },
+    ));
     let state = Arc::new(ops::OpsState {
         ready,
         metrics: server.metrics().to_vec(),

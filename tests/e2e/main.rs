@@ -22,4 +22,6 @@ mod reload;
 mod resolve;
 mod sharding;
 mod tcp;
+mod transfer;
 mod wire;
+mod zones;

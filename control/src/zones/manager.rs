@@ -768,17 +768,7 @@ impl Manager {
             served.push(ServedZone {
                 zone: current.zone.clone(),
                 expired: zone.expired,
-                // z-bench's merge of z-control and z-xfr: TransferPolicy.key is now the
-                // resolved key and the manager has no key table yet; a zone that names a key
-                // refuses every transfer (fails closed) until the integration resolves it.
-                transfer: Arc::new(TransferPolicy {
-                    allow: if transfer.tsig_key.is_some() {
-                        Vec::new()
-                    } else {
-                        transfer.allow.clone()
-                    },
-                    key: None,
-                }),
+                transfer: Arc::new(transfer_policy(&self.shared, name, transfer)),
                 journal: current.journal.clone(),
             });
             view.push(ServedView {
@@ -1336,3 +1326,32 @@ fn changed(old: &Object, new: &Object) -> bool {
 fn field_message(e: kudurru_storage::FieldError) -> String {
     format!("{}: {}", e.field, e.message)
 }
+
+/// Who may transfer a zone, its `tsigKey` resolved from the key file: a key name the file
+/// does not hold lets nobody transfer (never unsigned in its place).
+fn transfer_policy(shared: &Shared, name: &str, transfer: &kinds::TransferSpec) -> TransferPolicy {
+    match &transfer.tsig_key {
+        None => TransferPolicy {
+            allow: transfer.allow.clone(),
+            key: None,
+        },
+        Some(key_name) => match shared.keys().get(key_name) {
+            Some(key) => TransferPolicy {
+                allow: transfer.allow.clone(),
+                key: Some(key),
+            },
+            None => {
+                tracing::warn!(
+                    zone = name,
+                    key = key_name,
+                    "tsigKey names no key in zones.tsigKeyFile: transfers refused"
+                );
+                TransferPolicy::default()
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;

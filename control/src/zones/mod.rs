@@ -15,9 +15,13 @@
 
 pub mod build;
 pub mod files;
+pub mod inbox;
 pub mod keys;
 pub mod manager;
+pub mod notify;
+pub mod secondary;
 pub mod stored;
+pub mod update;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -117,6 +121,10 @@ pub struct Shared {
     diagnoses: Mutex<Vec<Diagnosis>>,
     changes: broadcast::Sender<ZoneChanged>,
     secondaries: watch::Sender<Arc<Vec<SecondaryZone>>>,
+    /// The TSIG keys (`zones.tsigKeyFile`).
+    keys: Mutex<Arc<keys::TsigKeys>>,
+    /// Transfers in by apex text: (successes, failures, last success in Unix seconds).
+    transfers: Mutex<BTreeMap<String, (u64, u64, u64)>>,
 }
 
 impl Shared {
@@ -129,7 +137,19 @@ impl Shared {
             diagnoses: Mutex::new(Vec::new()),
             changes: broadcast::channel(CHANGES_CAPACITY).0,
             secondaries: watch::channel(Arc::new(Vec::new())).0,
+            keys: Mutex::new(Arc::new(keys::TsigKeys::empty())),
+            transfers: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The TSIG keys.
+    pub fn keys(&self) -> Arc<keys::TsigKeys> {
+        lock(&self.keys).clone()
+    }
+
+    /// Replaces the TSIG keys (before the manager's first build: they are read at start).
+    pub fn set_keys(&self, keys: keys::TsigKeys) {
+        *lock(&self.keys) = Arc::new(keys);
     }
 
     /// The primary and secondary zones served; `None` before the first build.
@@ -217,6 +237,50 @@ impl Shared {
             let _ = writeln!(
                 out,
                 "kudurru_zone_load_failures_total{{zone=\"{}\"}} {count}",
+                label(zone)
+            );
+        }
+        self.render_transfer_metrics(out);
+    }
+
+    /// Counts a secondary's refresh: `ok` (the zone is current, transferred or not) at `now`
+    /// (Unix seconds), or a failure.
+    pub fn count_refresh(&self, apex: &[u8], ok: bool, now: u64) {
+        let mut transfers = lock(&self.transfers);
+        let entry = transfers.entry(zone_text(apex)).or_default();
+        if ok {
+            entry.0 += 1;
+            entry.2 = now;
+        } else {
+            entry.1 += 1;
+        }
+    }
+
+    fn render_transfer_metrics(&self, out: &mut String) {
+        let transfers = lock(&self.transfers);
+        let _ = writeln!(
+            out,
+            "# HELP kudurru_zone_transfers_total Refreshes of secondary zones (SOA check and transfer when needed) by result.\n# TYPE kudurru_zone_transfers_total counter"
+        );
+        for (zone, (ok, failed, _)) in transfers.iter() {
+            let zone = label(zone);
+            let _ = writeln!(
+                out,
+                "kudurru_zone_transfers_total{{zone=\"{zone}\",result=\"success\"}} {ok}"
+            );
+            let _ = writeln!(
+                out,
+                "kudurru_zone_transfers_total{{zone=\"{zone}\",result=\"failure\"}} {failed}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP kudurru_zone_last_refresh_seconds When each secondary zone last refreshed successfully (Unix seconds; 0: not yet).\n# TYPE kudurru_zone_last_refresh_seconds gauge"
+        );
+        for (zone, (_, _, last)) in transfers.iter() {
+            let _ = writeln!(
+                out,
+                "kudurru_zone_last_refresh_seconds{{zone=\"{}\"}} {last}",
                 label(zone)
             );
         }
