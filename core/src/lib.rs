@@ -6,7 +6,8 @@
 //! is total: malformed input yields an error value, never a panic.
 //!
 //! ```text
-//! wire::Query::parse ─▶ pipeline::ingress ─▶ Decision::{Respond, Drop, Resolve}
+//! wire::Query::parse ─▶ pipeline::ingress ─▶ Decision::{Respond, Drop, Resolve, Transfer}
+//!                        (zone::Zones answers authoritative and built-in names: Respond)
 //!                                                              │
 //!             Cache::get ◀──────── CacheKey ◀──────────────────┘
 //!                 │ miss: wire::write_upstream_query ─▶ (shell) ─▶ CachedAnswer::from_reply

@@ -1,5 +1,6 @@
 //! Arbitrary bytes as a client query through the whole sans-IO pipeline of `core` (ingress,
-//! health name, rate limiter, the policy stage with a list and rewrites, local names, cache,
+//! health name, rate limiter, the policy stage with a list and rewrites, the built-in zones,
+//! local names, cache,
 //! CNAME cloaking), with an arbitrary upstream reply for misses.
 //! On every output: the response parses, carries the query's ID and question (as the client
 //! wrote it), fits the UDP payload limit or has TC; and the cache never serves an answer for
@@ -128,9 +129,11 @@ fuzz_target!(|input: Input| {
     let options = ReplyOptions::udp(payload);
     // Every client served: the access list is checked before anything fuzzed here.
     let acl = AccessList::new(&["::/0".parse().unwrap()], &[], AclAction::Refuse);
+    static ZONES: std::sync::OnceLock<kudurru_core::zone::Zones> = std::sync::OnceLock::new();
     let stage = Stage {
         acl: &acl,
         policy: blocking(),
+        zones: ZONES.get_or_init(kudurru_core::zone::Zones::builtin),
         local: &local,
         options: &options,
         ratelimit: &ratelimit,
@@ -158,6 +161,7 @@ fuzz_target!(|input: Input| {
             Decision::Drop | Decision::Control(_) => {}
             Decision::Refused { .. } => panic!("the access list admits every client"),
             Decision::Respond => check(msg, &out, None),
+            Decision::Transfer { .. } => panic!("built-in zones are never transferred"),
             Decision::Blocked { answered, .. } => {
                 if answered {
                     check(msg, &out, None);

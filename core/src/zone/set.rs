@@ -662,3 +662,50 @@ mod tests {
         assert_eq!(verdict, ZoneAnswer::Pass);
     }
 }
+
+#[cfg(test)]
+mod scale {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::zone::tree::tests::{parse, query};
+
+    /// The pass path (a name in no zone) and a built-in answer, per query. Run with
+    /// `cargo test -p kudurru-core --release zone::set::scale -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, in release mode"]
+    fn the_pass_path_costs_a_label_walk() {
+        let configured: Vec<ServedZone> = (0..10)
+            .map(|i| {
+                let apex = format!("corp{i}.example");
+                let text = format!("$ORIGIN {apex}.\n@ 300 SOA ns h 1 2 3 4 5\n@ 300 NS ns\n");
+                let zone = Zone::compile(&parse(&apex, &text), ZoneKind::Primary).unwrap();
+                ServedZone::new(Arc::new(zone))
+            })
+            .collect();
+        for (what, zones) in [
+            ("built-ins", Zones::builtin()),
+            ("built-ins and 10 zones", Zones::new(configured, Vec::new())),
+        ] {
+            for name in ["www.example.com", "www.other.example", "localhost"] {
+                let m = query(name, rtype::A, Some((1232, false)), true);
+                let q = Query::parse(&m).unwrap();
+                let client = "127.0.0.1".parse().unwrap();
+                let options = ReplyOptions::udp(1232);
+                let mut out = Vec::with_capacity(512);
+                let rounds = 1_000_000u32;
+                let started = Instant::now();
+                for _ in 0..rounds {
+                    std::hint::black_box(zones.answer(
+                        std::hint::black_box(&q),
+                        client,
+                        false,
+                        &options,
+                        &mut out,
+                    ));
+                }
+                println!("{what}: {name}: {:?} per query", started.elapsed() / rounds);
+            }
+        }
+    }
+}
