@@ -21,11 +21,14 @@ existing), 8% NXDOMAIN (random names under the apex), 7% NODATA (an existing nam
 not). Every server answers the same file, and the rcodes of each run are checked against the
 mix (NXDOMAIN within one point of 8%), so a server that does not serve the zone fails loudly.
 
-Rows, each server in turn (never two at once) pinned to CPU 0 with one serving thread or process
+Rows, each server (never two measured at once) pinned to CPU 0 with one serving thread or process
 (NSD `server-count: 1`, Knot `udp-workers: 1`, kudurru `--cores 1`); the load generator on CPU 1:
 
   rate      dnsperf at --rate for --duration seconds: server CPU (utime+stime of the process and
-            its children, /proc/PID/stat) per answer, at the same offered rate for every server
+            its children, /proc/PID/stat) per answer, at the same offered rate for every server.
+            All three serve bench.example at once (idle, the others cost nothing: the report
+            keeps their CPU during each run) and take turns for --rounds rounds, the order
+            rotated each round; the median round is kept, the range printed beside it
   capacity  kudurru-bench closed loop (--concurrency outstanding over 4 sockets): answered QPS and
             CPU per answer on the one core (the generator's ceiling is ~300k QPS: a server
             below ~95% CPU was not saturated and the row says so)
@@ -48,6 +51,7 @@ and prints Markdown tables for docs/benchmarks.md.
 """
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -623,24 +627,55 @@ def capacity(proc, port, datafile, args, expect_nx):
             "cpu_share": cpu / rep["duration_s"]}
 
 
-def serve_rows(proc, port, args, kinds, expect_nx):
-    check_shapes(port, kinds, proc.name)
-    # Warm-up: every server's first seconds (page faults on the zone, socket buffers).
-    warm = argparse.Namespace(**dict(vars(args), duration=2))
-    dnsperf_rate(proc, port, args.queries_file, warm, expect_nx)
-    res = {"rate": dnsperf_rate(proc, port, args.queries_file, args, expect_nx)}
-    log(f"{proc.name} rate: {res['rate']}")
-    res["capacity"] = capacity(proc, port, args.queries_file, args, expect_nx)
-    log(f"{proc.name} capacity: {res['capacity']}")
-    return res
-
-
-def peer_small(server, args, kinds, expect_nx):
-    argv = peer_argv(server, args.workdir, "small", [(SMALL, args.small_file, None)])
-    with Proc(f"{server}-small", argv, PORTS[server], args.workdir) as p:
-        wait_for(p, lambda: answers_address(PORTS[server], f"{kinds['a'][-1]}.{SMALL}", ipv4(int(kinds['a'][-1][1:]))),
+def start_small(server, binary, args, kinds, stack):
+    """`server` serving bench.example, up and checked; its Proc."""
+    last = kinds["a"][-1]
+    if server == "kudurru":
+        k = stack.enter_context(Kudurru(binary, args, "small"))
+        t0 = time.perf_counter()
+        k.apply("bench", primary_spec(SMALL, args.small_file))
+        load = wait_for(k.proc, lambda: answers_address(k.port, f"{last}.{SMALL}", ipv4(int(last[1:]))),
+                        "the zone's last name", 60, since=t0)
+        log(f"kudurru small zone answered {load:.2f} s after the apply")
+        proc = k.proc
+    else:
+        argv = peer_argv(server, args.workdir, "small", [(SMALL, args.small_file, None)])
+        proc = stack.enter_context(Proc(f"{server}-small", argv, PORTS[server], args.workdir))
+        wait_for(proc, lambda: answers_address(PORTS[server], f"{last}.{SMALL}", ipv4(int(last[1:]))),
                  "the zone's last name", 60)
-        return serve_rows(p, PORTS[server], args, kinds, expect_nx)
+    check_shapes(proc.port, kinds, proc.name)
+    return proc
+
+
+def small_rows(servers, binary, args, kinds, expect_nx):
+    """Every server up at once (the idle ones cost nothing: checked), then --rounds rounds of
+    the rate row, the servers' order rotated each round, then one capacity run each."""
+    out = {s: {"rate_rounds": [], "idle_cpu_s": []} for s in servers}
+    with contextlib.ExitStack() as stack:
+        procs = {}
+        for s in servers:
+            try:
+                procs[s] = start_small(s, binary, args, kinds, stack)
+            except BenchError as e:
+                log(f"{s} small: {e}")
+                out[s] = {"error": str(e)}
+        up = list(procs)
+        warm = argparse.Namespace(**dict(vars(args), duration=2))
+        for s in up:
+            dnsperf_rate(procs[s], procs[s].port, args.queries_file, warm, expect_nx)
+        for r in range(args.rounds):
+            for s in up[r % len(up):] + up[:r % len(up)]:
+                others = {o: cpu_seconds(procs[o].pid) for o in up if o != s}
+                row = dnsperf_rate(procs[s], procs[s].port, args.queries_file, args, expect_nx)
+                out[s]["rate_rounds"].append(row)
+                out[s]["idle_cpu_s"].append(max([cpu_seconds(procs[o].pid) - c for o, c in others.items()] or [0]))
+                log(f"round {r} {s}: {row['cpu_us_per_answer']:.2f} µs/answer, {row['qps']:.0f} QPS, lost {row['lost']}")
+        for s in up:
+            rows = sorted(out[s]["rate_rounds"], key=lambda x: x["cpu_us_per_answer"])
+            out[s]["rate"] = rows[len(rows) // 2]
+            out[s]["capacity"] = capacity(procs[s], procs[s].port, args.queries_file, args, expect_nx)
+            log(f"{s} capacity: {out[s]['capacity']}")
+    return out
 
 
 def peer_big(server, args, big, pulls):
@@ -780,7 +815,7 @@ def markdown(report):
         o = report["offered"]
         lines += [f"### Authoritative UDP answers, bench.example ({report['zones']['small_records']} records, "
                   f"{report['zones']['small_names']} names), the query mix", "",
-                  "| server | offered QPS | answered QPS | lost | server CPU µs/answer | vs NSD | vs Knot | "
+                  "| server | offered QPS | answered QPS | lost | server CPU µs/answer (median of the rounds, range) | vs NSD | vs Knot | "
                   "capacity QPS (one core) | CPU at capacity | µs/answer at capacity | vs NSD |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         nsd_r = small.get("nsd", {}).get("rate", {}).get("cpu_us_per_answer")
@@ -790,7 +825,9 @@ def markdown(report):
             if s not in small:
                 continue
             r, c = small[s]["rate"], small[s]["capacity"]
-            lines.append(f"| {s} | {o['rate']} | {r['qps']:.0f} | {r['lost']} | {r['cpu_us_per_answer']:.2f} | "
+            spread = [x["cpu_us_per_answer"] for x in small[s].get("rate_rounds", [])]
+            cell = f"{r['cpu_us_per_answer']:.2f}" + (f" ({min(spread):.2f}–{max(spread):.2f})" if len(spread) > 1 else "")
+            lines.append(f"| {s} | {o['rate']} | {r['qps']:.0f} | {r['lost']} | {cell} | "
                          f"{ratio(r['cpu_us_per_answer'], nsd_r)} | {ratio(r['cpu_us_per_answer'], knot_r)} | "
                          f"{c['qps']:.0f} | {c['cpu_share']:.0%} | {c['cpu_us_per_answer']:.2f} | "
                          f"{ratio(c['cpu_us_per_answer'], nsd_c)} |")
@@ -836,9 +873,10 @@ def main():
     ap.add_argument("--servers", default=",".join(SERVERS), help="comma-separated subset")
     ap.add_argument("--names", type=int, default=100_000, help="owner names of bench.example")
     ap.add_argument("--queries", type=int, default=200_000, help="lines of the query file")
-    ap.add_argument("--rate", type=int, default=50_000, help="offered QPS for the rate rows")
+    ap.add_argument("--rate", type=int, default=30_000, help="offered QPS for the rate rows")
     ap.add_argument("--concurrency", type=int, default=500, help="outstanding queries of the capacity rows")
     ap.add_argument("--duration", type=int, default=10, help="seconds per load run")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the rate row (median kept)")
     ap.add_argument("--axfr-runs", type=int, default=3, help="AXFRs out per server (best kept)")
     ap.add_argument("--load-timeout", type=int, default=120, help="seconds a zone load may take")
     ap.add_argument("--pull-timeout", type=int, default=30, help="seconds a secondary's first transfer may take")
@@ -852,7 +890,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the work directory (zones, configs, logs)")
     args = ap.parse_args()
     if args.quick:
-        args.duration, args.axfr_runs = 5, 2
+        args.duration, args.axfr_runs, args.rounds = 5, 2, 2
     servers = args.servers.split(",")
     for tool in ("dnsperf", "taskset", NSD, KNOTD):
         if not shutil.which(tool):
@@ -885,16 +923,13 @@ def main():
         report["kudurru_skipped"] = why_not
         servers.remove("kudurru")
     try:
+        if not args.skip_small:
+            log("== bench.example, every server")
+            for server, res in small_rows(servers, kudurru, args, kinds, expect_nx).items():
+                report["results"].setdefault(server, {})["small"] = res
         for server in servers:
             log(f"== {server}")
             res = report["results"].setdefault(server, {})
-            if not args.skip_small:
-                try:
-                    res["small"] = (kudurru_small(kudurru, args, kinds, expect_nx) if server == "kudurru"
-                                    else peer_small(server, args, kinds, expect_nx))
-                except BenchError as e:
-                    log(f"{server} small: {e}")
-                    res["small"] = {"error": str(e)}
             if big:
                 try:
                     if server == "nsd":
