@@ -3,8 +3,8 @@
 
 One command (from the repository root):
 
-    python3 benches/peers/zones.py              # every row, ~8 minutes
-    python3 benches/peers/zones.py --quick      # shorter load runs, ~5 minutes
+    python3 benches/peers/zones.py              # every row, ~3 minutes
+    python3 benches/peers/zones.py --quick      # shorter load runs, ~2 minutes
     python3 benches/peers/zones.py --servers nsd,knot --skip-big
 
 The zones (generated, deterministic for --seed):
