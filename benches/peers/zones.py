@@ -829,8 +829,11 @@ def markdown(report):
             cell = f"{r['cpu_us_per_answer']:.2f}" + (f" ({min(spread):.2f}–{max(spread):.2f})" if len(spread) > 1 else "")
             lines.append(f"| {s} | {o['rate']} | {r['qps']:.0f} | {r['lost']} | {cell} | "
                          f"{ratio(r['cpu_us_per_answer'], nsd_r)} | {ratio(r['cpu_us_per_answer'], knot_r)} | "
-                         f"{c['qps']:.0f} | {c['cpu_share']:.0%} | {c['cpu_us_per_answer']:.2f} | "
+                         f"{c['qps']:.0f}{'' if c['cpu_share'] >= 0.9 else ' †'} | {c['cpu_share']:.0%} | "
+                         f"{c['cpu_us_per_answer']:.2f} | "
                          f"{ratio(c['cpu_us_per_answer'], nsd_c)} |")
+        if any(small[s]["capacity"]["cpu_share"] < 0.9 for s in small):
+            lines += ["", "† the server used less than 90 % of its core: the generator, not the server, set this QPS."]
         lines.append("")
     big = {s: r["big"] for s, r in res.items() if isinstance(r.get("big"), dict) and "loaded" in r["big"]}
     if big:
