@@ -184,19 +184,19 @@ pub fn content_hash(data: &ZoneData) -> String {
     records.dedup();
     let mut hash = Sha256::new();
     for record in records {
-        let mut rdata = record.rdata.to_vec();
-        if record.rtype == SOA
-            && record.owner == data.apex
-            && let Some(at) = serial_offset(&rdata)
-        {
-            rdata[at..at + 4].fill(0);
-        }
         hash.update([record.owner.len() as u8]);
         hash.update(&record.owner);
         hash.update(record.rtype.to_be_bytes());
         hash.update(record.ttl.to_be_bytes());
-        hash.update((rdata.len() as u32).to_be_bytes());
-        hash.update(&rdata);
+        hash.update((record.rdata.len() as u32).to_be_bytes());
+        match serial_offset(&record.rdata) {
+            Some(at) if record.rtype == SOA && record.owner == data.apex => {
+                hash.update(&record.rdata[..at]);
+                hash.update([0; 4]);
+                hash.update(&record.rdata[at + 4..]);
+            }
+            _ => hash.update(&record.rdata),
+        }
     }
     hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }

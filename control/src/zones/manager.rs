@@ -645,18 +645,32 @@ impl Manager {
         };
         let file_serial = file_data.as_ref().and_then(build::soa_serial);
         let overlays = self.overlays(name, apex, spec);
-        let mut data = build::overlay(apex, file_data, overlays);
-        build::complete(&mut data, spec);
-        if data.records.len() > self.settings.max_records {
-            let message = format!(
-                "too large: {} records, more than zones.maxRecords ({})",
-                data.records.len(),
-                self.settings.max_records
-            );
-            self.refuse(name, apex, message);
-            return;
-        }
-        let hash = build::content_hash(&data);
+        // Overlay, completion and content hash on the blocking pool: a large zone takes a while.
+        let (owned_apex, owned_spec, max_records) =
+            (apex.to_vec(), spec.clone(), self.settings.max_records);
+        let built = tokio::task::spawn_blocking(move || {
+            let mut data = build::overlay(&owned_apex, file_data, overlays);
+            build::complete(&mut data, &owned_spec);
+            let hash = (data.records.len() <= max_records).then(|| build::content_hash(&data));
+            (data, hash)
+        })
+        .await;
+        let (mut data, hash) = match built {
+            Ok((data, Some(hash))) => (data, hash),
+            Ok((data, None)) => {
+                let message = format!(
+                    "too large: {} records, more than zones.maxRecords ({})",
+                    data.records.len(),
+                    self.settings.max_records
+                );
+                self.refuse(name, apex, message);
+                return;
+            }
+            Err(e) => {
+                self.refuse(name, apex, format!("the build did not finish: {e}"));
+                return;
+            }
+        };
         let zone = self.zones.get(name).expect("a known zone");
         if zone.served.as_ref().is_some_and(|s| s.hash == hash) {
             let zone = self.zones.get_mut(name).expect("a known zone");
