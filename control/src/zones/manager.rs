@@ -836,6 +836,12 @@ impl Manager {
             .zones_changed(Arc::new(Zones::new(served, forwards)));
         self.shared.set_view(view);
         self.shared.set_secondaries(secondaries);
+        // A build's transient copies (the file's records, their origins, the overlay) are
+        // freed by now, but glibc keeps their pages resident in the blocking threads' arenas
+        // (about 100 bytes per record of a large zone): give them back.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            drop(runtime.spawn_blocking(kudurru_transports::sys::release_free_memory));
+        }
     }
 
     async fn transferred(
