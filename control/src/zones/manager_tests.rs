@@ -382,6 +382,26 @@ async fn a_file_overlaid_by_record_sets_is_reimported_and_a_bad_file_keeps_the_o
     rig.settle().await;
     assert_eq!(rig.ready(ZONE, "corp").0, ConditionStatus::True);
     assert_eq!(rig.serial(), Some(2_024_010_101));
+
+    // A RecordSet change over the unchanged file: the file's records are not kept, so the
+    // rebuild reads it again; the file's other records stay and the journal holds the diff.
+    rig.replace(
+        RECORD_SET,
+        "www",
+        json!({"zone": "corp", "name": "www", "type": "A", "records": ["192.0.2.10"]}),
+    );
+    rig.settle().await;
+    assert_eq!(rig.serial(), Some(2_024_010_102));
+    let records = rig.published();
+    assert!(has(&records, WWW, 1, &[192, 0, 2, 10]));
+    assert!(!has(&records, WWW, 1, &[192, 0, 2, 9]));
+    assert!(
+        records
+            .iter()
+            .any(|r| r.rtype == 1 && r.rdata[..] == [192, 0, 2, 7]),
+        "the file's records stay: {records:?}"
+    );
+    assert!(rig.journal().contains(&(2_024_010_101, 2_024_010_102)));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
