@@ -576,12 +576,14 @@ impl Api {
                 }
             },
         };
-        let records = &zone.data.records;
-        let end = start.saturating_add(limit).min(records.len());
-        let page: Vec<Value> = records
-            .get(start..end)
-            .unwrap_or_default()
-            .iter()
+        // Paged from the compiled zone itself, in its canonical order: no sorted copy is kept.
+        let total = zone.zone.record_count();
+        let end = start.saturating_add(limit).min(total);
+        let page: Vec<Value> = zone
+            .zone
+            .records()
+            .skip(start)
+            .take(end.saturating_sub(start))
             .map(|r| {
                 json!({
                     "name": crate::zones::zone_text(&r.owner),
@@ -594,10 +596,10 @@ impl Api {
         let mut body = json!({
             "zone": crate::zones::zone_text(&zone.apex),
             "serial": zone.serial,
-            "total": records.len(),
+            "total": total,
             "records": page,
         });
-        if end < records.len() {
+        if end < total {
             body["continue"] = json!(format!("{}:{end}", zone.serial));
         }
         ok(body)

@@ -32,28 +32,38 @@ pub struct Overlay {
 }
 
 /// The file's records (if any) with each RecordSet replacing the RRset of its owner and type.
-pub fn overlay(apex: &[u8], file: Option<&ZoneData>, sets: &[Overlay]) -> ZoneData {
-    let replaced: BTreeSet<(&[u8], u16)> =
-        sets.iter().map(|o| (&*o.set.owner, o.set.rtype)).collect();
-    let mut data = ZoneData {
-        apex: apex.into(),
-        ..ZoneData::default()
-    };
-    if let Some(file) = file {
-        for (i, record) in file.records.iter().enumerate() {
-            if replaced.contains(&(&*record.owner, record.rtype)) {
-                continue;
+/// The file's data is moved, not copied: with no RecordSets it is the result as it is.
+pub fn overlay(apex: &[u8], file: Option<ZoneData>, sets: Vec<Overlay>) -> ZoneData {
+    let mut data = file.unwrap_or_default();
+    data.apex = apex.into();
+    if !sets.is_empty() {
+        let replaced: BTreeSet<(&[u8], u16)> =
+            sets.iter().map(|o| (&*o.set.owner, o.set.rtype)).collect();
+        let keep: Vec<bool> = data
+            .records
+            .iter()
+            .map(|r| !replaced.contains(&(&*r.owner, r.rtype)))
+            .collect();
+        if data.origins.len() == data.records.len() {
+            let mut kept = keep.iter();
+            data.origins.retain(|_| *kept.next().unwrap_or(&true));
+        } else {
+            data.origins.clear();
+        }
+        let mut kept = keep.iter();
+        data.records.retain(|_| *kept.next().unwrap_or(&true));
+    }
+    let has_origins = data.origins.len() == data.records.len();
+    for overlay in sets {
+        for record in overlay.set.records {
+            data.records.push(record);
+            if has_origins {
+                data.origins.push(overlay.origin.clone());
             }
-            data.records.push(record.clone());
-            data.origins
-                .push(file.origins.get(i).cloned().unwrap_or_default());
         }
     }
-    for overlay in sets {
-        for record in &overlay.set.records {
-            data.records.push(record.clone());
-            data.origins.push(overlay.origin.clone());
-        }
+    if !has_origins {
+        data.origins.clear();
     }
     data
 }
@@ -174,19 +184,19 @@ pub fn content_hash(data: &ZoneData) -> String {
     records.dedup();
     let mut hash = Sha256::new();
     for record in records {
-        let mut rdata = record.rdata.to_vec();
-        if record.rtype == SOA
-            && record.owner == data.apex
-            && let Some(at) = serial_offset(&rdata)
-        {
-            rdata[at..at + 4].fill(0);
-        }
         hash.update([record.owner.len() as u8]);
         hash.update(&record.owner);
         hash.update(record.rtype.to_be_bytes());
         hash.update(record.ttl.to_be_bytes());
-        hash.update((rdata.len() as u32).to_be_bytes());
-        hash.update(&rdata);
+        hash.update((record.rdata.len() as u32).to_be_bytes());
+        match serial_offset(&record.rdata) {
+            Some(at) if record.rtype == SOA && record.owner == data.apex => {
+                hash.update(&record.rdata[..at]);
+                hash.update([0; 4]);
+                hash.update(&record.rdata[at + 4..]);
+            }
+            _ => hash.update(&record.rdata),
+        }
     }
     hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }

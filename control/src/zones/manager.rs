@@ -106,12 +106,11 @@ pub struct ManagerParts {
     pub settings: ZonesSettings,
 }
 
-/// A zone as served: its compiled form, the data it came from, and its recent changes.
+/// A zone as served: its compiled form (the one copy of its records the control thread
+/// keeps: the records API, UPDATE and the journal's diffs read it) and its recent changes.
 #[derive(Clone)]
 struct Served {
     zone: Arc<Zone>,
-    /// Sorted as the records API lists it.
-    data: Arc<ZoneData>,
     /// Owner names.
     names: usize,
     hash: String,
@@ -119,10 +118,12 @@ struct Served {
     journal: Arc<Journal>,
 }
 
-/// The last read of a primary's file.
+/// The last read of a primary's file: its fingerprints (to notice a change) and its error, if
+/// it did not parse. Its records are not kept: the compiled zone holds what is served, and a
+/// rebuild (a RecordSet change) reads the file again.
 struct FileState {
     path: std::path::PathBuf,
-    result: Result<Arc<ZoneData>, ZoneError>,
+    error: Option<ZoneError>,
     files: Vec<(std::path::PathBuf, Fingerprint)>,
 }
 
@@ -569,15 +570,14 @@ impl Manager {
                 return;
             }
         };
-        match compile(data, ZoneKind::Secondary).await {
-            Ok((zone_compiled, data, names, hash)) => {
-                let serial = build::soa_serial(&data).unwrap_or(0);
-                tracing::info!(zone = %zone_text(apex), serial, records = data.records.len(), "serving the stored transfer");
+        match compile(data, ZoneKind::Secondary, None).await {
+            Ok((zone_compiled, names, hash)) => {
+                let serial = zone_compiled.serial();
+                tracing::info!(zone = %zone_text(apex), serial, records = zone_compiled.record_count(), "serving the stored transfer");
                 let zone = self.zones.get_mut(name).expect("a known zone");
                 zone.served = Some(Served {
                     zone: Arc::new(zone_compiled),
                     hash,
-                    data,
                     names,
                     serial,
                     journal: Arc::new(Journal::default()),
@@ -595,38 +595,46 @@ impl Manager {
             max_bytes: MAX_ZONE_TEXT,
             max_records: self.settings.max_records,
         };
-        // The file, read again only when it (or the spec's path) changed.
+        // The file: a parse error is kept until the file (or the spec's path) changes; else the
+        // file is read for each build, as its records are not kept between builds.
         let file_data = match &spec.file {
             None => None,
             Some(path) => {
-                let zone = self.zones.get_mut(name).expect("a known zone");
-                if zone.file.as_ref().is_none_or(|f| f.path != *path) {
-                    let (dir, file, owned_apex) =
-                        (self.settings.file_dir.clone(), path.clone(), apex.to_vec());
-                    let loaded = tokio::task::spawn_blocking(move || {
-                        files::load(&dir, &file, &owned_apex, &limits)
-                    })
-                    .await;
-                    let (result, files) = match loaded {
-                        Ok(loaded) => loaded,
-                        Err(e) => (
-                            Err(ZoneError {
-                                origin: Some(path.display().to_string()),
-                                kind: ZoneErrorKind::Syntax(format!("the read did not run: {e}")),
-                            }),
-                            Vec::new(),
-                        ),
-                    };
-                    let zone = self.zones.get_mut(name).expect("a known zone");
-                    zone.file = Some(FileState {
-                        path: path.clone(),
-                        result: result.map(Arc::new),
-                        files,
-                    });
-                }
                 let zone = self.zones.get(name).expect("a known zone");
-                match &zone.file.as_ref().expect("read above").result {
-                    Ok(data) => Some(data.clone()),
+                if let Some(error) = zone
+                    .file
+                    .as_ref()
+                    .filter(|f| f.path == *path)
+                    .and_then(|f| f.error.as_ref())
+                {
+                    let message = error.to_string();
+                    self.refuse(name, apex, message);
+                    return;
+                }
+                let (dir, file, owned_apex) =
+                    (self.settings.file_dir.clone(), path.clone(), apex.to_vec());
+                let loaded = tokio::task::spawn_blocking(move || {
+                    files::load(&dir, &file, &owned_apex, &limits)
+                })
+                .await;
+                let (result, files) = match loaded {
+                    Ok(loaded) => loaded,
+                    Err(e) => (
+                        Err(ZoneError {
+                            origin: Some(path.display().to_string()),
+                            kind: ZoneErrorKind::Syntax(format!("the read did not run: {e}")),
+                        }),
+                        Vec::new(),
+                    ),
+                };
+                let zone = self.zones.get_mut(name).expect("a known zone");
+                zone.file = Some(FileState {
+                    path: path.clone(),
+                    error: result.as_ref().err().cloned(),
+                    files,
+                });
+                match result {
+                    Ok(data) => Some(data),
                     Err(e) => {
                         let message = e.to_string();
                         self.refuse(name, apex, message);
@@ -635,26 +643,40 @@ impl Manager {
                 }
             }
         };
+        let file_serial = file_data.as_ref().and_then(build::soa_serial);
         let overlays = self.overlays(name, apex, spec);
-        let mut data = build::overlay(apex, file_data.as_deref(), &overlays);
-        build::complete(&mut data, spec);
-        if data.records.len() > self.settings.max_records {
-            let message = format!(
-                "too large: {} records, more than zones.maxRecords ({})",
-                data.records.len(),
-                self.settings.max_records
-            );
-            self.refuse(name, apex, message);
-            return;
-        }
-        let hash = build::content_hash(&data);
+        // Overlay, completion and content hash on the blocking pool: a large zone takes a while.
+        let (owned_apex, owned_spec, max_records) =
+            (apex.to_vec(), spec.clone(), self.settings.max_records);
+        let built = tokio::task::spawn_blocking(move || {
+            let mut data = build::overlay(&owned_apex, file_data, overlays);
+            build::complete(&mut data, &owned_spec);
+            let hash = (data.records.len() <= max_records).then(|| build::content_hash(&data));
+            (data, hash)
+        })
+        .await;
+        let (mut data, hash) = match built {
+            Ok((data, Some(hash))) => (data, hash),
+            Ok((data, None)) => {
+                let message = format!(
+                    "too large: {} records, more than zones.maxRecords ({})",
+                    data.records.len(),
+                    self.settings.max_records
+                );
+                self.refuse(name, apex, message);
+                return;
+            }
+            Err(e) => {
+                self.refuse(name, apex, format!("the build did not finish: {e}"));
+                return;
+            }
+        };
         let zone = self.zones.get(name).expect("a known zone");
         if zone.served.as_ref().is_some_and(|s| s.hash == hash) {
             let zone = self.zones.get_mut(name).expect("a known zone");
             zone.refused = None;
             return;
         }
-        let file_serial = file_data.as_deref().and_then(build::soa_serial);
         let serial = match (&zone.served, &zone.persisted) {
             (None, Some((serial, persisted_hash))) if *persisted_hash == hash => *serial,
             (served, persisted) => build::next_serial(
@@ -668,25 +690,18 @@ impl Manager {
             ),
         };
         build::set_serial(&mut data, serial);
-        match compile(data, ZoneKind::Primary).await {
-            Ok((compiled, data, names, _)) => {
+        match compile(data, ZoneKind::Primary, Some(hash)).await {
+            Ok((compiled, names, hash)) => {
                 let zone = self.zones.get_mut(name).expect("a known zone");
-                let journal = match &zone.served {
-                    Some(old) => {
-                        let mut journal = (*old.journal).clone();
-                        build::record_change(
-                            &mut journal,
-                            build::diff(&old.data, &data),
-                            self.settings.journal_size,
-                        );
-                        journal
-                    }
-                    None => Journal::default(),
-                };
-                tracing::info!(zone = %zone_text(apex), serial, records = data.records.len(), "zone built");
+                let old = zone
+                    .served
+                    .as_ref()
+                    .map(|s| (s.zone.clone(), s.journal.clone()));
+                let journal = journal_after(old, &compiled, self.settings.journal_size).await;
+                tracing::info!(zone = %zone_text(apex), serial, records = compiled.record_count(), "zone built");
+                let zone = self.zones.get_mut(name).expect("a known zone");
                 zone.served = Some(Served {
                     zone: Arc::new(compiled),
-                    data,
                     names,
                     hash,
                     serial,
@@ -780,9 +795,9 @@ impl Manager {
                     serial: zone.served.as_ref().map(|s| s.serial),
                     timers: zone.served.as_ref().and_then(|s| {
                         Some(SoaTimers {
-                            refresh: build::soa_field(&s.data, 1)?,
-                            retry: build::soa_field(&s.data, 2)?,
-                            expire: build::soa_field(&s.data, 3)?,
+                            refresh: build::soa_field(&soa_only(&s.zone), 1)?,
+                            retry: build::soa_field(&soa_only(&s.zone), 2)?,
+                            expire: build::soa_field(&soa_only(&s.zone), 3)?,
                         })
                     }),
                 });
@@ -803,7 +818,7 @@ impl Manager {
                 serial: current.serial,
                 names: current.names,
                 expired: zone.expired,
-                data: current.data.clone(),
+                zone: current.zone.clone(),
             });
             if self.changed.remove(name) {
                 self.shared.announce(ZoneChanged {
@@ -821,6 +836,12 @@ impl Manager {
             .zones_changed(Arc::new(Zones::new(served, forwards)));
         self.shared.set_view(view);
         self.shared.set_secondaries(secondaries);
+        // A build's transient copies (the file's records, their origins, the overlay) are
+        // freed by now, but glibc keeps their pages resident in the blocking threads' arenas
+        // (about 100 bytes per record of a large zone): give them back.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            drop(runtime.spawn_blocking(kudurru_transports::sys::release_free_memory));
+        }
     }
 
     async fn transferred(
@@ -860,7 +881,7 @@ impl Manager {
                         ),
                     });
                 };
-                let mut data = (*old.data).clone();
+                let mut data = old.zone.to_data();
                 for diff in &diffs {
                     data = build::apply(&data, diff)?;
                 }
@@ -879,7 +900,9 @@ impl Manager {
             self.refuse(&name, apex, error.to_string());
             return Err(error);
         }
-        let (compiled, data, names, hash) = match compile(new, ZoneKind::Secondary).await {
+        // Encoded before the compile takes the data: what is stored once it compiles.
+        let body = stored::encode(&new);
+        let (compiled, names, hash) = match compile(new, ZoneKind::Secondary, None).await {
             Ok(done) => done,
             Err(message) => {
                 self.refuse(&name, apex, message.clone());
@@ -891,7 +914,7 @@ impl Manager {
         };
         // Kept before it is served: a restart serves what was last served.
         let store = self.store.clone();
-        let (key, body) = (stored::key(apex), stored::encode(&data));
+        let key = stored::key(apex);
         let kept = tokio::task::spawn_blocking(move || {
             let meta = BodyMeta::for_body(&body, None, None, Timestamp::now());
             store.put_body(&key, &body, &meta)
@@ -904,29 +927,27 @@ impl Manager {
             }
             Err(e) => tracing::warn!(error = %e, "the zone store write did not run"),
         }
-        let serial = build::soa_serial(&data).unwrap_or(0);
-        let mut journal = old
-            .as_ref()
-            .map(|o| (*o.journal).clone())
-            .unwrap_or_default();
-        match (diffs, &old) {
-            (Some(diffs), _) => {
+        let serial = compiled.serial();
+        let journal = match diffs {
+            Some(diffs) => {
+                let mut journal = old
+                    .as_ref()
+                    .map(|o| (*o.journal).clone())
+                    .unwrap_or_default();
                 for diff in diffs {
                     build::record_change(&mut journal, diff, self.settings.journal_size);
                 }
+                journal
             }
-            (None, Some(old)) => build::record_change(
-                &mut journal,
-                build::diff(&old.data, &data),
-                self.settings.journal_size,
-            ),
-            (None, None) => {}
-        }
+            None => {
+                let old = old.as_ref().map(|o| (o.zone.clone(), o.journal.clone()));
+                journal_after(old, &compiled, self.settings.journal_size).await
+            }
+        };
         let zone = self.zones.get_mut(&name).expect("found above");
         zone.served = Some(Served {
             zone: Arc::new(compiled),
             hash,
-            data,
             names,
             serial,
             journal: Arc::new(journal),
@@ -963,7 +984,8 @@ impl Manager {
                         .map(|&(address, length)| kudurru_core::Prefix::containing(address, length))
                         .collect(),
                 }),
-            records: served.data.clone(),
+            // Built on demand: the compiled zone is the only copy kept.
+            records: Arc::new(served.zone.to_data()),
         }
     }
 
@@ -995,7 +1017,7 @@ impl Manager {
             });
         };
         let name = name.clone();
-        let data = served.data.clone();
+        let served_zone = served.zone.clone();
         // Every RRset the update touches, as it will be.
         let mut touched: BTreeMap<(Box<[u8]>, u16), Vec<Record>> = BTreeMap::new();
         for record in removed.iter().chain(&added) {
@@ -1011,10 +1033,16 @@ impl Manager {
             touched
                 .entry((record.owner.clone(), record.rtype))
                 .or_insert_with(|| {
-                    data.records
-                        .iter()
-                        .filter(|r| r.owner == record.owner && r.rtype == record.rtype)
-                        .cloned()
+                    served_zone
+                        .rrset(&record.owner, record.rtype)
+                        .into_iter()
+                        .flatten()
+                        .map(|(ttl, rdata)| Record {
+                            owner: record.owner.clone(),
+                            rtype: record.rtype,
+                            ttl,
+                            rdata: rdata.into(),
+                        })
                         .collect()
                 });
         }
@@ -1143,8 +1171,8 @@ impl Manager {
                 if let Some(served) = &zone.served {
                     draft.field("serial", json!(served.serial));
                     draft.field("contentHash", json!(served.hash));
-                    draft.field("records", json!(served.data.records.len()));
-                    draft.field("names", json!(build::name_count(&served.data)));
+                    draft.field("records", json!(served.zone.record_count()));
+                    draft.field("names", json!(served.names));
                 }
                 draft.field("expired", json!(zone.expired));
             }
@@ -1286,24 +1314,23 @@ fn zone_condition(zone: &ZoneState) -> (bool, &'static str, String) {
             format!(
                 "serving serial {} ({} records)",
                 served.serial,
-                served.data.records.len()
+                served.zone.record_count()
             ),
         ),
     }
 }
 
-/// A compiled zone, its data (sorted), owner names and content hash.
-type Compiled = (Zone, Arc<ZoneData>, usize, String);
+/// A compiled zone, its owner names and content hash.
+type Compiled = (Zone, usize, String);
 
-/// Sorts `data` for the records API (SOA first, then owners in canonical order, RFC 4034
-/// §6.1, then type; origins kept with their records), counts its owner names and compiles
-/// it, all on the blocking pool (a large zone takes a while); a panic is an error.
-async fn compile(mut data: ZoneData, kind: ZoneKind) -> Result<Compiled, String> {
+/// Counts `data`'s owner names, hashes it (unless the caller did) and compiles it, all on the
+/// blocking pool (a large zone takes a while); a panic is an error. The data is dropped
+/// after: the compiled zone is the one copy kept, its origins only read by a compile error.
+async fn compile(data: ZoneData, kind: ZoneKind, hash: Option<String>) -> Result<Compiled, String> {
     let compiled = tokio::task::spawn_blocking(move || {
-        sort(&mut data);
         let names = build::name_count(&data);
-        let hash = build::content_hash(&data);
-        Zone::compile(&data, kind).map(|zone| (zone, Arc::new(data), names, hash))
+        let hash = hash.unwrap_or_else(|| build::content_hash(&data));
+        Zone::compile(&data, kind).map(|zone| (zone, names, hash))
     })
     .await;
     match compiled {
@@ -1313,49 +1340,34 @@ async fn compile(mut data: ZoneData, kind: ZoneKind) -> Result<Compiled, String>
     }
 }
 
-/// Sorts the records (and their origins) as [`compile`] says.
-fn sort(data: &mut ZoneData) {
-    let apex = data.apex.clone();
-    let mut order: Vec<usize> = (0..data.records.len()).collect();
-    order.sort_by_cached_key(|&i| {
-        let r = &data.records[i];
-        (
-            !(r.rtype == build::SOA && r.owner == apex),
-            canonical(&r.owner),
-            r.rtype,
-        )
-    });
-    let records = order.iter().map(|&i| data.records[i].clone()).collect();
-    let origins = if data.origins.len() == data.records.len() {
-        order.iter().map(|&i| data.origins[i].clone()).collect()
-    } else {
-        Vec::new()
+/// The journal after `new` replaced `old` (its zone and journal): the diff between the two
+/// compiled zones appended, computed on the blocking pool from their records.
+async fn journal_after(old: Option<(Arc<Zone>, Arc<Journal>)>, new: &Zone, max: usize) -> Journal {
+    let Some((old, journal)) = old else {
+        return Journal::default();
     };
-    data.records = records;
-    data.origins = origins;
+    let mut journal = (*journal).clone();
+    if max == 0 {
+        journal.diffs.clear();
+        return journal;
+    }
+    let new_data = new.to_data();
+    let diff = tokio::task::spawn_blocking(move || build::diff(&old.to_data(), &new_data)).await;
+    match diff {
+        Ok(diff) => build::record_change(&mut journal, diff, max),
+        // No diff: the journal starts again (IXFR falls back to AXFR).
+        Err(_) => journal.diffs.clear(),
+    }
+    journal
 }
 
-/// A name's canonical sort key (RFC 4034 §6.1): its labels from the root down, each byte
-/// shifted up by one and each label ended by 0, so a label sorts before its extensions.
-fn canonical(name: &[u8]) -> Vec<u16> {
-    let mut labels = Vec::new();
-    let mut at = 0;
-    while let Some(&length) = name.get(at) {
-        if length == 0 {
-            break;
-        }
-        let Some(label) = name.get(at + 1..at + 1 + usize::from(length)) else {
-            break;
-        };
-        labels.push(label);
-        at += 1 + usize::from(length);
+/// A zone data holding only `zone`'s SOA, for [`build::soa_field`].
+fn soa_only(zone: &Zone) -> ZoneData {
+    ZoneData {
+        apex: zone.apex().into(),
+        records: vec![zone.soa()],
+        origins: Vec::new(),
     }
-    let mut key = Vec::with_capacity(name.len() + 1);
-    for label in labels.iter().rev() {
-        key.extend(label.iter().map(|&b| u16::from(b) + 1));
-        key.push(0);
-    }
-    key
 }
 
 /// The name of the RecordSet an update creates: the zone's name and a hash of owner and type.

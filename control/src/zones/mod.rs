@@ -111,8 +111,9 @@ pub struct ServedView {
     pub names: usize,
     /// A secondary past its expire.
     pub expired: bool,
-    /// The records, SOA first, then by owner (canonical order, RFC 4034 §6.1) and type.
-    pub data: Arc<ZoneData>,
+    /// The compiled zone: its records, SOA first, then by owner (canonical order, RFC 4034
+    /// §6.1) and type, are what the records API pages through (no other copy is kept).
+    pub zone: Arc<kudurru_core::zone::Zone>,
 }
 
 /// What the manager shares with the API, the ops listener and the transfer code.
@@ -191,7 +192,7 @@ impl Shared {
                             "name": z.name,
                             "type": kind_label(z.kind),
                             "serial": z.serial,
-                            "records": z.data.records.len(),
+                            "records": z.zone.record_count(),
                             "names": z.names,
                             "expired": z.expired,
                         })
@@ -227,7 +228,7 @@ impl Shared {
             let _ = writeln!(
                 out,
                 "kudurru_zone_records{{zone=\"{zone}\",kind=\"records\"}} {}",
-                z.data.records.len()
+                z.zone.record_count()
             );
             let _ = writeln!(
                 out,

@@ -76,11 +76,7 @@ pub async fn run(zones: ZoneHandle) {
 fn soa_of(zones: &ZoneHandle, change: &ZoneChanged) -> Option<Record> {
     let view = zones.shared().served()?;
     let zone = view.iter().find(|z| z.apex == change.apex)?;
-    zone.data
-        .records
-        .iter()
-        .find(|r| r.rtype == 6 && r.owner == change.apex)
-        .cloned()
+    Some(zone.zone.soa())
 }
 
 /// Why a NOTIFY went unanswered.

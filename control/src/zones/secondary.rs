@@ -320,11 +320,7 @@ async fn run_zone(
 fn current_soa(zones: &ZoneHandle, apex: &[u8]) -> Option<Record> {
     let view = zones.shared().served()?;
     let zone = view.iter().find(|z| &*z.apex == apex)?;
-    zone.data
-        .records
-        .iter()
-        .find(|r| r.rtype == 6 && &*r.owner == apex)
-        .cloned()
+    Some(zone.zone.soa())
 }
 
 /// Refresh, retry and expire of an SOA record, bounded.

@@ -32,8 +32,8 @@ const FILE: &str = "@ 3600 IN SOA ns1 hostmaster 7 3600 600 604800 300\n@ IN NS 
 fn a_record_set_replaces_the_files_rrset_and_an_empty_one_deletes_it() {
     let data = overlay(
         &apex(),
-        Some(&file(FILE)),
-        &[
+        Some(file(FILE)),
+        vec![
             set("www", "A", &["192.0.2.9"]),
             set("mail", "MX", &[]),
             set("new", "TXT", &["hello"]),
@@ -63,7 +63,7 @@ fn the_spec_gives_the_soa_and_ns_only_when_nothing_else_does() {
         ],
         ..PrimarySpec::default()
     };
-    let mut data = overlay(&apex(), None, &[set("www", "A", &["192.0.2.1"])]);
+    let mut data = overlay(&apex(), None, vec![set("www", "A", &["192.0.2.1"])]);
     complete(&mut data, &spec);
     assert_eq!(data.records[0].rtype, SOA);
     assert_eq!(data.origins[0], "spec.soa");
@@ -100,7 +100,11 @@ fn the_content_hash_ignores_the_serial_and_order() {
     let mut c = b.clone();
     c.records.reverse();
     assert_eq!(content_hash(&c), content_hash(&b));
-    let changed = overlay(&apex(), Some(&b), &[set("www", "A", &["192.0.2.3"])]);
+    let changed = overlay(
+        &apex(),
+        Some(b.clone()),
+        vec![set("www", "A", &["192.0.2.3"])],
+    );
     assert_ne!(content_hash(&changed), content_hash(&b));
 }
 
@@ -147,8 +151,8 @@ fn a_diff_applies_old_to_new_and_the_journal_is_bounded() {
     let mut old = file(FILE);
     let mut new = overlay(
         &apex(),
-        Some(&old),
-        &[set("www", "A", &["192.0.2.1", "192.0.2.3"])],
+        Some(old.clone()),
+        vec![set("www", "A", &["192.0.2.1", "192.0.2.3"])],
     );
     set_serial(&mut old, 1);
     set_serial(&mut new, 2);
