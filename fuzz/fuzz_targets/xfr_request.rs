@@ -7,8 +7,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use domain::tsig::{Algorithm, Key, KeyName};
-use kudurru_core::zone::{Record, Zone, ZoneData, ZoneKind};
 use kudurru_core::zone::xfr::{Journal, Transfer, TransferPolicy};
+use kudurru_core::zone::{Record, Zone, ZoneData, ZoneKind};
 use libfuzzer_sys::fuzz_target;
 
 fn soa() -> Record {
