@@ -44,7 +44,13 @@ fuzz_target!(|input: (bool, bool, bool, &[u8])| {
         rdata: vec![192, 0, 2, 1].into(),
     }];
     let planned = if compiled {
-        let mut all = vec![soa()];
+        let apex_ns = Record {
+            owner: b"\x04corp\x07example\x00".to_vec().into(),
+            rtype: 2,
+            ttl: 3600,
+            rdata: b"\x03ns1\x04corp\x07example\x00".to_vec().into(),
+        };
+        let mut all = vec![soa(), apex_ns];
         all.extend(records);
         let data = ZoneData {
             apex: b"\x04corp\x07example\x00".to_vec().into(),
