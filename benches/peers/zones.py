@@ -885,6 +885,8 @@ def main():
     ap.add_argument("--pull-timeout", type=int, default=30, help="seconds a secondary's first transfer may take")
     ap.add_argument("--skip-small", action="store_true")
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--no-pulls", action="store_true",
+                    help="big zone: load, memory and AXFR out only (no secondaries pulling it)")
     ap.add_argument("--seed", type=int, default=35)
     ap.add_argument("--json", default=os.path.join(ROOT, "target", "bench-zones.json"))
     ap.add_argument("--bin-dir", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")),
@@ -939,9 +941,11 @@ def main():
                         pulls = [pull_into("nsd", PORTS["nsd"]), pull_into("knot", PORTS["nsd"])]
                         if "kudurru" in servers:
                             pulls.append(kudurru_pull(kudurru, PORTS["nsd"]))
+                        pulls = [] if args.no_pulls else pulls
                         res["big"] = peer_big(server, args, big, pulls)
                     elif server == "kudurru":
-                        res["big"] = kudurru_big(kudurru, args, big, [pull_into("nsd", PORTS["kudurru"])])
+                        res["big"] = kudurru_big(kudurru, args, big,
+                                                 [] if args.no_pulls else [pull_into("nsd", PORTS["kudurru"])])
                     else:
                         res["big"] = peer_big(server, args, big, [])
                 except BenchError as e:

@@ -28,4 +28,4 @@ pub mod xfr;
 
 pub use data::{Record, ZoneData, ZoneError, ZoneErrorKind};
 pub use set::{ForwardZone, Route, ServedZone, ZoneAnswer, Zones};
-pub use tree::{Zone, ZoneKind};
+pub use tree::{TransferCursor, Zone, ZoneKind};

@@ -62,16 +62,10 @@ impl ServedZone {
     /// An AXFR or IXFR of this zone requested over a stream by `client` at `now` (Unix
     /// seconds): checked and planned ([`Transfer::plan`]), or the error message to send.
     pub fn transfer(&self, request: &[u8], client: IpAddr, now: u64) -> Result<Transfer, Vec<u8>> {
-        let soa_and_records = || {
-            let mut records = self.zone.records();
-            let soa = records.next().filter(|r| r.rtype == rtype::SOA);
-            (soa, records.collect())
-        };
-        Transfer::plan(
+        Transfer::plan_zone(
             &self.transfer,
             &self.journal,
-            self.zone.serial(),
-            soa_and_records,
+            &self.zone,
             request,
             client,
             now,

@@ -91,6 +91,18 @@ struct RrSet {
     count: u32,
 }
 
+/// A place in a zone's record stream ([`Zone::transfer_next`]): a transfer out keeps one and
+/// resumes from it for each message, so no more than one message of the zone is ever copied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransferCursor {
+    /// The node.
+    node: u32,
+    /// The RRset within the node.
+    set: u16,
+    /// The byte offset of the next record within the RRset's data.
+    offset: u32,
+}
+
 /// A compiled zone: immutable, shared by every core through the snapshot.
 pub struct Zone {
     apex: Box<[u8]>,
@@ -830,6 +842,43 @@ impl Zone {
                 })
         });
         soa.chain(rest)
+    }
+
+    /// The record at `cursor` and after it, for transfers out: every record but the apex SOA
+    /// (which a transfer sends first and last), in the order of [`Zone::records`], as its
+    /// lowercase wire owner and its stored wire form after the owner (type, class, TTL,
+    /// rdlength, rdata). Moves the cursor past it; `None` at the end. Nothing is allocated: a
+    /// transfer copies these bytes straight into its messages.
+    pub fn transfer_next<'z>(
+        &'z self,
+        cursor: &mut TransferCursor,
+    ) -> Option<(&'z [u8], &'z [u8])> {
+        loop {
+            let node = *self.nodes.get(cursor.node as usize)?;
+            let Some(set) = self.node_sets(cursor.node).get(usize::from(cursor.set)) else {
+                *cursor = TransferCursor {
+                    node: cursor.node + 1,
+                    ..TransferCursor::default()
+                };
+                continue;
+            };
+            let owner = self.node_name(cursor.node);
+            let apex_soa = set.rtype == rtype::SOA
+                && usize::from(node.name_len) == self.apex.len()
+                && *owner == *self.apex;
+            if apex_soa || cursor.offset >= set.data_len {
+                cursor.set += 1;
+                cursor.offset = 0;
+                continue;
+            }
+            let block = &self.data
+                [(set.data_at + cursor.offset) as usize..(set.data_at + set.data_len) as usize];
+            let rdlength = block.get(RECORD_HEADER - 2..RECORD_HEADER)?;
+            let len = RECORD_HEADER + usize::from(u16::from_be_bytes([rdlength[0], rdlength[1]]));
+            let record = block.get(..len)?;
+            cursor.offset += len as u32;
+            return Some((owner, record));
+        }
     }
 
     /// The zone as data again (SOA first, canonical order, no origins): what an UPDATE or an

@@ -12,9 +12,12 @@
 //!       new SOA, added, SOA (one condensed diff);  otherwise the AXFR-style answer
 //! ```
 //!
-//! Messages are built with `domain`'s message builder (its TSIG signer signs a builder), hold
-//! records up to [`MESSAGE_TARGET`] bytes, and compress nothing: the record stream is the
-//! zone's, once, and a transfer's size is dominated by rdata.
+//! Messages are built with `domain`'s message builder (its TSIG signer signs a builder) and
+//! hold records up to [`MESSAGE_TARGET`] bytes. An AXFR (and an AXFR-style IXFR) is streamed
+//! from the compiled zone: a [`TransferCursor`] walks its stored records and each message is
+//! built only when the connection asks for it, so a transfer in flight holds one message, not
+//! the zone. Owner names are compressed within each message ([`Compressor`]: the previous
+//! owner, or a pointer to the apex); names inside rdata are sent as stored, uncompressed.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -27,9 +30,14 @@ use domain::rdata::Soa;
 use domain::rdata::tsig::Time48;
 use domain::tsig::{Algorithm, Key, KeyStore, ServerError, ServerSequence};
 
+use domain::base::record::ComposeRecord;
+use domain::base::wire::Composer;
+use domain::dep::octseq::{OctetsBuilder, Truncate};
+
 use crate::limiter::{address_bits, mask};
 use crate::wire::rtype;
 use crate::zone::data::Record;
+use crate::zone::tree::{TransferCursor, Zone};
 
 /// A transfer message is closed once its records pass this size (RFC 5936 §2.2 leaves it to
 /// the server; 16 KiB as BIND and Knot use keeps a message well inside TCP's 64 KiB frame).
@@ -160,9 +168,8 @@ pub struct Transfer {
     id: u16,
     recursion_desired: bool,
     question: Option<(Vec<u8>, u16)>,
-    /// The records to send, in order, SOAs included.
-    records: Vec<Record>,
-    next: usize,
+    /// What is left to send.
+    body: Body,
     /// Signs every message when the request was signed.
     signer: Option<ServerSequence<Arc<Key>>>,
     now: u64,
@@ -173,11 +180,43 @@ impl std::fmt::Debug for Transfer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Transfer")
             .field("kind", &self.kind)
-            .field("records", &self.records.len())
-            .field("next", &self.next)
+            .field("remaining", &self.remaining())
             .field("signed", &self.signer.is_some())
             .finish()
     }
+}
+
+/// The records a transfer sends.
+enum Body {
+    /// Listed, in order, SOAs included (an IXFR diff, a current client's SOA).
+    List { records: Vec<Record>, next: usize },
+    /// The whole zone straight from its compiled form: `soa`, every other record from the
+    /// cursor on, `soa` again.
+    Zone {
+        zone: Arc<Zone>,
+        soa: Record,
+        stage: Stage,
+        cursor: TransferCursor,
+        /// Records sent so far (SOAs included), for [`Transfer::remaining`].
+        sent: usize,
+    },
+}
+
+/// Where a streamed AXFR is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    FirstSoa,
+    Records,
+    LastSoa,
+    Done,
+}
+
+/// Where [`Transfer::plan_with`] takes the zone's records from.
+enum Source<F> {
+    /// A closure returning the SOA and the other records.
+    List(F),
+    /// A compiled zone.
+    Zone(Arc<Zone>),
 }
 
 /// A key store with no keys: a signed request to a zone without a key is BADKEY.
@@ -210,6 +249,34 @@ impl Transfer {
         client: IpAddr,
         now: u64,
     ) -> Result<Self, Vec<u8>> {
+        let source = Source::List(soa_and_records);
+        Self::plan_with(policy, journal, serial, source, request, client, now)
+    }
+
+    /// [`Transfer::plan`] for a compiled zone: an AXFR (or AXFR-style IXFR) is then streamed
+    /// from `zone`, one message at a time, without collecting its records.
+    /// [`crate::zone::set::ServedZone::transfer`] calls it for a served zone.
+    pub fn plan_zone(
+        policy: &TransferPolicy,
+        journal: &Journal,
+        zone: &Arc<Zone>,
+        request: &[u8],
+        client: IpAddr,
+        now: u64,
+    ) -> Result<Self, Vec<u8>> {
+        let source = Source::<fn() -> (Option<Record>, Vec<Record>)>::Zone(Arc::clone(zone));
+        Self::plan_with(policy, journal, zone.serial(), source, request, client, now)
+    }
+
+    fn plan_with<F: FnOnce() -> (Option<Record>, Vec<Record>)>(
+        policy: &TransferPolicy,
+        journal: &Journal,
+        serial: u32,
+        source: Source<F>,
+        request: &[u8],
+        client: IpAddr,
+        now: u64,
+    ) -> Result<Self, Vec<u8>> {
         let (message, signer) = check(policy, request, client, now)?;
         let question = message
             .sole_question()
@@ -220,17 +287,34 @@ impl Transfer {
             .qname()
             .compose(&mut question_wire)
             .map_err(|_| error(&message, Rcode::FORMERR))?;
-        let (soa, others) = soa_and_records();
+        let (soa, whole) = match source {
+            Source::List(soa_and_records) => {
+                let (soa, others) = soa_and_records();
+                (soa, Source::List(others))
+            }
+            Source::Zone(zone) => (Some(zone.soa()), Source::Zone(zone)),
+        };
         let Some(soa) = soa else {
             return Err(error(&message, Rcode::SERVFAIL));
         };
-        let (kind, records) = if qtype == Rtype::AXFR {
-            (TransferKind::Axfr, whole(soa, others))
+        let list = |records| Body::List { records, next: 0 };
+        let whole = move |soa: Record| match whole {
+            Source::List(others) => list(whole_list(soa, others)),
+            Source::Zone(zone) => Body::Zone {
+                zone,
+                soa,
+                stage: Stage::FirstSoa,
+                cursor: TransferCursor::default(),
+                sent: 0,
+            },
+        };
+        let (kind, body) = if qtype == Rtype::AXFR {
+            (TransferKind::Axfr, whole(soa))
         } else if qtype == Rtype::IXFR {
             let client_serial =
                 ixfr_serial(&message).ok_or_else(|| error(&message, Rcode::FORMERR))?;
             if !serial_older(client_serial, serial) {
-                (TransferKind::Ixfr(IxfrShape::Current), vec![soa])
+                (TransferKind::Ixfr(IxfrShape::Current), list(vec![soa]))
             } else if let Some((old_soa, diff)) = journal
                 .since(client_serial)
                 .filter(|(_, diff)| diff.to == serial)
@@ -242,9 +326,9 @@ impl Transfer {
                 records.push(soa.clone());
                 records.extend(diff.added);
                 records.push(soa);
-                (TransferKind::Ixfr(IxfrShape::Incremental), records)
+                (TransferKind::Ixfr(IxfrShape::Incremental), list(records))
             } else {
-                (TransferKind::Ixfr(IxfrShape::Full), whole(soa, others))
+                (TransferKind::Ixfr(IxfrShape::Full), whole(soa))
             }
         } else {
             return Err(error(&message, Rcode::REFUSED));
@@ -254,8 +338,7 @@ impl Transfer {
             id: message.header().id(),
             recursion_desired: message.header().rd(),
             question: Some((question_wire, qtype.to_int())),
-            records,
-            next: 0,
+            body,
             signer,
             now,
             first: true,
@@ -281,7 +364,9 @@ impl Transfer {
             client,
             now,
         )?;
-        transfer.records.truncate(1);
+        if let Body::List { records, .. } = &mut transfer.body {
+            records.truncate(1);
+        }
         Ok(transfer.next_message().unwrap_or_default())
     }
 
@@ -292,21 +377,40 @@ impl Transfer {
 
     /// The records still to send.
     pub fn remaining(&self) -> usize {
-        self.records.len() - self.next
+        match &self.body {
+            Body::List { records, next } => records.len() - next,
+            Body::Zone { zone, sent, .. } => (zone.record_count() + 1).saturating_sub(*sent),
+        }
+    }
+
+    /// Whether every record has been sent.
+    fn exhausted(&self) -> bool {
+        match &self.body {
+            Body::List { records, next } => *next >= records.len(),
+            Body::Zone { stage, .. } => *stage == Stage::Done,
+        }
+    }
+
+    /// Ends the transfer: nothing more is sent.
+    fn abandon(&mut self) {
+        match &mut self.body {
+            Body::List { records, next } => *next = records.len(),
+            Body::Zone { stage, .. } => *stage = Stage::Done,
+        }
     }
 
     /// The next message, or `None` when all are sent. A record that cannot be written (a
     /// message past 64 KiB) ends the transfer with SERVFAIL in place of the rest.
     pub fn next_message(&mut self) -> Option<Vec<u8>> {
-        if self.next >= self.records.len() && !self.first {
+        if self.exhausted() && !self.first {
             return None;
         }
         match self.build() {
             Some(message) => Some(message),
             None => {
-                self.next = self.records.len();
+                self.abandon();
                 self.first = false;
-                let mut builder = MessageBuilder::new_vec();
+                let mut builder = self.builder()?;
                 self.header(&mut builder, Rcode::SERVFAIL);
                 let additional = builder.additional();
                 self.sign(additional)
@@ -314,7 +418,13 @@ impl Transfer {
         }
     }
 
-    fn header(&self, builder: &mut MessageBuilder<Vec<u8>>, rcode: Rcode) {
+    /// An empty message whose owner names compress against the zone's apex.
+    fn builder(&self) -> Option<MessageBuilder<Compressor>> {
+        let apex = self.question.as_ref().map_or(&[0u8][..], |(q, _)| &q[..]);
+        MessageBuilder::from_target(Compressor::new(apex)).ok()
+    }
+
+    fn header(&self, builder: &mut MessageBuilder<Compressor>, rcode: Rcode) {
         let header = builder.header_mut();
         header.set_id(self.id);
         header.set_qr(true);
@@ -324,7 +434,7 @@ impl Transfer {
     }
 
     fn build(&mut self) -> Option<Vec<u8>> {
-        let mut builder = MessageBuilder::new_vec();
+        let mut builder = self.builder()?;
         self.header(&mut builder, Rcode::NOERROR);
         let mut question = builder.question();
         if self.first {
@@ -338,21 +448,50 @@ impl Transfer {
         }
         let mut answer = question.answer();
         let mut count = 0;
-        while let Some(record) = self.records.get(self.next) {
-            if count > 0 && answer.as_slice().len() >= MESSAGE_TARGET {
-                break;
+        let full = |count: usize, len: usize| count > 0 && len >= MESSAGE_TARGET;
+        match &mut self.body {
+            Body::List { records, next } => {
+                while let Some(record) = records.get(*next) {
+                    if full(count, answer.as_slice().len()) {
+                        break;
+                    }
+                    answer.push(listed(record)?).ok()?;
+                    *next += 1;
+                    count += 1;
+                }
             }
-            let owner = Name::from_slice(&record.owner).ok()?;
-            let data = domain::base::rdata::UnknownRecordData::from_octets(
-                Rtype::from_int(record.rtype),
-                &record.rdata[..],
-            )
-            .ok()?;
-            answer
-                .push((owner, Class::IN, Ttl::from_secs(record.ttl), data))
-                .ok()?;
-            self.next += 1;
-            count += 1;
+            Body::Zone {
+                zone,
+                soa,
+                stage,
+                cursor,
+                sent,
+            } => {
+                while *stage != Stage::Done && !full(count, answer.as_slice().len()) {
+                    match *stage {
+                        Stage::FirstSoa | Stage::LastSoa => {
+                            answer.push(listed(soa)?).ok()?;
+                            *stage = if *stage == Stage::FirstSoa {
+                                Stage::Records
+                            } else {
+                                Stage::Done
+                            };
+                        }
+                        Stage::Records => match zone.transfer_next(cursor) {
+                            Some((owner, stored)) => {
+                                answer.push(Stored { owner, stored }).ok()?;
+                            }
+                            None => {
+                                *stage = Stage::LastSoa;
+                                continue;
+                            }
+                        },
+                        Stage::Done => break,
+                    }
+                    *sent += 1;
+                    count += 1;
+                }
+            }
         }
         if answer.as_slice().len() > usize::from(u16::MAX) - 512 {
             return None;
@@ -360,16 +499,212 @@ impl Transfer {
         self.sign(answer.additional())
     }
 
-    fn sign(&mut self, mut additional: AdditionalBuilder<Vec<u8>>) -> Option<Vec<u8>> {
+    fn sign(&mut self, mut additional: AdditionalBuilder<Compressor>) -> Option<Vec<u8>> {
         if let Some(signer) = self.signer.as_mut() {
             signer.answer(&mut additional, time48(self.now)).ok()?;
         }
-        Some(additional.finish())
+        Some(additional.finish().out)
     }
 }
 
+/// A listed record in the form `domain` composes.
+type Listed<'r> = (
+    &'r Name<[u8]>,
+    Class,
+    Ttl,
+    domain::base::rdata::UnknownRecordData<&'r [u8]>,
+);
+
+/// A listed record as `domain` composes it (its owner compressed by the target).
+fn listed(record: &Record) -> Option<Listed<'_>> {
+    let owner = Name::from_slice(&record.owner).ok()?;
+    let data = domain::base::rdata::UnknownRecordData::from_octets(
+        Rtype::from_int(record.rtype),
+        &record.rdata[..],
+    )
+    .ok()?;
+    Some((owner, Class::IN, Ttl::from_secs(record.ttl), data))
+}
+
+/// A record as the compiled zone stores it: its owner, then its wire form after the owner,
+/// copied as is.
+struct Stored<'z> {
+    owner: &'z [u8],
+    stored: &'z [u8],
+}
+
+impl ComposeRecord for Stored<'_> {
+    fn compose_record<T: Composer + ?Sized>(&self, target: &mut T) -> Result<(), T::AppendError> {
+        match Name::from_slice(self.owner) {
+            Ok(owner) => target.append_compressed_name(owner)?,
+            // Unreachable: a compiled zone holds valid names.
+            Err(_) => target.append_slice(self.owner)?,
+        }
+        target.append_slice(self.stored)
+    }
+}
+
+/// A transfer message's bytes, compressing owner names (RFC 1035 §4.1.4) the cheap way a
+/// transfer allows: owners come in canonical order, so a name is most often the previous
+/// owner (another RRset of the same node), one label below it (its child), or one label
+/// below the apex. Each is written as its leading labels and one pointer; any other name is
+/// written as its labels above the apex and a pointer to where the apex was first written.
+/// Names outside the zone (the TSIG key's) go uncompressed. No table, nothing allocated per
+/// name; `domain`'s `StaticCompressor` stops compressing after 24 names, far fewer than a
+/// 16 KiB message holds.
+struct Compressor {
+    out: Vec<u8>,
+    /// The zone's apex (the transfer's question name), lowercase or as asked.
+    apex: Box<[u8]>,
+    /// Where the apex was written in this message.
+    apex_at: Option<u16>,
+    /// The last name written and where it starts.
+    previous: Vec<u8>,
+    previous_at: Option<u16>,
+    /// Where a name that is not one flat slice is flattened.
+    scratch: Vec<u8>,
+}
+
+/// The largest offset a compression pointer can hold.
+const MAX_POINTER: usize = 0x3fff;
+
+impl Compressor {
+    fn new(apex: &[u8]) -> Self {
+        Self {
+            out: Vec::with_capacity(MESSAGE_TARGET + 1024),
+            apex: apex.to_ascii_lowercase().into(),
+            apex_at: None,
+            previous: Vec::with_capacity(256),
+            previous_at: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    fn pointer(&mut self, at: u16) {
+        self.out.extend_from_slice(&(0xc000 | at).to_be_bytes());
+    }
+
+    /// Writes a valid wire name, compressed when it is the previous name, below it, or below
+    /// the apex.
+    fn name(&mut self, name: &[u8]) {
+        let start = self.out.len();
+        if let Some(at) = self.previous_at {
+            if name.eq_ignore_ascii_case(&self.previous) {
+                self.pointer(at);
+                return;
+            }
+            if let Some(head) = below(name, &self.previous) {
+                self.out.extend_from_slice(&name[..head]);
+                self.pointer(at);
+                self.remember(name, start);
+                return;
+            }
+        }
+        if self.apex.len() > 1
+            && let Some(head) = below(name, &self.apex)
+        {
+            self.out.extend_from_slice(&name[..head]);
+            match self.apex_at {
+                Some(at) => self.pointer(at),
+                None => {
+                    let at = self.out.len();
+                    self.out.extend_from_slice(&name[head..]);
+                    if at <= MAX_POINTER {
+                        self.apex_at = Some(at as u16);
+                    }
+                }
+            }
+            self.remember(name, start);
+            return;
+        }
+        self.out.extend_from_slice(name);
+    }
+
+    fn remember(&mut self, name: &[u8], at: usize) {
+        if at <= MAX_POINTER {
+            self.previous.clear();
+            self.previous.extend_from_slice(name);
+            self.previous_at = Some(at as u16);
+        }
+    }
+}
+
+impl AsRef<[u8]> for Compressor {
+    fn as_ref(&self) -> &[u8] {
+        &self.out
+    }
+}
+
+impl AsMut<[u8]> for Compressor {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.out
+    }
+}
+
+impl OctetsBuilder for Compressor {
+    type AppendError = std::convert::Infallible;
+
+    fn append_slice(&mut self, slice: &[u8]) -> Result<(), Self::AppendError> {
+        self.out.extend_from_slice(slice);
+        Ok(())
+    }
+}
+
+impl Truncate for Compressor {
+    fn truncate(&mut self, len: usize) {
+        self.out.truncate(len);
+        if self.apex_at.is_some_and(|at| usize::from(at) >= len) {
+            self.apex_at = None;
+        }
+        if self.previous_at.is_some_and(|at| usize::from(at) >= len) {
+            self.previous_at = None;
+        }
+    }
+}
+
+impl Composer for Compressor {
+    fn append_compressed_name<N: ToName + ?Sized>(
+        &mut self,
+        name: &N,
+    ) -> Result<(), Self::AppendError> {
+        match name.as_flat_slice() {
+            Some(wire) => {
+                self.name(wire);
+                Ok(())
+            }
+            None => {
+                // A name in pieces (or behind a reference): flattened into the scratch buffer.
+                let mut scratch = std::mem::take(&mut self.scratch);
+                scratch.clear();
+                let _ = name.compose(&mut scratch);
+                self.name(&scratch);
+                self.scratch = scratch;
+                Ok(())
+            }
+        }
+    }
+
+    fn can_compress(&self) -> bool {
+        true
+    }
+}
+
+/// When valid wire name `name` is at or below `suffix` (ASCII case ignored), the length of
+/// its labels above it.
+fn below(name: &[u8], suffix: &[u8]) -> Option<usize> {
+    let head = name.len().checked_sub(suffix.len())?;
+    if !name[head..].eq_ignore_ascii_case(suffix) {
+        return None;
+    }
+    let mut at = 0;
+    while at < head {
+        at += 1 + usize::from(name[at]);
+    }
+    (at == head).then_some(head)
+}
+
 /// AXFR order: SOA, the rest, SOA.
-fn whole(soa: Record, others: Vec<Record>) -> Vec<Record> {
+fn whole_list(soa: Record, others: Vec<Record>) -> Vec<Record> {
     let mut records = Vec::with_capacity(others.len() + 2);
     records.push(soa.clone());
     records.extend(others.into_iter().filter(|r| r.rtype != rtype::SOA));
@@ -1093,6 +1428,170 @@ mod tests {
             journal.since(7).is_none(),
             "a serial the journal does not reach"
         );
+    }
+
+    /// A compiled zone of `n` names below `sub.corp.example.` (A, and every third an AAAA and
+    /// a TXT), a delegation with glue, and the apex NS: several RRsets per node, children
+    /// after parents, names four labels deep.
+    fn compiled(n: usize, serial: u32) -> Arc<Zone> {
+        let mut records = vec![
+            soa(serial),
+            Record {
+                owner: wire_name(APEX),
+                rtype: rtype::NS,
+                ttl: 3600,
+                rdata: wire_name("ns1.corp.example."),
+            },
+            a("ns1.corp.example.", 53),
+            Record {
+                owner: wire_name("child.corp.example."),
+                rtype: rtype::NS,
+                ttl: 3600,
+                rdata: wire_name("ns.child.corp.example."),
+            },
+            a("ns.child.corp.example.", 54),
+        ];
+        for i in 0..n {
+            let owner = format!("host{i}.sub.corp.example.");
+            records.push(a(&owner, (i % 250) as u8));
+            if i % 3 == 0 {
+                records.push(Record {
+                    owner: wire_name(&owner),
+                    rtype: rtype::AAAA,
+                    ttl: 300,
+                    rdata: [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, i as u8].into(),
+                });
+                records.push(Record {
+                    owner: wire_name(&owner),
+                    rtype: 16,
+                    ttl: 300,
+                    rdata: b"\x0bhello world".to_vec().into(),
+                });
+            }
+        }
+        let data = crate::zone::ZoneData {
+            apex: wire_name(APEX),
+            records,
+            origins: Vec::new(),
+        };
+        Arc::new(Zone::compile(&data, crate::zone::ZoneKind::Primary).unwrap())
+    }
+
+    fn plan_compiled(
+        zone: &Arc<Zone>,
+        policy: &TransferPolicy,
+        request: &[u8],
+        now: u64,
+    ) -> Transfer {
+        Transfer::plan_zone(
+            policy,
+            &Journal::default(),
+            zone,
+            request,
+            "127.0.0.1".parse().unwrap(),
+            now,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rfc5936_streamed_axfr_is_exactly_the_compiled_zone_with_owners_compressed() {
+        let zone = compiled(20_000, 9);
+        let expected: Vec<Record> = zone.records().collect();
+        let uncompressed: usize = expected
+            .iter()
+            .map(|r| r.owner.len() + 10 + r.rdata.len())
+            .sum::<usize>()
+            + expected[0].owner.len()
+            + 10
+            + expected[0].rdata.len();
+        let req = unsigned(Rtype::AXFR, None);
+        let mut transfer = plan_compiled(&zone, &policy(), &req, 1_700_000_000);
+        assert_eq!(transfer.kind(), TransferKind::Axfr);
+        assert_eq!(transfer.remaining(), expected.len() + 1);
+        // Every message parses with `domain` on its own, records and rdata included.
+        let mut messages = Vec::new();
+        while let Some(bytes) = transfer.next_message() {
+            assert!(bytes.len() <= MESSAGE_TARGET + 1024, "{}", bytes.len());
+            let msg = Message::from_octets(bytes.clone()).unwrap();
+            assert_eq!(msg.header().rcode(), Rcode::NOERROR);
+            for record in msg.answer().unwrap() {
+                record
+                    .unwrap()
+                    .to_record::<AllRecordData<_, _>>()
+                    .unwrap()
+                    .unwrap();
+            }
+            messages.push(bytes);
+        }
+        assert_eq!(transfer.remaining(), 0);
+        assert!(messages.len() > 10, "{} messages", messages.len());
+        let sent: usize = messages.iter().map(|m| m.len()).sum();
+        // Owners of 24+ bytes go as one label and a pointer: well under two thirds.
+        assert!(
+            sent * 3 < uncompressed * 2,
+            "{sent} bytes of {uncompressed}"
+        );
+        // Parsed back (owners decompressed), it is the zone, record for record, in order.
+        let mut incoming = Incoming::new(&wire_name(APEX), 0x4242, None, 1_000_000);
+        let mut received = None;
+        for message in &messages {
+            if let Progress::Done(done) = incoming.message(message).unwrap() {
+                received = Some(done);
+            }
+        }
+        let Some(Received::Full(got)) = received else {
+            panic!("not a full zone");
+        };
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn rfc1995_4_streamed_ixfr_falls_back_to_the_whole_compiled_zone() {
+        let zone = compiled(3000, 9);
+        let req = unsigned(Rtype::IXFR, Some(3));
+        let mut transfer = plan_compiled(&zone, &policy(), &req, 1_700_000_000);
+        assert_eq!(transfer.kind(), TransferKind::Ixfr(IxfrShape::Full));
+        let Received::Full(got) = receive(&mut transfer, Some(3)).unwrap() else {
+            panic!("not a full zone");
+        };
+        assert_eq!(got, zone.records().collect::<Vec<_>>());
+        // A current client gets the SOA alone.
+        let req = unsigned(Rtype::IXFR, Some(9));
+        let mut transfer = plan_compiled(&zone, &policy(), &req, 1_700_000_000);
+        assert_eq!(transfer.kind(), TransferKind::Ixfr(IxfrShape::Current));
+        assert_eq!(receive(&mut transfer, Some(9)).unwrap(), Received::UpToDate);
+    }
+
+    #[test]
+    fn rfc8945_streamed_axfr_every_message_verifies() {
+        let key = key("xfr-key.", b"0123456789abcdef0123456789abcdef");
+        let policy = TransferPolicy {
+            key: Some(key.clone()),
+            ..policy()
+        };
+        let now = 1_700_000_000;
+        let zone = compiled(5000, 9);
+        let (req, mut client) = signed(&key, now);
+        let mut transfer = plan_compiled(&zone, &policy, &req, now);
+        let mut incoming = Incoming::new(&wire_name(APEX), 0x4242, None, 1_000_000);
+        let mut messages = 0;
+        let mut received = None;
+        while let Some(bytes) = transfer.next_message() {
+            let mut msg = Message::from_octets(bytes).unwrap();
+            client.answer(&mut msg, time48(now)).unwrap();
+            messages += 1;
+            let bytes = msg.into_octets();
+            if let Progress::Done(done) = incoming.message(&bytes).unwrap() {
+                received = Some(done);
+            }
+        }
+        assert!(messages > 1);
+        client.done().unwrap();
+        let Some(Received::Full(got)) = received else {
+            panic!("not a full zone");
+        };
+        assert_eq!(got, zone.records().collect::<Vec<_>>());
     }
 
     fn receive(transfer: &mut Transfer, ixfr_from: Option<u32>) -> Result<Received, IncomingError> {
