@@ -31,9 +31,11 @@ const FLOORS: &[&[&str]] = &[
     // What the wire format serves: answers, local names, DoH and DoQ rules; the compiled
     // block lists.
     &["answer", "local", "doh", "doq", "policy::matcher"],
-    // Zones, bottom up: the compiled zone, the zone-file parser and transfers (over the wire
-    // format and zone data), the set of zones (over them and the upstreams), the module's face.
-    &["zone::tree", "zone::file", "zone::xfr"],
+    // Zones, bottom up: the compiled zone and the zone-file parser (over the wire format and
+    // zone data), transfers (streamed from the compiled zone), the set of zones (over them and
+    // the upstreams), the module's face.
+    &["zone::tree", "zone::file"],
+    &["zone::xfr"],
     &["zone::set"],
     &["zone"],
     // Blocking, bottom up: the typed specs, block answers and rewrites, the policy index, the

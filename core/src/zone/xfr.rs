@@ -1469,12 +1469,12 @@ mod tests {
                 });
             }
         }
-        let data = crate::zone::ZoneData {
+        let data = crate::zone::data::ZoneData {
             apex: wire_name(APEX),
             records,
             origins: Vec::new(),
         };
-        Arc::new(Zone::compile(&data, crate::zone::ZoneKind::Primary).unwrap())
+        Arc::new(Zone::compile(&data, crate::zone::tree::ZoneKind::Primary).unwrap())
     }
 
     fn plan_compiled(
