@@ -46,9 +46,13 @@ fuzz_target!(|data: &[u8]| {
     // Every client served: the access list is checked before anything fuzzed here.
     let acl = AccessList::new(&["::/0".parse().unwrap()], &[], AclAction::Refuse);
     let policy = kudurru_core::policy::PolicyIndex::default();
+    // The built-in zones, as the default settings serve them (localhost, the RFC 6303 reverses).
+    static ZONES: std::sync::OnceLock<kudurru_core::zone::Zones> = std::sync::OnceLock::new();
+    let zones = ZONES.get_or_init(kudurru_core::zone::Zones::builtin);
     let stage = Stage {
         acl: &acl,
         policy: &policy,
+        zones,
         local: &local,
         options: &wire::ReplyOptions::udp(1232),
         ratelimit: &ratelimit,
