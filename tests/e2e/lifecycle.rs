@@ -89,7 +89,15 @@ fn a_taken_port_is_a_clear_error_with_exit_code_3() {
 #[test]
 fn a_port_freed_moments_after_startup_began_is_bound() {
     let upstream = TestUpstream::start();
-    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // Held on UDP and TCP both: a port free on UDP alone can be another test's connection's
+    // TCP port, and kudurru binds both (the test once failed so, unrelated to the retry).
+    let (held, held_tcp) = loop {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if let Ok(tcp) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            break (udp, tcp);
+        }
+    };
     let port = held.local_addr().unwrap().port();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut child = Kudurru::builder(&[upstream.udp_url()])
@@ -104,6 +112,7 @@ fn a_port_freed_moments_after_startup_began_is_bound() {
         "gave up while the port was held"
     );
     drop(held);
+    drop(held_tcp);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
