@@ -44,5 +44,7 @@ pub use key::CacheKey;
 pub use limiter::{Limiter, LimiterStats, Prefix, RateLimit, Verdict};
 pub use local::{LocalNames, ServerIdentity};
 pub use pipeline::{Client, Decision, HEALTH_NAME, Stage, cloaked, ingress};
-pub use settings::Settings;
-pub use upstream::{Selector, UpstreamOrder, UpstreamProtocol, UpstreamSpec};
+pub use settings::{STALE_ANSWER_TTL, Settings, StalePolicy};
+pub use upstream::{
+    Selector, UpstreamOrder, UpstreamProtocol, UpstreamSpec, UpstreamStrategy, UpstreamTls,
+};

@@ -17,7 +17,7 @@ use crate::answer::TtlPolicy;
 use crate::limiter::RateLimit;
 use crate::local::LocalNames;
 use crate::policy::PolicyIndex;
-use crate::upstream::UpstreamSpec;
+use crate::upstream::{UpstreamSpec, UpstreamStrategy, UpstreamTls};
 use crate::zone::Zones;
 
 /// What the data plane needs from the effective configuration: one immutable snapshot, read
@@ -27,8 +27,26 @@ pub struct Settings {
     /// Upstreams to forward to (`upstreams`), in the configured order (a selector's indexes
     /// point into it). Shared: a clone of the snapshot does not copy the list.
     pub upstreams: Arc<[UpstreamSpec]>,
+    /// How the next upstream is chosen (`upstream.strategy`).
+    pub upstream_strategy: UpstreamStrategy,
+    /// How encrypted upstreams are verified and padded (`upstream.tls.*`,
+    /// `upstream.padding`). Shared: the transports build their TLS client configurations
+    /// once per value.
+    pub upstream_tls: Arc<UpstreamTls>,
+    /// Idle time after which a connection to a TCP or encrypted upstream is closed
+    /// (`upstream.idleTimeout`).
+    pub upstream_idle_timeout: Duration,
+    /// How often an upstream taken out of rotation after failures is probed
+    /// (`upstream.healthCheckInterval`).
+    pub upstream_health_interval: Duration,
     /// TTL clamps and negative/failure caching (`cache.*TTL`).
     pub ttl: TtlPolicy,
+    /// Serving expired answers when upstreams fail (RFC 8767; `cache.serveStale`,
+    /// `cache.staleMaxAge`, `upstream.staleAnswerTimeout`).
+    pub stale: StalePolicy,
+    /// Whether a cached answer asked in the last tenth of its TTL is refreshed in the
+    /// background (`cache.prefetch`).
+    pub prefetch: bool,
     /// Total cached answers across all cores (`cache.maxEntries`).
     pub cache_max_entries: usize,
     /// Locally answered names and CHAOS identity.
@@ -72,6 +90,31 @@ pub struct Settings {
     /// built by the control thread's zone manager. Shared like `policy`: a settings reload
     /// keeps it, a zone change replaces only it.
     pub zones: Arc<Zones>,
+}
+
+/// Serve-stale (RFC 8767).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StalePolicy {
+    /// Whether expired answers are served at all (`cache.serveStale`).
+    pub enabled: bool,
+    /// How long past its expiry an answer may still be served (`cache.staleMaxAge`).
+    pub max_age: Duration,
+    /// How long a miss with a stale answer at hand waits for the upstreams before the stale
+    /// answer is sent (`upstream.staleAnswerTimeout`; RFC 8767 suggests 1.8 s).
+    pub answer_timeout: Duration,
+}
+
+/// The TTL a stale answer carries (RFC 8767 §4: 30 s recommended).
+pub const STALE_ANSWER_TTL: u32 = 30;
+
+impl Default for StalePolicy {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_age: Duration::from_secs(86_400),
+            answer_timeout: Duration::from_millis(1800),
+        }
+    }
 }
 
 impl Settings {

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
@@ -22,54 +23,288 @@ pub enum UpstreamProtocol {
     Udp,
     /// DNS over TCP (RFC 7766).
     Tcp,
+    /// DNS over TLS (RFC 7858), `tls://`.
+    Tls,
+    /// DNS over HTTPS on HTTP/2 (RFC 8484), `https://`.
+    Https,
+    /// DNS over QUIC (RFC 9250), `quic://`.
+    Quic,
+    /// DNS over HTTPS on HTTP/3 (RFC 8484, RFC 9114), `h3://`.
+    H3,
 }
 
-/// One upstream, as given by `--upstream udp://H:P` or `tcp://H:P`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+impl UpstreamProtocol {
+    /// The URL scheme, without `://`.
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+            Self::Tls => "tls",
+            Self::Https => "https",
+            Self::Quic => "quic",
+            Self::H3 => "h3",
+        }
+    }
+
+    /// The port a URL without one means: 53, 853 (DoT, DoQ) or 443 (DoH, DoH3).
+    pub fn default_port(self) -> u16 {
+        match self {
+            Self::Udp | Self::Tcp => 53,
+            Self::Tls | Self::Quic => 853,
+            Self::Https | Self::H3 => 443,
+        }
+    }
+
+    /// Whether queries travel encrypted (TLS or QUIC): these carry EDNS padding and are
+    /// verified against `upstream.tls.*`.
+    pub fn is_encrypted(self) -> bool {
+        !matches!(self, Self::Udp | Self::Tcp)
+    }
+
+    /// Whether the URL carries an HTTP path (DoH, DoH3).
+    pub fn is_http(self) -> bool {
+        matches!(self, Self::Https | Self::H3)
+    }
+}
+
+/// One upstream, as given by an URL in `upstreams` or a forward zone: `udp://H:P`, `tcp://H:P`,
+/// `tls://H:P#name`, `https://H:P/path`, `quic://H:P#name` or `h3://H:P/path`.
+///
+/// `H` is an IP address or a host name. A name is resolved by the control thread through
+/// `upstream.bootstrap` (never through kudurru itself) before the data plane uses the spec:
+/// until then `addr` holds the unspecified address with the port, and `host` the name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UpstreamSpec {
     /// Transport.
     pub protocol: UpstreamProtocol,
-    /// Address and port (53 when the URL has none).
+    /// Address and port ([`UpstreamProtocol::default_port`] when the URL has none).
     pub addr: SocketAddr,
+    /// The host name the URL names, when it names one instead of an address (lower case,
+    /// no trailing dot).
+    pub host: Option<Arc<str>>,
+    /// The name the server's certificate must carry (encrypted transports): the URL's `#name`,
+    /// else its host name; `None` verifies the certificate against the IP address.
+    pub tls_name: Option<Arc<str>>,
+    /// The DoH and DoH3 request path (`/dns-query` when the URL has none); `None` otherwise.
+    pub path: Option<Arc<str>>,
+}
+
+impl UpstreamSpec {
+    /// A plain-DNS upstream at `addr` (no name, no path).
+    pub fn plain(protocol: UpstreamProtocol, addr: SocketAddr) -> Self {
+        Self {
+            protocol,
+            addr,
+            host: None,
+            tls_name: None,
+            path: None,
+        }
+    }
+
+    /// Whether the data plane can use it: its address is known (the control thread resolved
+    /// its host name, or it had none).
+    pub fn is_resolved(&self) -> bool {
+        !self.addr.ip().is_unspecified()
+    }
+
+    /// The same upstream at `ip` (its host name resolved), keeping the port, name and path.
+    pub fn resolved_to(&self, ip: std::net::IpAddr) -> Self {
+        Self {
+            addr: SocketAddr::new(ip, self.addr.port()),
+            ..self.clone()
+        }
+    }
 }
 
 /// Why an upstream URL was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UpstreamParseError {
-    /// The scheme is not one kudurru forwards over (yet).
-    #[error("unsupported upstream scheme in {0:?}: expected udp:// or tcp://")]
+    /// The scheme is not one kudurru forwards over.
+    #[error(
+        "unsupported upstream scheme in {0:?}: expected udp://, tcp://, tls://, https://, quic:// or h3://"
+    )]
     Scheme(String),
-    /// The address part is not an IP address with an optional port.
-    #[error("invalid upstream address in {0:?}: expected IP:PORT or [IPv6]:PORT")]
+    /// The address part is not an IP address or host name with an optional port.
+    #[error("invalid upstream address in {0:?}: expected IP:PORT, [IPv6]:PORT or NAME:PORT")]
     Address(String),
+    /// A `#name` or a path where the scheme takes none, or an invalid one.
+    #[error("invalid upstream URL {0:?}: {1}")]
+    Part(String, &'static str),
 }
 
 impl FromStr for UpstreamSpec {
     type Err = UpstreamParseError;
 
     fn from_str(url: &str) -> Result<Self, Self::Err> {
-        let (protocol, rest) = if let Some(rest) = url.strip_prefix("udp://") {
-            (UpstreamProtocol::Udp, rest)
-        } else if let Some(rest) = url.strip_prefix("tcp://") {
-            (UpstreamProtocol::Tcp, rest)
-        } else {
-            return Err(UpstreamParseError::Scheme(url.to_owned()));
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| UpstreamParseError::Scheme(url.to_owned()))?;
+        let protocol = match scheme.to_ascii_lowercase().as_str() {
+            "udp" => UpstreamProtocol::Udp,
+            "tcp" => UpstreamProtocol::Tcp,
+            "tls" => UpstreamProtocol::Tls,
+            "https" => UpstreamProtocol::Https,
+            "quic" => UpstreamProtocol::Quic,
+            "h3" => UpstreamProtocol::H3,
+            _ => return Err(UpstreamParseError::Scheme(url.to_owned())),
         };
-        let addr =
-            parse_host_port(rest, 53).ok_or_else(|| UpstreamParseError::Address(url.to_owned()))?;
-        Ok(Self { protocol, addr })
+        let part = |reason| UpstreamParseError::Part(url.to_owned(), reason);
+        let (rest, fragment) = match rest.split_once('#') {
+            Some((rest, name)) => (rest, Some(name)),
+            None => (rest, None),
+        };
+        let (authority, path) = if protocol.is_http() {
+            match rest.find('/') {
+                Some(i) => (&rest[..i], Some(&rest[i..])),
+                None => (rest, None),
+            }
+        } else {
+            // A trailing slash is tolerated on the others, as it always was.
+            (rest.trim_end_matches('/'), None)
+        };
+        let tls_name = match fragment {
+            Some(_) if !protocol.is_encrypted() => {
+                return Err(part(
+                    "a #name is only meaningful on tls://, https://, quic:// and h3://",
+                ));
+            }
+            Some(name) => {
+                Some(host_name(name).ok_or_else(|| part("the #name is not a valid host name"))?)
+            }
+            None => None,
+        };
+        let path = match path {
+            Some(path) if path.len() > 1 => {
+                if !path.bytes().all(|b| b.is_ascii_graphic()) || path.contains('#') {
+                    return Err(part("the path must be printable ASCII"));
+                }
+                Some(Arc::from(path))
+            }
+            _ if protocol.is_http() => Some(Arc::from(DEFAULT_DOH_PATH)),
+            _ => None,
+        };
+        let address = || UpstreamParseError::Address(url.to_owned());
+        let port = protocol.default_port();
+        if let Some(addr) = parse_host_port(authority, port) {
+            if addr.ip().is_unspecified() {
+                return Err(address());
+            }
+            return Ok(Self {
+                protocol,
+                addr,
+                host: None,
+                tls_name,
+                path,
+            });
+        }
+        let (name, port) = match authority.rsplit_once(':') {
+            Some((name, port)) => (name, port.parse::<u16>().map_err(|_| address())?),
+            None => (authority, port),
+        };
+        let host = host_name(name).ok_or_else(address)?;
+        let unspecified = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+        Ok(Self {
+            protocol,
+            addr: SocketAddr::new(unspecified, port),
+            tls_name: tls_name.or_else(|| protocol.is_encrypted().then(|| host.clone())),
+            host: Some(host),
+            path,
+        })
     }
+}
+
+/// The path a DoH or DoH3 URL without one asks (RFC 8484's example, what every server serves).
+pub const DEFAULT_DOH_PATH: &str = "/dns-query";
+
+/// `text` as a host name (LDH labels of 1-63 octets, at most 253 octets, not all digits),
+/// lower-cased and without a trailing dot.
+fn host_name(text: &str) -> Option<Arc<str>> {
+    let name = text.strip_suffix('.').unwrap_or(text);
+    let labels_ok = name.split('.').all(|label| {
+        (1..=63).contains(&label.len())
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    });
+    let numeric = name.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    (!name.is_empty() && name.len() <= 253 && labels_ok && !numeric)
+        .then(|| Arc::from(name.to_ascii_lowercase()))
 }
 
 impl fmt::Display for UpstreamSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let scheme = match self.protocol {
-            UpstreamProtocol::Udp => "udp",
-            UpstreamProtocol::Tcp => "tcp",
-        };
-        write!(f, "{scheme}://{}", self.addr)
+        write!(f, "{}://", self.protocol.scheme())?;
+        match &self.host {
+            Some(host) => write!(f, "{host}:{}", self.addr.port())?,
+            None => write!(f, "{}", self.addr)?,
+        }
+        if let Some(path) = &self.path {
+            f.write_str(path)?;
+        }
+        if let Some(name) = &self.tls_name
+            && self.host.as_ref() != Some(name)
+        {
+            write!(f, "#{name}")?;
+        }
+        Ok(())
     }
+}
+
+/// How the next upstream is chosen (`upstream.strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum UpstreamStrategy {
+    /// The healthy upstream with the lowest smoothed RTT, a random other now and then.
+    #[default]
+    Fastest,
+    /// In the configured order: the first healthy one, the next on failure.
+    Ordered,
+    /// A random healthy one.
+    Random,
+    /// The two best healthy upstreams at once; the first good reply is the answer (Blocky's
+    /// `parallel_best`).
+    Parallel,
+}
+
+impl UpstreamStrategy {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fastest => "fastest",
+            Self::Ordered => "ordered",
+            Self::Random => "random",
+            Self::Parallel => "parallel",
+        }
+    }
+}
+
+impl FromStr for UpstreamStrategy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [Self::Fastest, Self::Ordered, Self::Random, Self::Parallel]
+            .into_iter()
+            .find(|s| s.name() == text)
+            .ok_or_else(|| "expected fastest, ordered, random or parallel".to_owned())
+    }
+}
+
+/// How encrypted upstreams are verified (`upstream.tls.*`): data only; the transports build
+/// their TLS client configurations from it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UpstreamTls {
+    /// PEM certificates to trust instead of the system roots (`upstream.tls.caFile`, read by
+    /// the control thread); `None`: the system's roots.
+    pub ca_pem: Option<Arc<[u8]>>,
+    /// SPKI pins (`upstream.tls.pins`): a server whose name has pins must present a
+    /// certificate whose SubjectPublicKeyInfo's SHA-256 is one of them (RFC 7858 §4.2), on
+    /// top of the usual verification.
+    pub pins: Vec<(Arc<str>, [u8; 32])>,
+    /// Whether encrypted queries carry EDNS padding (RFC 8467's block length 128;
+    /// `upstream.padding`).
+    pub padding: bool,
 }
 
 /// Parses `IP:PORT`, `[IPv6]:PORT`, or a bare IP with `default_port`.
@@ -200,13 +435,67 @@ mod tests {
         assert_eq!(u.addr, "[::1]:53".parse().unwrap());
         assert_eq!(u.to_string(), "tcp://[::1]:53");
         assert!(matches!(
-            "tls://1.1.1.1".parse::<UpstreamSpec>(),
+            "dns://1.1.1.1".parse::<UpstreamSpec>(),
             Err(UpstreamParseError::Scheme(_))
         ));
         assert!(matches!(
-            "udp://dns.example".parse::<UpstreamSpec>(),
+            "udp://1.1.1.1:99999".parse::<UpstreamSpec>(),
             Err(UpstreamParseError::Address(_))
         ));
+        assert!(matches!(
+            "udp://0.0.0.0".parse::<UpstreamSpec>(),
+            Err(UpstreamParseError::Address(_))
+        ));
+        assert!(matches!(
+            "udp://127.0.0.1#name.example".parse::<UpstreamSpec>(),
+            Err(UpstreamParseError::Part(..))
+        ));
+    }
+
+    #[test]
+    fn parses_encrypted_upstream_urls_with_names_and_paths() {
+        let u: UpstreamSpec = "tls://127.0.0.1#dot.test.example".parse().unwrap();
+        assert_eq!(u.protocol, UpstreamProtocol::Tls);
+        assert_eq!(u.addr, "127.0.0.1:853".parse().unwrap());
+        assert_eq!(u.tls_name.as_deref(), Some("dot.test.example"));
+        assert!(u.host.is_none() && u.path.is_none() && u.is_resolved());
+        assert_eq!(u.to_string(), "tls://127.0.0.1:853#dot.test.example");
+
+        let u: UpstreamSpec = "https://DoH.Test.Example/q".parse().unwrap();
+        assert_eq!(u.addr.port(), 443);
+        assert!(!u.is_resolved());
+        assert_eq!(u.host.as_deref(), Some("doh.test.example"));
+        assert_eq!(u.tls_name.as_deref(), Some("doh.test.example"));
+        assert_eq!(u.path.as_deref(), Some("/q"));
+        assert_eq!(u.to_string(), "https://doh.test.example:443/q");
+        let resolved = u.resolved_to("127.0.0.2".parse().unwrap());
+        assert_eq!(resolved.addr, "127.0.0.2:443".parse().unwrap());
+        assert_eq!(resolved.to_string(), u.to_string());
+
+        let u: UpstreamSpec = "h3://[::1]:8443".parse().unwrap();
+        assert_eq!(u.path.as_deref(), Some(DEFAULT_DOH_PATH));
+        assert!(u.tls_name.is_none());
+        let u: UpstreamSpec = "quic://127.0.0.1".parse().unwrap();
+        assert_eq!(u.addr.port(), 853);
+        let u: UpstreamSpec = "udp://resolver.test.example:5353".parse().unwrap();
+        assert_eq!(u.host.as_deref(), Some("resolver.test.example"));
+        assert!(u.tls_name.is_none());
+        for bad in [
+            "tls://127.0.0.1#bad name",
+            "https://bad_host!:443/",
+            "tls://-a.example",
+        ] {
+            assert!(bad.parse::<UpstreamSpec>().is_err(), "{bad}");
+        }
+        // Every accepted URL prints as one that parses back to the same upstream.
+        for url in [
+            "tls://127.0.0.1:853#a.example",
+            "https://a.example:8443/dns",
+            "quic://[::1]:853",
+        ] {
+            let u: UpstreamSpec = url.parse().unwrap();
+            assert_eq!(u.to_string().parse::<UpstreamSpec>().unwrap(), u);
+        }
     }
 
     #[test]

@@ -215,8 +215,9 @@ pub enum Refusal {
     /// (obsolete), and the unassigned rest of the meta range 128–248. FORMERR.
     MetaType,
     /// An EDNS option kudurru reads is malformed: a COOKIE of a length RFC 7873 §4 does not
-    /// allow (§5.2.2), or an edns-client-subnet option whose family, prefix lengths or address
-    /// RFC 7871 §6 does not allow. FORMERR, with an OPT (RFC 6891 §7).
+    /// allow (§5.2.2), an edns-client-subnet option whose family, prefix lengths or address
+    /// RFC 7871 §6 does not allow, or an edns-tcp-keepalive with a timeout (a client sends it
+    /// empty, RFC 7828 §3.2.1). FORMERR, with an OPT (RFC 6891 §7).
     MalformedOption,
 }
 
@@ -540,13 +541,14 @@ fn scan_additional(
 struct Options {
     padding: bool,
     tcp_keepalive: bool,
-    /// A COOKIE or edns-client-subnet option that its RFC does not allow.
+    /// A keepalive, COOKIE or edns-client-subnet option that its RFC does not allow.
     malformed: bool,
 }
 
-/// Walks EDNS options, checking their lengths (a length past the OPT's rdata is an error). A
-/// keepalive option from a client must be empty (RFC 7828 §3.2.1); COOKIE and edns-client-subnet
-/// are checked as their RFCs say (a flag, answered FORMERR with an OPT); others are skipped.
+/// Walks EDNS options, checking their lengths (a length past the OPT's rdata is an error, a
+/// header-only FORMERR). A keepalive option from a client must be empty (RFC 7828 §3.2.1);
+/// it, COOKIE and edns-client-subnet are checked as their RFCs say (a flag, answered FORMERR
+/// with an OPT); others are skipped.
 fn scan_options(mut rdata: &[u8]) -> Option<Options> {
     let mut options = Options::default();
     while !rdata.is_empty() {
@@ -556,12 +558,10 @@ fn scan_options(mut rdata: &[u8]) -> Option<Options> {
         rdata = &rdata[4 + len..];
         match code {
             OPTION_PADDING => options.padding = true,
-            OPTION_TCP_KEEPALIVE => {
-                if len != 0 {
-                    return None;
-                }
-                options.tcp_keepalive = true;
-            }
+            // A client must send it empty (RFC 7828 §3.2.1): one with a timeout is answered
+            // FORMERR with an OPT, as the other malformed options are.
+            OPTION_TCP_KEEPALIVE if len != 0 => options.malformed = true,
+            OPTION_TCP_KEEPALIVE => options.tcp_keepalive = true,
             OPTION_COOKIE => options.malformed |= !is_valid_cookie(len),
             OPTION_CLIENT_SUBNET => options.malformed |= !is_valid_client_subnet(data),
             _ => {}
@@ -1019,7 +1019,12 @@ pub(crate) mod tests {
         bad[rdlen_at..rdlen_at + 2].copy_from_slice(&6u16.to_be_bytes());
         let len_at = bad.len() - 4;
         bad[len_at..len_at + 2].copy_from_slice(&2u16.to_be_bytes());
-        assert_eq!(Query::parse(&bad).unwrap_err(), QueryError::FormErr);
+        let bad = Query::parse(&bad).expect("a malformed option still scans");
+        assert_eq!(bad.refusal(), Some(Refusal::MalformedOption));
+        let mut out = Vec::new();
+        write_error(&bad, Refusal::MalformedOption.rcode(), &tcp, &mut out);
+        assert_eq!(header_flags(&out).unwrap() & 0xf, u16::from(rcode::FORMERR));
+        assert_eq!(&out[10..12], &[0, 1], "the FORMERR carries an OPT");
     }
 
     #[test]

@@ -61,3 +61,5 @@ pub use metrics::{CoreMetrics, Transport};
 pub use runtime::{ListenerSpec, Protocol, Server, ServerSpec, StartError, start};
 pub use settings::{Settings, SharedSettings};
 pub use tls::{TlsConfig, TlsServers};
+/// TLS client configurations for encrypted upstreams.
+pub use upstream::tls as upstream_tls;

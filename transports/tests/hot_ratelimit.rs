@@ -15,6 +15,12 @@ use kudurru_transports::{ListenerSpec, Protocol, ServerSpec, Settings};
 fn settings(ratelimit: RateLimit) -> Settings {
     Settings {
         upstreams: vec!["udp://127.0.0.1:9".parse().unwrap()].into(),
+        upstream_strategy: Default::default(),
+        upstream_tls: Default::default(),
+        upstream_idle_timeout: Duration::from_secs(30),
+        upstream_health_interval: Duration::from_secs(5),
+        stale: Default::default(),
+        prefetch: true,
         ttl: TtlPolicy::default(),
         cache_max_entries: 1000,
         local: LocalNames::new(ServerIdentity {

@@ -3,10 +3,16 @@
 use kudurru_core::TtlPolicy;
 use serde::{Deserialize, Serialize};
 
-use super::key::{KeyInfo, key, parse_num, show_num};
+use super::key::{
+    KeyInfo, key, parse_bool, parse_num, parse_string, show_bool, show_num, show_string,
+};
 
 /// Default total cache size in answers.
 pub const DEFAULT_CACHE_MAX_ENTRIES: usize = 1_000_000;
+
+/// Default age past expiry up to which an answer may be served stale (RFC 8767 §5 suggests
+/// 1 to 3 days).
+pub(super) const DEFAULT_STALE_MAX_AGE: &str = "1d";
 
 /// `cache.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -27,6 +33,14 @@ pub struct CacheSection {
     /// Failure caching.
     #[serde(rename = "servfailTTL")]
     pub servfail_ttl: u32,
+    /// Serve expired answers when the upstreams fail (RFC 8767).
+    #[serde(rename = "serveStale")]
+    pub serve_stale: bool,
+    /// How long past expiry an answer may be served.
+    #[serde(rename = "staleMaxAge")]
+    pub stale_max_age: String,
+    /// Refresh answers asked in the last tenth of their TTL.
+    pub prefetch: bool,
 }
 
 impl Default for CacheSection {
@@ -38,6 +52,9 @@ impl Default for CacheSection {
             max_ttl: ttl.max_ttl,
             negative_max_ttl: ttl.negative_max_ttl,
             servfail_ttl: ttl.servfail_ttl,
+            serve_stale: true,
+            stale_max_age: DEFAULT_STALE_MAX_AGE.into(),
+            prefetch: true,
         }
     }
 }
@@ -98,5 +115,38 @@ pub(super) const KEYS: &[KeyInfo] = &[
         parse: parse_num,
         show: show_num,
         description: "resolution failures are cached this long (RFC 9520: at least 1, at most 300)",
+    },
+    key! {
+        key: "cache.serveStale",
+        kind: "boolean",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.cache.serve_stale,
+        parse: parse_bool,
+        show: show_bool,
+        description: "when every upstream fails or upstream.staleAnswerTimeout passes, answer from an expired entry (TTL 30, EDE 3 \"Stale Answer\") and refresh it in the background (RFC 8767)",
+    },
+    key! {
+        key: "cache.staleMaxAge",
+        kind: "duration",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.cache.stale_max_age,
+        parse: parse_string,
+        show: show_string,
+        description: "how long past its expiry an answer may still be served stale",
+    },
+    key! {
+        key: "cache.prefetch",
+        kind: "boolean",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.cache.prefetch,
+        parse: parse_bool,
+        show: show_bool,
+        description: "an answer asked in the last tenth of its TTL is refreshed in the background by its owner core, so names in use do not miss (Unbound's prefetch)",
     },
 ];

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use kudurru_core::upstream::parse_host_port;
-use kudurru_core::{LocalNames, ServerIdentity, TtlPolicy, UpstreamSpec};
+use kudurru_core::{
+    LocalNames, ServerIdentity, StalePolicy, TtlPolicy, UpstreamSpec, UpstreamStrategy,
+};
 use kudurru_transports::{ListenerSpec, Settings};
 
 use super::log::check_log_filter;
@@ -121,6 +123,76 @@ impl Config {
         } else {
             available[..self.server.cores].to_vec()
         };
+        let upstream_strategy = problems
+            .take(
+                self.upstream
+                    .strategy
+                    .parse::<UpstreamStrategy>()
+                    .map_err(|e| {
+                        ConfigError::value("upstream.strategy", &self.upstream.strategy, e)
+                    }),
+            )
+            .unwrap_or_default();
+        let bootstrap: Vec<SocketAddr> = self
+            .upstream
+            .bootstrap
+            .iter()
+            .filter_map(|text| {
+                problems.take(parse_host_port(text, 53).ok_or_else(|| {
+                    ConfigError::value(
+                        "upstream.bootstrap",
+                        text,
+                        "expected IP or IP:PORT (a bootstrap resolver cannot itself be a name)",
+                    )
+                }))
+            })
+            .collect();
+        if bootstrap.is_empty()
+            && let Some(named) = upstreams.iter().find(|u| u.host.is_some())
+        {
+            problems.push(
+                "upstream.bootstrap",
+                "",
+                format!(
+                    "{named} names a host, and no bootstrap resolver is configured to resolve it"
+                ),
+            );
+        }
+        let upstream_idle_timeout = problems
+            .take(duration(
+                "upstream.idleTimeout",
+                &self.upstream.idle_timeout,
+            ))
+            .unwrap_or_default();
+        let upstream_health_interval = problems
+            .take(duration(
+                "upstream.healthCheckInterval",
+                &self.upstream.health_check_interval,
+            ))
+            .unwrap_or_default();
+        let stale = StalePolicy {
+            enabled: self.cache.serve_stale,
+            max_age: problems
+                .take(duration("cache.staleMaxAge", &self.cache.stale_max_age))
+                .unwrap_or_default(),
+            answer_timeout: problems
+                .take(duration(
+                    "upstream.staleAnswerTimeout",
+                    &self.upstream.stale_answer_timeout,
+                ))
+                .unwrap_or_default(),
+        };
+        let upstream_tls = problems
+            .take(
+                super::upstream::upstream_tls(&self.upstream).and_then(|tls| {
+                    kudurru_transports::upstream_tls::check(&tls)
+                        .map(|()| tls)
+                        .map_err(|e| {
+                            ConfigError::value("upstream.tls.caFile", &self.upstream.tls.ca_file, e)
+                        })
+                }),
+            )
+            .unwrap_or_default();
         let upstream_timeout = problems.take(duration("upstream.timeout", &self.upstream.timeout));
         let resolve_timeout = problems.take(duration(
             "upstream.resolveTimeout",
@@ -314,6 +386,12 @@ impl Config {
         };
         let settings = Settings {
             upstreams: upstreams.into(),
+            upstream_strategy,
+            upstream_tls: upstream_tls.into(),
+            upstream_idle_timeout,
+            upstream_health_interval,
+            stale,
+            prefetch: self.cache.prefetch,
             ttl: TtlPolicy {
                 min_ttl: c.min_ttl,
                 max_ttl: c.max_ttl,
@@ -449,7 +527,7 @@ mod tests {
                 .contains("cache.minTTL")
         );
         let c = Config {
-            upstreams: vec!["tls://1.1.1.1".into()],
+            upstreams: vec!["dns://1.1.1.1".into()],
             ..Config::default()
         };
         assert!(c.validate().unwrap_err().to_string().contains("upstreams"));

@@ -189,10 +189,7 @@ impl Zones {
                 }
                 let upstreams: Arc<[UpstreamSpec]> = addrs
                     .iter()
-                    .map(|&ip| UpstreamSpec {
-                        protocol: UpstreamProtocol::Udp,
-                        addr: SocketAddr::new(ip, 53),
-                    })
+                    .map(|&ip| UpstreamSpec::plain(UpstreamProtocol::Udp, SocketAddr::new(ip, 53)))
                     .collect();
                 let forward = forwards.len() as u32;
                 forwards.push(ForwardZone {

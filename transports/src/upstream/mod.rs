@@ -21,7 +21,11 @@
 //! random ID, and a reply must carry that ID and the exact question. Foreign replies are counted
 //! and ignored, never accepted; the attempt keeps waiting for the genuine one until its deadline.
 
+mod dot;
+mod https;
+mod quic;
 mod tcp;
+pub mod tls;
 mod udp;
 mod waiters;
 
@@ -44,6 +48,9 @@ use kudurru_core::{
 use crate::deadline::{until, within};
 use crate::metrics::{CoreMetrics, FORWARD_ZONES, UpstreamCounters, UpstreamError};
 use crate::settings::{Settings, SharedSettings};
+use dot::DotPool;
+use https::HttpsPool;
+use quic::QuicPool;
 use tcp::TcpPool;
 use udp::UdpPool;
 use waiters::Registration;
@@ -61,6 +68,24 @@ pub(crate) struct Upstreams {
     /// By counter slot (an index in the global set, or [`FORWARD_ZONES`]) and address.
     udp: RefCell<HashMap<(usize, SocketAddr), Rc<UdpPool>>>,
     tcp: RefCell<HashMap<(usize, SocketAddr), Rc<TcpPool>>>,
+    /// Encrypted upstreams, by counter slot and the whole spec (the TLS name and path are
+    /// part of what a connection is).
+    dot: PoolMap<DotPool>,
+    https: PoolMap<HttpsPool>,
+    quic: PoolMap<QuicPool>,
+}
+
+type PoolMap<P> = RefCell<HashMap<(usize, UpstreamSpec), Rc<P>>>;
+
+/// The pool for `spec` in `map`, made by `make` on first use.
+fn pool<P>(map: &PoolMap<P>, slot: usize, spec: &UpstreamSpec, make: impl FnOnce() -> P) -> Rc<P> {
+    let mut map = map.borrow_mut();
+    if let Some(pool) = map.get(&(slot, spec.clone())) {
+        return pool.clone();
+    }
+    let pool = Rc::new(make());
+    map.insert((slot, spec.clone()), pool.clone());
+    pool
 }
 
 /// The selectors of the forward zones of one `Zones` (the published one's, once a query under
@@ -140,6 +165,9 @@ impl Upstreams {
             forwards: RefCell::new(forwards),
             udp: RefCell::new(HashMap::new()),
             tcp: RefCell::new(HashMap::new()),
+            dot: RefCell::new(HashMap::new()),
+            https: RefCell::new(HashMap::new()),
+            quic: RefCell::new(HashMap::new()),
         }
     }
 
@@ -186,7 +214,7 @@ impl Upstreams {
                     continue;
                 }
                 // The order indexes this snapshot's upstream set.
-                let Some(&spec) = set.upstreams.get(index) else {
+                let Some(spec) = set.upstreams.get(index) else {
                     continue;
                 };
                 let slot = counter_slot(set.route, index, spec, settings);
@@ -292,7 +320,7 @@ impl Upstreams {
     /// unknown), as Unbound derives its timeouts from each server's RTT.
     fn attempt_timeout(&self, set: UpstreamSet<'_>, index: usize, settings: &Settings) -> Duration {
         let mut srtt = None;
-        if let Some(&spec) = set.upstreams.get(index) {
+        if let Some(spec) = set.upstreams.get(index) {
             self.with_selector(set, index, spec, |selector| srtt = selector.srtt(index));
         }
         srtt.map_or(settings.upstream_timeout, |srtt| {
@@ -306,8 +334,7 @@ impl Upstreams {
     /// retires the TCP connection it waits on from new queries.
     fn timed_out(&self, set: UpstreamSet<'_>, late: &Open<'_>, now: Instant, settings: &Settings) {
         if late.connection.get() != 0 {
-            self.tcp_pool(late.slot, late.spec.addr)
-                .retire(late.connection.get());
+            self.retire(late.slot, late.spec, late.connection.get());
         }
         self.with_selector(set, late.index, late.spec, |selector| {
             selector.on_failure(late.index, now, settings.upstream_timeout);
@@ -324,13 +351,13 @@ impl Upstreams {
         &self,
         set: UpstreamSet<'_>,
         index: usize,
-        spec: UpstreamSpec,
+        spec: &UpstreamSpec,
         f: impl FnOnce(&mut Selector),
     ) {
         match set.route {
             Route::Global => {
                 let (current, selector) = &mut *self.selector.borrow_mut();
-                if current.get(index) == Some(&spec) {
+                if current.get(index) == Some(spec) {
                     f(selector);
                 }
             }
@@ -387,6 +414,57 @@ impl Upstreams {
         state.1.order(now)
     }
 
+    /// Retires connection `serial` to `spec` (counted in `slot`) from new queries: an
+    /// attempt on it outlasted its timeout.
+    fn retire(&self, slot: usize, spec: &UpstreamSpec, serial: u64) {
+        match spec.protocol {
+            UpstreamProtocol::Udp | UpstreamProtocol::Tcp => {
+                self.tcp_pool(slot, spec.addr).retire(serial);
+            }
+            UpstreamProtocol::Tls => self.dot_pool(slot, spec).retire(serial),
+            UpstreamProtocol::Https => self.https_pool(slot, spec).retire(serial),
+            UpstreamProtocol::Quic | UpstreamProtocol::H3 => {
+                self.quic_pool(slot, spec).retire(serial);
+            }
+        }
+    }
+
+    /// The core's connection to the DoT upstream `spec`, counted in `slot`.
+    fn dot_pool(&self, slot: usize, spec: &UpstreamSpec) -> Rc<DotPool> {
+        pool(&self.dot, slot, spec, || {
+            DotPool::new(
+                spec.clone(),
+                self.metrics.clone(),
+                self.settings.clone(),
+                slot,
+            )
+        })
+    }
+
+    /// The core's connection to the DoH (HTTP/2) upstream `spec`, counted in `slot`.
+    fn https_pool(&self, slot: usize, spec: &UpstreamSpec) -> Rc<HttpsPool> {
+        pool(&self.https, slot, spec, || {
+            HttpsPool::new(
+                spec.clone(),
+                self.metrics.clone(),
+                self.settings.clone(),
+                slot,
+            )
+        })
+    }
+
+    /// The core's connection to the DoQ or DoH3 upstream `spec`, counted in `slot`.
+    fn quic_pool(&self, slot: usize, spec: &UpstreamSpec) -> Rc<QuicPool> {
+        pool(&self.quic, slot, spec, || {
+            QuicPool::new(
+                spec.clone(),
+                self.metrics.clone(),
+                self.settings.clone(),
+                slot,
+            )
+        })
+    }
+
     /// The UDP socket pool for the upstream at `addr`, counted in `slot`.
     fn udp_pool(&self, slot: usize, addr: SocketAddr) -> Rc<UdpPool> {
         self.udp
@@ -417,13 +495,13 @@ impl Upstreams {
 /// in the global set; for a forward zone's upstream, the index of the same upstream in the
 /// global set when it is there (the same server, the same counters and sockets), else
 /// [`FORWARD_ZONES`].
-fn counter_slot(route: Route, index: usize, spec: UpstreamSpec, settings: &Settings) -> usize {
+fn counter_slot(route: Route, index: usize, spec: &UpstreamSpec, settings: &Settings) -> usize {
     match route {
         Route::Global => index,
         Route::Forward(_) => settings
             .upstreams
             .iter()
-            .position(|global| *global == spec)
+            .position(|global| global == spec)
             .unwrap_or(FORWARD_ZONES),
     }
 }
@@ -442,7 +520,7 @@ struct Open<'a> {
     index: usize,
     /// Its upstream's counter slot ([`counter_slot`]).
     slot: usize,
-    spec: UpstreamSpec,
+    spec: &'a UpstreamSpec,
     started: Instant,
     /// Whether its timeout passed (counted then; it stays open until the resolve deadline).
     timed_out: bool,
@@ -456,9 +534,9 @@ type AttemptResult = Result<(CachedAnswer, Instant), UpstreamError>;
 
 /// Which upstream an attempt asks: its counter slot ([`counter_slot`]), and its spec.
 #[derive(Clone, Copy)]
-struct Target {
+struct Target<'a> {
     slot: usize,
-    spec: UpstreamSpec,
+    spec: &'a UpstreamSpec,
 }
 
 /// One attempt at one upstream, started at `now`, bounded by `deadline`; the answer comes with
@@ -466,7 +544,7 @@ struct Target {
 /// `connection`.
 async fn ask(
     upstreams: &Upstreams,
-    target: Target,
+    target: Target<'_>,
     key: &CacheKey,
     now: Instant,
     deadline: Instant,
@@ -486,6 +564,21 @@ async fn ask(
             let ask = ask_tcp(&pool, key, policy, counters, &connection);
             until(deadline, Box::pin(ask)).await
         }
+        UpstreamProtocol::Tls => {
+            let pool = upstreams.dot_pool(slot, spec);
+            let ask = pool.ask(key, policy, counters, &connection);
+            until(deadline, Box::pin(ask)).await
+        }
+        UpstreamProtocol::Https => {
+            let pool = upstreams.https_pool(slot, spec);
+            let ask = pool.ask(key, policy, counters, &connection);
+            until(deadline, Box::pin(ask)).await
+        }
+        UpstreamProtocol::Quic | UpstreamProtocol::H3 => {
+            let pool = upstreams.quic_pool(slot, spec);
+            let ask = pool.ask(key, policy, counters, &connection);
+            until(deadline, Box::pin(ask)).await
+        }
     };
     match outcome {
         None => Err(UpstreamError::Timeout),
@@ -502,6 +595,7 @@ async fn ask(
     }
 }
 
+/// Why an attempt ended without an answer, before it is counted.
 enum Attempt {
     Truncated,
     Failed(UpstreamError),

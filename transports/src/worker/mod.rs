@@ -173,6 +173,12 @@ mod tests {
                     .expect("an upstream URL"),
             ]
             .into(),
+            upstream_strategy: Default::default(),
+            upstream_tls: Default::default(),
+            upstream_idle_timeout: Duration::from_secs(30),
+            upstream_health_interval: Duration::from_secs(5),
+            stale: Default::default(),
+            prefetch: true,
             ttl: TtlPolicy {
                 max_ttl,
                 ..TtlPolicy::default()

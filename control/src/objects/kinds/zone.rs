@@ -665,7 +665,7 @@ mod tests {
                 "spec.upstreams",
             ),
             (
-                json!({"zone": "test.", "type": "forward", "upstreams": ["https://127.0.0.1/dns-query"]}),
+                json!({"zone": "test.", "type": "forward", "upstreams": ["dns://127.0.0.1"]}),
                 "spec.upstreams[0]",
             ),
             (
