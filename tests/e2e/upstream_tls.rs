@@ -378,3 +378,27 @@ fn rfc8484_doh_upstream_dnsdist_answers_over_one_connection() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("refused its certificate"), "{text}");
 }
+
+/// A CA file whose certificate does not parse is a configuration error (exit 1, naming the
+/// key), not a failure at the first encrypted query.
+#[test]
+fn an_unparsable_upstream_ca_file_is_a_configuration_error() {
+    let dir = Scratch::new("upstream-bad-ca");
+    let ca = dir.join("broken.pem");
+    std::fs::write(
+        &ca,
+        "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let out = Kudurru::builder(&[format!("tls://127.0.0.1:{}#{SERVER_NAME}", free_port())])
+        .env("KUDURRU_UPSTREAM__TLS__CAFILE", ca.to_str().unwrap())
+        .command(free_port(), free_port())
+        .output()
+        .expect("kudurru runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("upstream.tls.caFile") && stderr.contains("certificate 1"),
+        "{stderr}"
+    );
+}

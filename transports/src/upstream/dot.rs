@@ -81,8 +81,13 @@ impl TlsDial {
     /// certificate failures) and, when it fails, logged with the upstream's name.
     pub(super) async fn connect(&self) -> io::Result<TlsStream<TcpStream>> {
         let tls = self.settings.load().upstream_tls.clone();
-        let config = tls::client_config(&tls, self.alpn).map_err(io::Error::other)?;
-        let name = tls::server_name(&self.spec).map_err(io::Error::other)?;
+        let prepared = tls::client_config(&tls, self.alpn)
+            .and_then(|config| Ok((config, tls::server_name(&self.spec)?)));
+        let (config, name) = prepared.map_err(|error| {
+            // No system roots (and no caFile), or a name that is no server name.
+            tracing::warn!(upstream = %self.spec, %error, "cannot connect to the encrypted upstream");
+            io::Error::other(error)
+        })?;
         let tcp = TcpStream::connect(self.spec.addr).await?;
         tcp.set_nodelay(true)?;
         let counters = self.metrics.upstream(self.slot);
