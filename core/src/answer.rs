@@ -15,6 +15,7 @@ use domain::rdata::AllRecordData;
 
 use crate::CacheKey;
 use crate::scrub::{ReplyRecord, Scrubber, Section};
+use crate::settings::STALE_ANSWER_TTL;
 use crate::wire::{self, HEADER_LEN, rcode, rtype};
 
 /// TTL policy applied when answers are cached.
@@ -97,6 +98,18 @@ pub struct CachedAnswer {
     has_cname: bool,
     stored: Instant,
     lifetime: u32,
+    /// `stored + lifetime`, computed once: the hit path compares, it does not add.
+    expires: Instant,
+    /// When a hit starts asking for a background refresh (prefetch): nine tenths into the
+    /// lifetime; `expires` for failures and stale copies, which are never prefetched.
+    refresh_at: Instant,
+    /// The Extended DNS Error (RFC 8914) a client with EDNS gets with this answer; 0: none.
+    ede: u16,
+}
+
+/// The instant nine tenths of `lifetime` seconds after `stored` (Unbound's prefetch point).
+fn refresh_point(stored: Instant, lifetime: u32) -> Instant {
+    stored + Duration::from_millis(u64::from(lifetime) * 900)
 }
 
 impl CachedAnswer {
@@ -192,10 +205,14 @@ impl CachedAnswer {
             has_cname,
             stored: now,
             lifetime,
+            expires: now + Duration::from_secs(u64::from(lifetime)),
+            refresh_at: refresh_point(now, lifetime),
+            ede: 0,
         })
     }
 
-    /// A synthesized SERVFAIL for `key`, cached for `policy.servfail_ttl` (RFC 9520).
+    /// A synthesized SERVFAIL for `key`, cached for `policy.servfail_ttl` (RFC 9520): every
+    /// upstream failed, so a client with EDNS is told "No Reachable Authority" (RFC 8914 §4.23).
     pub fn failure(key: &CacheKey, now: Instant, policy: &TtlPolicy) -> Self {
         let mut message = Vec::with_capacity(HEADER_LEN + key.question().len());
         message.extend_from_slice(&[0, 0, 0x81, 0x80 | rcode::SERVFAIL, 0, 1, 0, 0, 0, 0, 0, 0]);
@@ -209,7 +226,57 @@ impl CachedAnswer {
             has_cname: false,
             stored: now,
             lifetime: policy.servfail_ttl,
+            expires: now + Duration::from_secs(u64::from(policy.servfail_ttl)),
+            refresh_at: now + Duration::from_secs(u64::from(policy.servfail_ttl)),
+            ede: wire::ede::NO_REACHABLE_AUTHORITY,
         }
+    }
+
+    /// This expired answer served stale at `now` (RFC 8767 §4): every TTL set to
+    /// [`STALE_ANSWER_TTL`], EDE 3 "Stale Answer" for clients with EDNS (RFC 8914 §4.4). A copy
+    /// for one resolution's clients: it is never stored in place of the expired answer.
+    pub fn stale_copy(&self, now: Instant) -> Self {
+        let mut data = self.data.clone();
+        let (_, ttls) = data.split_at_mut(usize::from(self.message_len));
+        for entry in ttls.chunks_exact_mut(TTL_ENTRY) {
+            entry[2..6].copy_from_slice(&STALE_ANSWER_TTL.to_be_bytes());
+        }
+        let expires = now + Duration::from_secs(u64::from(STALE_ANSWER_TTL));
+        Self {
+            data,
+            message_len: self.message_len,
+            question_end: self.question_end,
+            key_flags: self.key_flags,
+            kind: self.kind,
+            has_cname: self.has_cname,
+            stored: now,
+            lifetime: STALE_ANSWER_TTL,
+            expires,
+            refresh_at: expires,
+            ede: wire::ede::STALE_ANSWER,
+        }
+    }
+
+    /// Whether this is a stale copy ([`Self::stale_copy`]), which no cache tier keeps.
+    pub fn is_stale(&self) -> bool {
+        self.ede == wire::ede::STALE_ANSWER
+    }
+
+    /// Whether a hit at `now` should refresh this answer in the background (prefetch): it is in
+    /// the last tenth of its lifetime.
+    pub fn refresh_due(&self, now: Instant) -> bool {
+        now >= self.refresh_at
+    }
+
+    /// Whether this answer, expired or not, may still be served stale at `now`: it expired
+    /// less than `max_age` ago (`cache.staleMaxAge`, RFC 8767 §5).
+    pub fn servable_stale(&self, now: Instant, max_age: Duration) -> bool {
+        now < self.expires + max_age
+    }
+
+    /// The Extended DNS Error code this answer carries to clients with EDNS, if any.
+    pub fn ede(&self) -> Option<u16> {
+        (self.ede != 0).then_some(self.ede)
     }
 
     /// Whether this answer is for `key`.
@@ -225,12 +292,17 @@ impl CachedAnswer {
 
     /// Whether this answer may still be served at `now`.
     pub fn is_fresh(&self, now: Instant) -> bool {
-        now < self.expires()
+        now < self.expires
     }
 
-    /// The instant this answer stops being served.
+    /// The instant this answer stops being served fresh.
     pub fn expires(&self) -> Instant {
-        self.stored + Duration::from_secs(u64::from(self.lifetime))
+        self.expires
+    }
+
+    /// Whole seconds since the answer was stored.
+    pub fn age(&self, now: Instant) -> u32 {
+        age_secs(self.stored, now)
     }
 
     /// Seconds of life left at `now` (the smallest remaining TTL).
@@ -363,14 +435,19 @@ impl CachedAnswer {
         }
         let mut truncated = false;
         if let Some(limit) = udp_limit {
-            let opt_len = if query.edns().is_some() { 11 } else { 0 };
+            // OPT (11 bytes), and 6 more for an EDE option.
+            let opt_len = match (query.edns(), self.ede) {
+                (None, _) => 0,
+                (Some(_), 0) => 11,
+                (Some(_), _) => 17,
+            };
             if out.len() + opt_len > limit {
                 wire::truncate_to_question(out, usize::from(self.question_end));
                 truncated = true;
             }
         }
         if let Some(edns) = query.edns() {
-            wire::push_reply_opt(out, edns, options);
+            wire::push_reply_opt_with_ede(out, edns, options, self.ede());
         }
         truncated
     }

@@ -7,6 +7,7 @@
 //!          ─▶ worker.serve_local   a hit on this core (shard or L1), served in place
 //!          ─▶ worker.resolve       a miss: the owner core, in-flight join, upstream
 //! runtime  ─▶ worker.on_message    lookups and answers from other cores
+//!          ─▶ worker.run_refreshes prefetches and stale answers' refreshes, in the background
 //!          ─▶ worker.maintain      capacities and counters, once a second
 //!          ─▶ worker.cache_command an operator's flush, stats or dump
 //! ```
@@ -105,6 +106,18 @@ impl Worker {
                 worker.resolver.send_answer(&lookup, answer).await;
             })
             .detach();
+        }
+    }
+
+    /// Runs the core's background refreshes (prefetches, the resolutions behind stale
+    /// answers), each in a task of its own, until the core stops. Run once per core.
+    pub(crate) async fn run_refreshes(self: Rc<Self>) {
+        let Some(queue) = self.resolver.take_refresh_queue() else {
+            return;
+        };
+        while let Some(job) = queue.recv().await {
+            let worker = self.clone();
+            glommio::spawn_local(async move { worker.resolver.refresh(job).await }).detach();
         }
     }
 
