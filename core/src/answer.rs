@@ -968,4 +968,82 @@ pub(crate) mod tests {
         assert!(!answer.write_response(&q, t0, None, &UDP, &mut out));
         assert!(out.len() > 1000);
     }
+
+    #[test]
+    fn rfc8767_a_stale_copy_has_ttl_30_and_ede_3_and_the_original_is_unchanged() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 3);
+        let r = reply(
+            &up,
+            0,
+            &[
+                (0, 1, 60, vec![192, 0, 2, 1]),
+                (1, 2, 3600, b"\x02ns\x00".to_vec()),
+            ],
+        );
+        let answer = CachedAnswer::from_reply(&r, &key, 3, t0, &TtlPolicy::default()).unwrap();
+        assert_eq!(answer.ede(), None);
+        assert!(answer.refresh_due(t0 + Duration::from_secs(54)));
+        assert!(!answer.refresh_due(t0 + Duration::from_secs(53)));
+        let later = t0 + Duration::from_secs(100);
+        assert!(!answer.is_fresh(later));
+        assert!(answer.servable_stale(later, Duration::from_secs(41)));
+        assert!(!answer.servable_stale(later, Duration::from_secs(40)));
+        let stale = answer.stale_copy(later);
+        assert!(stale.is_stale() && !answer.is_stale());
+        assert!(stale.is_fresh(later) && !stale.refresh_due(later + Duration::from_secs(29)));
+        assert_eq!(stale.remaining(later), STALE_ANSWER_TTL);
+
+        let mut out = Vec::new();
+        let with_edns = client_query(NAME, true);
+        let q = Query::parse(&with_edns).unwrap();
+        stale.write_response(&q, later, Some(1232), &UDP, &mut out);
+        let msg = Message::from_slice(&out).unwrap();
+        let ttls: Vec<u32> = msg
+            .answer()
+            .unwrap()
+            .chain(msg.authority().unwrap())
+            .map(|r| r.unwrap().ttl().as_secs())
+            .collect();
+        assert_eq!(ttls, [30, 30]);
+        assert!(msg.opt().is_some(), "an OPT");
+        // The OPT's only option, last in the message: EDE 3, no text.
+        assert_eq!(&out[out.len() - 6..], &[0, 15, 0, 2, 0, 3]);
+        // Without EDNS: no OPT, so no EDE; the original still answers with its own TTLs.
+        let plain = client_query(NAME, false);
+        let q = Query::parse(&plain).unwrap();
+        stale.write_response(&q, later, None, &UDP, &mut out);
+        assert!(Message::from_slice(&out).unwrap().opt().is_none());
+        answer.write_response(&q, t0 + Duration::from_secs(10), None, &UDP, &mut out);
+        let msg = Message::from_slice(&out).unwrap();
+        assert_eq!(
+            msg.answer()
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .ttl()
+                .as_secs(),
+            50
+        );
+    }
+
+    #[test]
+    fn rfc8914_a_servfail_for_failed_upstreams_carries_ede_22() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let failed = CachedAnswer::failure(&key, t0, &TtlPolicy::default());
+        assert_eq!(failed.ede(), Some(wire::ede::NO_REACHABLE_AUTHORITY));
+        assert!(
+            !failed.refresh_due(t0 + Duration::from_secs(4)),
+            "failures are not prefetched"
+        );
+        let cq = client_query(NAME, true);
+        let q = Query::parse(&cq).unwrap();
+        let mut out = Vec::new();
+        failed.write_response(&q, t0, Some(512), &UDP, &mut out);
+        assert_eq!(out[3] & 0x0f, rcode::SERVFAIL);
+        assert_eq!(&out[out.len() - 6..], &[0, 15, 0, 2, 0, 22]);
+    }
 }

@@ -439,4 +439,140 @@ mod tests {
             assert!(cache.get(&key(n), t0).is_some());
         }
     }
+
+    #[test]
+    fn rfc8767_expired_answers_are_kept_for_the_stale_window_only() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(10);
+        cache.set_refresh_policy(false, Duration::from_secs(10));
+        let k = key(1);
+        cache.insert(&k, answer(&k, t0, 5), t0);
+        let max_age = Duration::from_secs(10);
+        assert!(cache.stale(&k, t0, max_age).is_none(), "fresh is not stale");
+        let expired = t0 + Duration::from_secs(6);
+        assert!(
+            cache.get(&k, expired).is_none(),
+            "an expired answer is a miss"
+        );
+        let stale = cache
+            .stale(&k, expired, max_age)
+            .expect("within the window");
+        assert!(!stale.quiet);
+        assert!(
+            cache
+                .stale(&k, expired, Duration::from_millis(500))
+                .is_none(),
+            "the caller's window applies"
+        );
+        // The purge keeps it within the window and drops it after.
+        assert_eq!(cache.purge_expired(expired, 100), 0);
+        assert!(cache.holds(&k, expired));
+        let gone = t0 + Duration::from_secs(15);
+        assert!(cache.stale(&k, gone, max_age).is_none());
+        assert_eq!(cache.purge_expired(gone, 100), 1);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn serve_stale_off_reclaims_at_expiry_and_stale_entries_count_against_capacity() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(2);
+        let (a, b, c) = (key(1), key(2), key(3));
+        cache.insert(&a, answer(&a, t0, 1), t0);
+        assert_eq!(cache.purge_expired(t0 + Duration::from_secs(2), 100), 1);
+
+        cache.set_refresh_policy(false, Duration::from_secs(3600));
+        cache.insert(&a, answer(&a, t0, 1), t0);
+        cache.insert(&b, answer(&b, t0, 300), t0);
+        cache.get(&b, t0);
+        let later = t0 + Duration::from_secs(2);
+        // Full: the stale answer's slot goes before the fresh, referenced one.
+        cache.insert(&c, answer(&c, later, 300), later);
+        assert_eq!(cache.len(), 2);
+        assert!(cache.stale(&a, later, Duration::from_secs(3600)).is_none());
+        assert!(cache.get(&b, later).is_some() && cache.get(&c, later).is_some());
+        assert_eq!(cache.stats().expired, 2);
+    }
+
+    #[test]
+    fn a_failed_refresh_makes_the_stale_answer_quiet_for_a_while() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(10);
+        let k = key(1);
+        cache.insert(&k, answer(&k, t0, 5), t0);
+        let max_age = Duration::from_secs(3600);
+        let failed_at = t0 + Duration::from_secs(6);
+        cache.refresh_failed(&k, failed_at, Duration::from_secs(30));
+        let quiet = |cache: &mut Cache, at| cache.stale(&k, at, max_age).map(|s| s.quiet);
+        assert_eq!(quiet(&mut cache, failed_at), Some(true));
+        assert_eq!(
+            quiet(&mut cache, failed_at + Duration::from_secs(29)),
+            Some(true)
+        );
+        assert_eq!(
+            quiet(&mut cache, failed_at + Duration::from_secs(31)),
+            Some(false)
+        );
+        // A new answer clears it.
+        cache.insert(&k, answer(&k, failed_at, 5), failed_at);
+        cache.insert(&k, answer(&k, t0, 5), t0);
+        assert_eq!(quiet(&mut cache, failed_at), Some(false));
+    }
+
+    /// A positive answer (one A record, TTL `ttl`): failures are never prefetched.
+    fn positive(key: &CacheKey, now: Instant, ttl: u32) -> Arc<CachedAnswer> {
+        let mut query = Vec::new();
+        crate::wire::write_upstream_query(key, 1, &mut query);
+        let reply = crate::answer::tests::reply(&query, 0, &[(0, 1, ttl, vec![192, 0, 2, 1])]);
+        Arc::new(CachedAnswer::from_reply(&reply, key, 1, now, &TtlPolicy::default()).unwrap())
+    }
+
+    #[test]
+    fn prefetch_is_asked_once_in_the_last_tenth_and_again_after_a_new_answer() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(10);
+        let k = key(1);
+        cache.insert(&k, positive(&k, t0, 10), t0);
+        let prefetch =
+            |cache: &mut Cache, at, asking| cache.lookup(&k, at, asking).map(|h| h.prefetch);
+        let late = t0 + Duration::from_millis(9100);
+        assert_eq!(
+            prefetch(&mut cache, late, true),
+            Some(false),
+            "prefetch off"
+        );
+        cache.set_refresh_policy(true, Duration::ZERO);
+        assert_eq!(
+            prefetch(&mut cache, t0 + Duration::from_secs(8), true),
+            Some(false),
+            "too early"
+        );
+        assert_eq!(
+            prefetch(&mut cache, late, false),
+            Some(false),
+            "not asked for"
+        );
+        assert_eq!(
+            prefetch(&mut cache, late, true),
+            Some(true),
+            "the last tenth"
+        );
+        assert_eq!(prefetch(&mut cache, late, true), Some(false), "once");
+        assert_eq!(
+            prefetch(&mut cache, t0 + Duration::from_secs(10), true),
+            None,
+            "expired"
+        );
+        let refreshed = t0 + Duration::from_millis(9200);
+        cache.insert(&k, positive(&k, refreshed, 10), refreshed);
+        assert_eq!(
+            prefetch(&mut cache, t0 + Duration::from_secs(10), true),
+            Some(false)
+        );
+        assert_eq!(
+            prefetch(&mut cache, refreshed + Duration::from_millis(9000), true),
+            Some(true)
+        );
+        assert_eq!(cache.stats().misses, 1);
+    }
 }
