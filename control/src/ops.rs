@@ -273,7 +273,7 @@ pub fn render_metrics(state: &OpsState) -> String {
             let _ = writeln!(out, "{name}{{core=\"{core}\"}} {}", get(cm));
         }
     }
-    let plain: [(&str, &str, Counter); 12] = [
+    let plain: [(&str, &str, Counter); 15] = [
         (
             "kudurru_cross_core_lookups_total",
             "Cache misses sent to the owning core.",
@@ -288,6 +288,21 @@ pub fn render_metrics(state: &OpsState) -> String {
             "kudurru_upstream_exhausted_total",
             "Queries answered SERVFAIL because every upstream attempt failed.",
             |c| c.upstream_exhausted.load(Relaxed),
+        ),
+        (
+            "kudurru_stale_answers_total",
+            "Expired answers served stale (TTL 30, EDE 3) because every upstream failed or upstream.staleAnswerTimeout passed (RFC 8767).",
+            |c| c.stale_answers.load(Relaxed),
+        ),
+        (
+            "kudurru_prefetch_total",
+            "Background refreshes started by a hit in the last tenth of an answer's TTL (cache.prefetch).",
+            |c| c.prefetches.load(Relaxed),
+        ),
+        (
+            "kudurru_refresh_failures_total",
+            "Background refreshes (prefetches, stale answers' refreshes) whose upstreams all failed; the cached answer was kept.",
+            |c| c.refresh_failures.load(Relaxed),
         ),
         (
             "kudurru_tcp_refused_total",

@@ -15,6 +15,7 @@ use domain::rdata::AllRecordData;
 
 use crate::CacheKey;
 use crate::scrub::{ReplyRecord, Scrubber, Section};
+use crate::settings::STALE_ANSWER_TTL;
 use crate::wire::{self, HEADER_LEN, rcode, rtype};
 
 /// TTL policy applied when answers are cached.
@@ -97,6 +98,18 @@ pub struct CachedAnswer {
     has_cname: bool,
     stored: Instant,
     lifetime: u32,
+    /// `stored + lifetime`, computed once: the hit path compares, it does not add.
+    expires: Instant,
+    /// When a hit starts asking for a background refresh (prefetch): nine tenths into the
+    /// lifetime; `expires` for failures and stale copies, which are never prefetched.
+    refresh_at: Instant,
+    /// The Extended DNS Error (RFC 8914) a client with EDNS gets with this answer; 0: none.
+    ede: u16,
+}
+
+/// The instant nine tenths of `lifetime` seconds after `stored` (Unbound's prefetch point).
+fn refresh_point(stored: Instant, lifetime: u32) -> Instant {
+    stored + Duration::from_millis(u64::from(lifetime) * 900)
 }
 
 impl CachedAnswer {
@@ -192,10 +205,14 @@ impl CachedAnswer {
             has_cname,
             stored: now,
             lifetime,
+            expires: now + Duration::from_secs(u64::from(lifetime)),
+            refresh_at: refresh_point(now, lifetime),
+            ede: 0,
         })
     }
 
-    /// A synthesized SERVFAIL for `key`, cached for `policy.servfail_ttl` (RFC 9520).
+    /// A synthesized SERVFAIL for `key`, cached for `policy.servfail_ttl` (RFC 9520): every
+    /// upstream failed, so a client with EDNS is told "No Reachable Authority" (RFC 8914 §4.23).
     pub fn failure(key: &CacheKey, now: Instant, policy: &TtlPolicy) -> Self {
         let mut message = Vec::with_capacity(HEADER_LEN + key.question().len());
         message.extend_from_slice(&[0, 0, 0x81, 0x80 | rcode::SERVFAIL, 0, 1, 0, 0, 0, 0, 0, 0]);
@@ -209,7 +226,57 @@ impl CachedAnswer {
             has_cname: false,
             stored: now,
             lifetime: policy.servfail_ttl,
+            expires: now + Duration::from_secs(u64::from(policy.servfail_ttl)),
+            refresh_at: now + Duration::from_secs(u64::from(policy.servfail_ttl)),
+            ede: wire::ede::NO_REACHABLE_AUTHORITY,
         }
+    }
+
+    /// This expired answer served stale at `now` (RFC 8767 §4): every TTL set to
+    /// [`STALE_ANSWER_TTL`], EDE 3 "Stale Answer" for clients with EDNS (RFC 8914 §4.4). A copy
+    /// for one resolution's clients: it is never stored in place of the expired answer.
+    pub fn stale_copy(&self, now: Instant) -> Self {
+        let mut data = self.data.clone();
+        let (_, ttls) = data.split_at_mut(usize::from(self.message_len));
+        for entry in ttls.chunks_exact_mut(TTL_ENTRY) {
+            entry[2..6].copy_from_slice(&STALE_ANSWER_TTL.to_be_bytes());
+        }
+        let expires = now + Duration::from_secs(u64::from(STALE_ANSWER_TTL));
+        Self {
+            data,
+            message_len: self.message_len,
+            question_end: self.question_end,
+            key_flags: self.key_flags,
+            kind: self.kind,
+            has_cname: self.has_cname,
+            stored: now,
+            lifetime: STALE_ANSWER_TTL,
+            expires,
+            refresh_at: expires,
+            ede: wire::ede::STALE_ANSWER,
+        }
+    }
+
+    /// Whether this is a stale copy ([`Self::stale_copy`]), which no cache tier keeps.
+    pub fn is_stale(&self) -> bool {
+        self.ede == wire::ede::STALE_ANSWER
+    }
+
+    /// Whether a hit at `now` should refresh this answer in the background (prefetch): it is in
+    /// the last tenth of its lifetime.
+    pub fn refresh_due(&self, now: Instant) -> bool {
+        now >= self.refresh_at
+    }
+
+    /// Whether this answer, expired or not, may still be served stale at `now`: it expired
+    /// less than `max_age` ago (`cache.staleMaxAge`, RFC 8767 §5).
+    pub fn servable_stale(&self, now: Instant, max_age: Duration) -> bool {
+        now < self.expires + max_age
+    }
+
+    /// The Extended DNS Error code this answer carries to clients with EDNS, if any.
+    pub fn ede(&self) -> Option<u16> {
+        (self.ede != 0).then_some(self.ede)
     }
 
     /// Whether this answer is for `key`.
@@ -225,12 +292,17 @@ impl CachedAnswer {
 
     /// Whether this answer may still be served at `now`.
     pub fn is_fresh(&self, now: Instant) -> bool {
-        now < self.expires()
+        now < self.expires
     }
 
-    /// The instant this answer stops being served.
+    /// The instant this answer stops being served fresh.
     pub fn expires(&self) -> Instant {
-        self.stored + Duration::from_secs(u64::from(self.lifetime))
+        self.expires
+    }
+
+    /// Whole seconds since the answer was stored.
+    pub fn age(&self, now: Instant) -> u32 {
+        age_secs(self.stored, now)
     }
 
     /// Seconds of life left at `now` (the smallest remaining TTL).
@@ -363,14 +435,19 @@ impl CachedAnswer {
         }
         let mut truncated = false;
         if let Some(limit) = udp_limit {
-            let opt_len = if query.edns().is_some() { 11 } else { 0 };
+            // OPT (11 bytes), and 6 more for an EDE option.
+            let opt_len = match (query.edns(), self.ede) {
+                (None, _) => 0,
+                (Some(_), 0) => 11,
+                (Some(_), _) => 17,
+            };
             if out.len() + opt_len > limit {
                 wire::truncate_to_question(out, usize::from(self.question_end));
                 truncated = true;
             }
         }
         if let Some(edns) = query.edns() {
-            wire::push_reply_opt(out, edns, options);
+            wire::push_reply_opt_with_ede(out, edns, options, self.ede());
         }
         truncated
     }
@@ -890,5 +967,83 @@ pub(crate) mod tests {
         assert_eq!(out.len(), 12 + NAME.len() + 4);
         assert!(!answer.write_response(&q, t0, None, &UDP, &mut out));
         assert!(out.len() > 1000);
+    }
+
+    #[test]
+    fn rfc8767_a_stale_copy_has_ttl_30_and_ede_3_and_the_original_is_unchanged() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 3);
+        let r = reply(
+            &up,
+            0,
+            &[
+                (0, 1, 60, vec![192, 0, 2, 1]),
+                (1, 2, 3600, b"\x02ns\x00".to_vec()),
+            ],
+        );
+        let answer = CachedAnswer::from_reply(&r, &key, 3, t0, &TtlPolicy::default()).unwrap();
+        assert_eq!(answer.ede(), None);
+        assert!(answer.refresh_due(t0 + Duration::from_secs(54)));
+        assert!(!answer.refresh_due(t0 + Duration::from_secs(53)));
+        let later = t0 + Duration::from_secs(100);
+        assert!(!answer.is_fresh(later));
+        assert!(answer.servable_stale(later, Duration::from_secs(41)));
+        assert!(!answer.servable_stale(later, Duration::from_secs(40)));
+        let stale = answer.stale_copy(later);
+        assert!(stale.is_stale() && !answer.is_stale());
+        assert!(stale.is_fresh(later) && !stale.refresh_due(later + Duration::from_secs(29)));
+        assert_eq!(stale.remaining(later), STALE_ANSWER_TTL);
+
+        let mut out = Vec::new();
+        let with_edns = client_query(NAME, true);
+        let q = Query::parse(&with_edns).unwrap();
+        stale.write_response(&q, later, Some(1232), &UDP, &mut out);
+        let msg = Message::from_slice(&out).unwrap();
+        let ttls: Vec<u32> = msg
+            .answer()
+            .unwrap()
+            .chain(msg.authority().unwrap())
+            .map(|r| r.unwrap().ttl().as_secs())
+            .collect();
+        assert_eq!(ttls, [30, 30]);
+        assert!(msg.opt().is_some(), "an OPT");
+        // The OPT's only option, last in the message: EDE 3, no text.
+        assert_eq!(&out[out.len() - 6..], &[0, 15, 0, 2, 0, 3]);
+        // Without EDNS: no OPT, so no EDE; the original still answers with its own TTLs.
+        let plain = client_query(NAME, false);
+        let q = Query::parse(&plain).unwrap();
+        stale.write_response(&q, later, None, &UDP, &mut out);
+        assert!(Message::from_slice(&out).unwrap().opt().is_none());
+        answer.write_response(&q, t0 + Duration::from_secs(10), None, &UDP, &mut out);
+        let msg = Message::from_slice(&out).unwrap();
+        assert_eq!(
+            msg.answer()
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .ttl()
+                .as_secs(),
+            50
+        );
+    }
+
+    #[test]
+    fn rfc8914_a_servfail_for_failed_upstreams_carries_ede_22() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let failed = CachedAnswer::failure(&key, t0, &TtlPolicy::default());
+        assert_eq!(failed.ede(), Some(wire::ede::NO_REACHABLE_AUTHORITY));
+        assert!(
+            !failed.refresh_due(t0 + Duration::from_secs(4)),
+            "failures are not prefetched"
+        );
+        let cq = client_query(NAME, true);
+        let q = Query::parse(&cq).unwrap();
+        let mut out = Vec::new();
+        failed.write_response(&q, t0, Some(512), &UDP, &mut out);
+        assert_eq!(out[3] & 0x0f, rcode::SERVFAIL);
+        assert_eq!(&out[out.len() - 6..], &[0, 15, 0, 2, 0, 22]);
     }
 }

@@ -4,9 +4,19 @@
 //! sweeps the slots, clears set bits and evicts the first slot that is unreferenced or expired.
 //! One scan of cold names therefore cannot flush names that are being asked for (measured in
 //! `benches/`: see docs/benchmarks.md). A shard is owned by one core and never locked.
+//!
+//! Serve-stale (RFC 8767) and prefetch live here as slot state, not as a second table:
+//!
+//! ```text
+//!  stored ────────── refresh_at (9/10) ──── expires ─────────── expires + staleMaxAge
+//!  │ hit              │ hit: asks for one refresh │ miss; the resolver    │ purged
+//!  │                  │ (prefetch), once          │ may serve it stale   │
+//! ```
+//! Expired entries stay in their slots until purged or evicted, so the shard's capacity still
+//! bounds them; the CLOCK hand reuses an expired slot before any fresh one.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
 
@@ -31,6 +41,29 @@ struct Slot {
     answer: Arc<CachedAnswer>,
     hash: u64,
     referenced: bool,
+    /// A refresh of this answer was asked for (prefetch): not again for this answer.
+    refreshing: bool,
+    /// After a failed refresh of this expired answer: seconds after the answer was stored
+    /// until which clients get it stale at once, without waiting for another try (RFC 8767
+    /// §5's failure recheck timer); 0: none.
+    quiet_until: u32,
+}
+
+/// A fresh hit ([`Cache::lookup`]).
+pub struct Hit<'a> {
+    /// The answer to serve.
+    pub answer: &'a Arc<CachedAnswer>,
+    /// The answer is in the last tenth of its lifetime and no refresh was asked for yet: the
+    /// caller refreshes it in the background (prefetch). True at most once per stored answer.
+    pub prefetch: bool,
+}
+
+/// An expired answer still within `cache.staleMaxAge` ([`Cache::stale`]).
+pub struct Stale<'a> {
+    /// The expired answer.
+    pub answer: &'a Arc<CachedAnswer>,
+    /// A refresh of it failed lately: serve it stale at once rather than wait for upstreams.
+    pub quiet: bool,
 }
 
 /// A bounded map from [`CacheKey`] to shared [`CachedAnswer`]s.
@@ -41,6 +74,10 @@ pub struct Cache {
     capacity: usize,
     hasher: foldhash::fast::RandomState,
     stats: CacheStats,
+    /// Whether hits in the last tenth of a lifetime ask for a refresh (`cache.prefetch`).
+    prefetch: bool,
+    /// How long expired answers are kept for serving stale (0 with `cache.serveStale` off).
+    stale_max_age: Duration,
 }
 
 impl Cache {
@@ -53,29 +90,86 @@ impl Cache {
             capacity: capacity.max(1),
             hasher: foldhash::fast::RandomState::default(),
             stats: CacheStats::default(),
+            prefetch: false,
+            stale_max_age: Duration::ZERO,
         }
+    }
+
+    /// Sets whether hits ask for prefetches and how long expired answers are kept (zero: they
+    /// are reclaimed as soon as they expire).
+    pub fn set_refresh_policy(&mut self, prefetch: bool, stale_max_age: Duration) {
+        self.prefetch = prefetch;
+        self.stale_max_age = stale_max_age;
+    }
+
+    fn find(&self, key: &CacheKey) -> Option<usize> {
+        let hash = key.hash_with(&self.hasher);
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&i| slots[i as usize].answer.matches(key))
+            .map(|&i| i as usize)
     }
 
     /// The fresh answer for `key` at `now`, marking it recently used.
     pub fn get(&mut self, key: &CacheKey, now: Instant) -> Option<&Arc<CachedAnswer>> {
-        let hash = key.hash_with(&self.hasher);
-        let slots = &self.slots;
-        let found = self
-            .index
-            .find(hash, |&i| slots[i as usize].answer.matches(key))
-            .copied();
-        let Some(i) = found else {
+        self.lookup(key, now, false).map(|hit| hit.answer)
+    }
+
+    /// The fresh answer for `key` at `now`, marking it recently used, and whether the caller
+    /// is to refresh it in the background (prefetch enabled, `prefetch` or the answer in the
+    /// last tenth of its lifetime, no refresh asked for yet; the request is remembered).
+    /// `prefetch` false asks only for the answer, as [`Self::get`].
+    pub fn lookup(&mut self, key: &CacheKey, now: Instant, prefetch: bool) -> Option<Hit<'_>> {
+        let Some(i) = self.find(key) else {
             self.stats.misses += 1;
             return None;
         };
-        let slot = &mut self.slots[i as usize];
+        let slot = &mut self.slots[i];
         if !slot.answer.is_fresh(now) {
             self.stats.misses += 1;
             return None;
         }
         slot.referenced = true;
         self.stats.hits += 1;
-        Some(&slot.answer)
+        let refresh = prefetch && self.prefetch && !slot.refreshing && slot.answer.refresh_due(now);
+        slot.refreshing |= refresh;
+        Some(Hit {
+            answer: &slot.answer,
+            prefetch: refresh,
+        })
+    }
+
+    /// The expired answer for `key` if it expired less than `max_age` before `now` (RFC 8767),
+    /// for a miss to fall back on. Not counted as a hit or miss (the lookup before it was).
+    pub fn stale(&mut self, key: &CacheKey, now: Instant, max_age: Duration) -> Option<Stale<'_>> {
+        let i = self.find(key)?;
+        let slot = &self.slots[i];
+        if slot.answer.is_fresh(now) || !slot.answer.servable_stale(now, max_age) {
+            return None;
+        }
+        let quiet = slot.quiet_until != 0 && slot.answer.age(now) < slot.quiet_until;
+        Some(Stale {
+            answer: &slot.answer,
+            quiet,
+        })
+    }
+
+    /// Records that refreshing `key`'s answer failed at `now`: for `quiet`, clients get the
+    /// expired answer stale at once ([`Stale::quiet`]) instead of waiting for upstreams.
+    pub fn refresh_failed(&mut self, key: &CacheKey, now: Instant, quiet: Duration) {
+        if let Some(i) = self.find(key) {
+            let slot = &mut self.slots[i];
+            let until = u64::from(slot.answer.age(now)) + quiet.as_secs();
+            slot.quiet_until = u32::try_from(until.max(1)).unwrap_or(u32::MAX);
+        }
+    }
+
+    /// Whether the shard holds an answer for `key`, fresh or still servable stale at `now`.
+    pub fn holds(&self, key: &CacheKey, now: Instant) -> bool {
+        self.find(key).is_some_and(|i| {
+            let answer = &self.slots[i].answer;
+            answer.is_fresh(now) || answer.servable_stale(now, self.stale_max_age)
+        })
     }
 
     /// Stores `answer` under `key`, replacing an older answer for it and evicting if full.
@@ -95,12 +189,16 @@ impl Cache {
             let slot = &mut self.slots[i as usize];
             slot.answer = answer;
             slot.referenced = false;
+            slot.refreshing = false;
+            slot.quiet_until = 0;
             return;
         }
         let slot = Slot {
             answer,
             hash,
             referenced: false,
+            refreshing: false,
+            quiet_until: 0,
         };
         if self.slots.len() < self.capacity {
             let i = self.slots.len() as u32;
@@ -170,13 +268,14 @@ impl Cache {
         }
     }
 
-    /// Drops the expired answers among the first `budget` slots; returns how many were dropped.
-    /// Lets the shell reclaim memory between queries in bounded steps.
+    /// Drops the expired answers among the first `budget` slots that are past the stale
+    /// window too; returns how many were dropped. Lets the shell reclaim memory between
+    /// queries in bounded steps.
     pub fn purge_expired(&mut self, now: Instant, budget: usize) -> usize {
         let mut dropped = 0;
         let mut i = 0;
         while i < self.slots.len() && i < budget {
-            if !self.slots[i].answer.is_fresh(now) {
+            if !self.slots[i].answer.servable_stale(now, self.stale_max_age) {
                 self.remove_slot(i);
                 self.stats.expired += 1;
                 dropped += 1;
@@ -339,5 +438,141 @@ mod tests {
         for n in [1, 3, 5] {
             assert!(cache.get(&key(n), t0).is_some());
         }
+    }
+
+    #[test]
+    fn rfc8767_expired_answers_are_kept_for_the_stale_window_only() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(10);
+        cache.set_refresh_policy(false, Duration::from_secs(10));
+        let k = key(1);
+        cache.insert(&k, answer(&k, t0, 5), t0);
+        let max_age = Duration::from_secs(10);
+        assert!(cache.stale(&k, t0, max_age).is_none(), "fresh is not stale");
+        let expired = t0 + Duration::from_secs(6);
+        assert!(
+            cache.get(&k, expired).is_none(),
+            "an expired answer is a miss"
+        );
+        let stale = cache
+            .stale(&k, expired, max_age)
+            .expect("within the window");
+        assert!(!stale.quiet);
+        assert!(
+            cache
+                .stale(&k, expired, Duration::from_millis(500))
+                .is_none(),
+            "the caller's window applies"
+        );
+        // The purge keeps it within the window and drops it after.
+        assert_eq!(cache.purge_expired(expired, 100), 0);
+        assert!(cache.holds(&k, expired));
+        let gone = t0 + Duration::from_secs(15);
+        assert!(cache.stale(&k, gone, max_age).is_none());
+        assert_eq!(cache.purge_expired(gone, 100), 1);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn serve_stale_off_reclaims_at_expiry_and_stale_entries_count_against_capacity() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(2);
+        let (a, b, c) = (key(1), key(2), key(3));
+        cache.insert(&a, answer(&a, t0, 1), t0);
+        assert_eq!(cache.purge_expired(t0 + Duration::from_secs(2), 100), 1);
+
+        cache.set_refresh_policy(false, Duration::from_secs(3600));
+        cache.insert(&a, answer(&a, t0, 1), t0);
+        cache.insert(&b, answer(&b, t0, 300), t0);
+        cache.get(&b, t0);
+        let later = t0 + Duration::from_secs(2);
+        // Full: the stale answer's slot goes before the fresh, referenced one.
+        cache.insert(&c, answer(&c, later, 300), later);
+        assert_eq!(cache.len(), 2);
+        assert!(cache.stale(&a, later, Duration::from_secs(3600)).is_none());
+        assert!(cache.get(&b, later).is_some() && cache.get(&c, later).is_some());
+        assert_eq!(cache.stats().expired, 2);
+    }
+
+    #[test]
+    fn a_failed_refresh_makes_the_stale_answer_quiet_for_a_while() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(10);
+        let k = key(1);
+        cache.insert(&k, answer(&k, t0, 5), t0);
+        let max_age = Duration::from_secs(3600);
+        let failed_at = t0 + Duration::from_secs(6);
+        cache.refresh_failed(&k, failed_at, Duration::from_secs(30));
+        let quiet = |cache: &mut Cache, at| cache.stale(&k, at, max_age).map(|s| s.quiet);
+        assert_eq!(quiet(&mut cache, failed_at), Some(true));
+        assert_eq!(
+            quiet(&mut cache, failed_at + Duration::from_secs(29)),
+            Some(true)
+        );
+        assert_eq!(
+            quiet(&mut cache, failed_at + Duration::from_secs(31)),
+            Some(false)
+        );
+        // A new answer clears it.
+        cache.insert(&k, answer(&k, failed_at, 5), failed_at);
+        cache.insert(&k, answer(&k, t0, 5), t0);
+        assert_eq!(quiet(&mut cache, failed_at), Some(false));
+    }
+
+    /// A positive answer (one A record, TTL `ttl`): failures are never prefetched.
+    fn positive(key: &CacheKey, now: Instant, ttl: u32) -> Arc<CachedAnswer> {
+        let mut query = Vec::new();
+        crate::wire::write_upstream_query(key, 1, &mut query);
+        let reply = crate::answer::tests::reply(&query, 0, &[(0, 1, ttl, vec![192, 0, 2, 1])]);
+        Arc::new(CachedAnswer::from_reply(&reply, key, 1, now, &TtlPolicy::default()).unwrap())
+    }
+
+    #[test]
+    fn prefetch_is_asked_once_in_the_last_tenth_and_again_after_a_new_answer() {
+        let t0 = Instant::now();
+        let mut cache = Cache::new(10);
+        let k = key(1);
+        cache.insert(&k, positive(&k, t0, 10), t0);
+        let prefetch =
+            |cache: &mut Cache, at, asking| cache.lookup(&k, at, asking).map(|h| h.prefetch);
+        let late = t0 + Duration::from_millis(9100);
+        assert_eq!(
+            prefetch(&mut cache, late, true),
+            Some(false),
+            "prefetch off"
+        );
+        cache.set_refresh_policy(true, Duration::ZERO);
+        assert_eq!(
+            prefetch(&mut cache, t0 + Duration::from_secs(8), true),
+            Some(false),
+            "too early"
+        );
+        assert_eq!(
+            prefetch(&mut cache, late, false),
+            Some(false),
+            "not asked for"
+        );
+        assert_eq!(
+            prefetch(&mut cache, late, true),
+            Some(true),
+            "the last tenth"
+        );
+        assert_eq!(prefetch(&mut cache, late, true), Some(false), "once");
+        assert_eq!(
+            prefetch(&mut cache, t0 + Duration::from_secs(10), true),
+            None,
+            "expired"
+        );
+        let refreshed = t0 + Duration::from_millis(9200);
+        cache.insert(&k, positive(&k, refreshed, 10), refreshed);
+        assert_eq!(
+            prefetch(&mut cache, t0 + Duration::from_secs(10), true),
+            Some(false)
+        );
+        assert_eq!(
+            prefetch(&mut cache, refreshed + Duration::from_millis(9000), true),
+            Some(true)
+        );
+        assert_eq!(cache.stats().misses, 1);
     }
 }

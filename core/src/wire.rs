@@ -88,6 +88,10 @@ pub const OPTION_EDE: u16 = 15;
 
 /// Extended DNS Error info codes kudurru sends (RFC 8914 §4).
 pub mod ede {
+    /// 3, Stale Answer: served from an expired cache entry (RFC 8767).
+    pub const STALE_ANSWER: u16 = 3;
+    /// 22, No Reachable Authority: every upstream failed (SERVFAIL).
+    pub const NO_REACHABLE_AUTHORITY: u16 = 22;
     /// 4, Forged Answer: the answer was made up by policy (RPZ local data).
     pub const FORGED_ANSWER: u16 = 4;
     /// 15, Blocked: the name is blocked by the operator's policy.

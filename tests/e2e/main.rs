@@ -21,6 +21,7 @@ mod ratelimit;
 mod reload;
 mod resolve;
 mod sharding;
+mod stale;
 mod tcp;
 mod transfer;
 mod upstream_tls;

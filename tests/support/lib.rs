@@ -394,24 +394,41 @@ pub struct TestUpstream {
     seen: Arc<Mutex<Seen>>,
     tcp_accepted: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
+    /// While set, queries are counted and never answered (an upstream gone away).
+    silent: Arc<AtomicBool>,
 }
 
 impl TestUpstream {
+    /// Stops answering (queries are still counted), as an upstream that went away; `false`
+    /// answers again.
+    pub fn set_silent(&self, silent: bool) {
+        self.silent.store(silent, Ordering::SeqCst);
+    }
+
     /// Starts the upstream on a free loopback port.
     pub fn start() -> Self {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let tcp_accepted = Arc::new(AtomicUsize::new(0));
+        let silent = Arc::new(AtomicBool::new(false));
         // A thread per UDP message: `slow-` names must not hold up the others.
         let addr = serve_loopback(stop.clone(), Udp::ThreadPerMessage, tcp_accepted.clone(), {
-            let seen = seen.clone();
-            move |message, transport| respond(message, transport, &seen)
+            let (seen, silent) = (seen.clone(), silent.clone());
+            move |message, transport| {
+                let replies = respond(message, transport, &seen);
+                if silent.load(Ordering::SeqCst) {
+                    Vec::new()
+                } else {
+                    replies
+                }
+            }
         });
         Self {
             addr,
             seen,
             tcp_accepted,
             stop,
+            silent,
         }
     }
 

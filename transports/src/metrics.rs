@@ -203,6 +203,12 @@ pub struct CoreMetrics {
     pub coalesced: AtomicU64,
     /// Queries answered SERVFAIL because every upstream failed.
     pub upstream_exhausted: AtomicU64,
+    /// Expired answers served stale (RFC 8767).
+    pub stale_answers: AtomicU64,
+    /// Background refreshes started for answers in the last tenth of their lifetime.
+    pub prefetches: AtomicU64,
+    /// Background refreshes (prefetches, stale answers' refreshes) that failed.
+    pub refresh_failures: AtomicU64,
     /// Connections (TCP, DoT, DoH, DoQ, DoH3) refused because the per-core limit was reached
     /// and no connection could be closed for them.
     pub tcp_refused: AtomicU64,

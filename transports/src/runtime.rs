@@ -543,6 +543,7 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
             }));
         }
     }
+    tasks.push(glommio::spawn_local(worker.clone().run_refreshes()));
     {
         let worker = worker.clone();
         tasks.push(glommio::spawn_local(async move {

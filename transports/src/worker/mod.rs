@@ -7,6 +7,7 @@
 //!          ─▶ worker.serve_local   a hit on this core (shard or L1), served in place
 //!          ─▶ worker.resolve       a miss: the owner core, in-flight join, upstream
 //! runtime  ─▶ worker.on_message    lookups and answers from other cores
+//!          ─▶ worker.run_refreshes prefetches and stale answers' refreshes, in the background
 //!          ─▶ worker.maintain      capacities and counters, once a second
 //!          ─▶ worker.cache_command an operator's flush, stats or dump
 //! ```
@@ -105,6 +106,18 @@ impl Worker {
                 worker.resolver.send_answer(&lookup, answer).await;
             })
             .detach();
+        }
+    }
+
+    /// Runs the core's background refreshes (prefetches, the resolutions behind stale
+    /// answers), each in a task of its own, until the core stops. Run once per core.
+    pub(crate) async fn run_refreshes(self: Rc<Self>) {
+        let Some(queue) = self.resolver.take_refresh_queue() else {
+            return;
+        };
+        while let Some(job) = queue.recv().await {
+            let worker = self.clone();
+            glommio::spawn_local(async move { worker.resolver.refresh(job).await }).detach();
         }
     }
 
@@ -394,6 +407,7 @@ mod tests {
                     token: 0,
                     key: Box::new(key),
                     settings: admitted.clone(),
+                    refresh: false,
                 });
                 let mut cached = None;
                 for _ in 0..200 {
@@ -446,6 +460,63 @@ mod tests {
             new_asked.load(Ordering::SeqCst),
             1,
             "one query to the new upstream"
+        );
+    }
+
+    /// RFC 8767 at the resolver: an expired answer whose upstream has gone away (its socket
+    /// closed: the connected send is refused) is served stale (TTL 30, EDE 3, never stored in
+    /// place of the expired one), the refresh behind it runs in the background and its failure
+    /// is counted; the next miss gets the stale answer at once (failure recheck) and the shard
+    /// still holds the original answer.
+    #[test]
+    fn rfc8767_an_expired_answer_is_served_stale_when_the_upstream_is_gone() {
+        let (upstream, asked) = upstream([192, 0, 2, 7]);
+        let executor = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(IO_MEMORY_PER_CORE)
+            .ring_depth(RING_DEPTH)
+            .spawn(move || async move {
+                let settings = Arc::new(settings(upstream, 1));
+                let metrics = Arc::new(CoreMetrics::default());
+                let worker = Rc::new(Worker::new(
+                    0,
+                    Ownership::new(1, 1),
+                    Arc::new(ArcSwap::new(settings.clone())),
+                    metrics.clone(),
+                    None,
+                    Arc::new(AtomicBool::new(false)),
+                ));
+                glommio::spawn_local(worker.clone().run_refreshes()).detach();
+                let message = query(&["stale", "example"]);
+                let key = *Query::parse(&message).expect("parses").key();
+                let first = worker.resolve(&key, &settings).await;
+                assert_eq!(address_and_ttl(&first, &message), ([192, 0, 2, 7], 1));
+                // The upstream's thread ends a second after its last query; the answer
+                // expires after one.
+                glommio::timer::sleep(Duration::from_millis(2500)).await;
+                assert!(worker.serve_local(&key, Instant::now(), |_| ()).is_none());
+                let stale = worker.resolve(&key, &settings).await;
+                assert!(stale.is_stale());
+                assert_eq!(stale.ede(), Some(kudurru_core::wire::ede::STALE_ANSWER));
+                assert_eq!(address_and_ttl(&stale, &message), ([192, 0, 2, 7], 30));
+                for _ in 0..200 {
+                    if metrics.refresh_failures.load(Ordering::Relaxed) > 0 {
+                        break;
+                    }
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                }
+                assert_eq!(metrics.refresh_failures.load(Ordering::Relaxed), 1);
+                // Quiet now: stale at once, the original answer still in the shard.
+                let again = worker.resolve(&key, &settings).await;
+                assert!(again.is_stale());
+                assert_eq!(metrics.stale_answers.load(Ordering::Relaxed), 2);
+                assert!(worker.serve_local(&key, Instant::now(), |_| ()).is_none());
+            })
+            .expect("a glommio executor");
+        executor.join().expect("executor thread");
+        assert_eq!(
+            asked.load(Ordering::SeqCst),
+            1,
+            "the first miss only reached it"
         );
     }
 }

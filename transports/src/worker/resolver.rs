@@ -13,6 +13,15 @@
 //! worker's "serve this hit here" and "resolve this miss", never its tables. All state here is
 //! `!Sync` and touched only by the core that owns it.
 //!
+//! Serve-stale (RFC 8767) and prefetch ride on the same tables. A miss whose key has an
+//! expired answer within `cache.staleMaxAge` starts (or joins) the upstream resolution in a
+//! task of its own ([`Refresh::Lead`]) and waits at most `upstream.staleAnswerTimeout` for it;
+//! then, or at once when every upstream failed, the client gets the expired answer with TTL 30
+//! and EDE 3 while the resolution goes on. A hit in the last tenth of an answer's lifetime
+//! queues one background refresh ([`Refresh::Prefetch`] on the owner, [`Refresh::Remote`]
+//! from an L1, which asks the owner): the hit itself only sets a flag in its slot. A failed
+//! refresh never replaces the answer the shard holds.
+//!
 //! A miss carries the settings snapshot its query was admitted under (`Arc<Settings>`, taken
 //! once at ingress) through every await and across the mesh to the owner core: the upstream
 //! set, the timeouts and the TTL policy of one resolution all come from that one snapshot.
@@ -24,8 +33,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use glommio::channels::channel_mesh::Senders;
-use glommio::channels::local_channel::{self, LocalSender};
-use kudurru_core::{Cache, CacheKey, CachedAnswer};
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use kudurru_core::{AnswerKind, Cache, CacheKey, CachedAnswer};
 
 use crate::cache_control::{CacheCommand, CacheReport, CoreCacheStats};
 use crate::deadline;
@@ -36,6 +45,35 @@ use crate::upstream::Upstreams;
 /// Extra time a core waits for an owner core beyond `upstream.resolveTimeout`.
 const OWNER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// After a refresh of an expired answer failed, clients get it stale at once for this long
+/// instead of waiting `upstream.staleAnswerTimeout` each (RFC 8767 §5's failure recheck
+/// timer; 30 s as the RFC suggests). The refresh is still tried, one at a time, in the
+/// background.
+const FAILURE_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Work a core queues for itself that no client waits for, run by
+/// [`super::Worker::run_refreshes`], each job in a task of its own.
+pub(super) enum Refresh {
+    /// Refresh a key this core owns: a hit found its answer in its last tenth (prefetch).
+    Prefetch(Box<CacheKey>),
+    /// Refresh through its owner a key whose L1 copy a hit found in its last tenth.
+    Remote(Box<CacheKey>),
+    /// Lead the upstream resolution of a key whose in-flight entry a miss with a stale answer
+    /// made, under the snapshot that miss was admitted under.
+    Lead(Box<CacheKey>, Arc<Settings>),
+}
+
+/// Why [`Resolver::resolve_owned`] runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A miss on this core ([`Resolver::serve_local`] already looked at the shard).
+    Local,
+    /// A lookup from another core: the shard is looked at first.
+    Lookup,
+    /// A prefetch: an answer not yet due for refresh is kept; a stale one is not served.
+    Refresh,
+}
+
 /// Messages between cores.
 pub(crate) enum ShardMessage {
     /// "Resolve `key` for me": sent to the owning core.
@@ -45,6 +83,8 @@ pub(crate) enum ShardMessage {
         key: Box<CacheKey>,
         /// The snapshot the query was admitted under: the owner resolves with it.
         settings: Arc<Settings>,
+        /// A prefetch from the sender's L1, not a client's miss.
+        refresh: bool,
     },
     /// The owner's answer to a `Lookup`.
     Answer {
@@ -60,6 +100,7 @@ pub(super) struct Lookup {
     token: u64,
     key: Box<CacheKey>,
     settings: Arc<Settings>,
+    refresh: bool,
 }
 
 /// Which core owns a key: the same function on every core (a seed shared by the process).
@@ -103,6 +144,12 @@ pub(super) struct Resolver {
     peers: Option<Peers>,
     /// This core's counters (the same as its context's).
     metrics: Arc<CoreMetrics>,
+    /// The published snapshot, which background refreshes resolve under.
+    settings: SharedSettings,
+    /// Background refreshes queued by hits and stale answers ([`Refresh`]).
+    refreshes: LocalSender<Refresh>,
+    /// Their receiving end, until [`super::Worker::run_refreshes`] takes it.
+    refresh_queue: RefCell<Option<LocalReceiver<Refresh>>>,
 }
 
 impl Resolver {
@@ -118,15 +165,20 @@ impl Resolver {
     ) -> Self {
         let cores = ownership.cores;
         let upstreams = Upstreams::new(settings.clone(), metrics.clone(), snapshot);
+        let mut cache = Cache::new(snapshot.shard_capacity(cores));
+        let mut l1 = Cache::new(if cores > 1 {
+            snapshot.l1_capacity(cores)
+        } else {
+            1
+        });
+        cache.set_refresh_policy(snapshot.prefetch, stale_window(snapshot));
+        l1.set_refresh_policy(snapshot.prefetch, std::time::Duration::ZERO);
+        let (refreshes, refresh_queue) = local_channel::new_unbounded();
         Self {
             shard,
             ownership,
-            cache: RefCell::new(Cache::new(snapshot.shard_capacity(cores))),
-            l1: RefCell::new(Cache::new(if cores > 1 {
-                snapshot.l1_capacity(cores)
-            } else {
-                1
-            })),
+            cache: RefCell::new(cache),
+            l1: RefCell::new(l1),
             inflight: RefCell::new(HashMap::new()),
             upstreams,
             peers: senders.map(|senders| Peers {
@@ -135,6 +187,37 @@ impl Resolver {
                 next_token: Cell::new(0),
             }),
             metrics,
+            settings: settings.clone(),
+            refreshes,
+            refresh_queue: RefCell::new(Some(refresh_queue)),
+        }
+    }
+
+    /// The queue of background refreshes, once (for [`super::Worker::run_refreshes`]).
+    pub(super) fn take_refresh_queue(&self) -> Option<LocalReceiver<Refresh>> {
+        self.refresh_queue.borrow_mut().take()
+    }
+
+    /// Queues `job` for the core's refresh task.
+    fn queue(&self, job: Refresh) {
+        // Unbounded: each job stands for a slot's one prefetch or one in-flight entry.
+        let _ = self.refreshes.try_send(job);
+    }
+
+    /// Runs a background refresh to its end.
+    pub(super) async fn refresh(&self, job: Refresh) {
+        match job {
+            Refresh::Prefetch(key) => {
+                let settings = self.settings.load_full();
+                self.resolve_owned(&key, Mode::Refresh, &settings).await;
+            }
+            Refresh::Remote(key) => {
+                let settings = self.settings.load_full();
+                self.ask_owner(&key, &settings, true).await;
+            }
+            Refresh::Lead(key, settings) => {
+                self.lead(&key, &settings, true).await;
+            }
         }
     }
 
@@ -145,12 +228,22 @@ impl Resolver {
         now: Instant,
         serve: impl FnOnce(&CachedAnswer) -> T,
     ) -> Option<T> {
-        let tier = if self.owns(key) {
-            &self.cache
-        } else {
-            &self.l1
+        let owned = self.owns(key);
+        let tier = if owned { &self.cache } else { &self.l1 };
+        let (served, prefetch) = {
+            let mut tier = tier.borrow_mut();
+            let hit = tier.lookup(key, now, true)?;
+            (serve(hit.answer), hit.prefetch)
         };
-        tier.borrow_mut().get(key, now).map(|answer| serve(answer))
+        if prefetch {
+            let key = Box::new(*key);
+            self.queue(if owned {
+                Refresh::Prefetch(key)
+            } else {
+                Refresh::Remote(key)
+            });
+        }
+        Some(served)
     }
 
     fn owns(&self, key: &CacheKey) -> bool {
@@ -163,10 +256,28 @@ impl Resolver {
         key: &CacheKey,
         settings: &Arc<Settings>,
     ) -> Arc<CachedAnswer> {
+        if self.owns(key) {
+            // `serve_local` already missed the shard.
+            self.resolve_owned(key, Mode::Local, settings).await
+        } else {
+            self.ask_owner(key, settings, false).await
+        }
+    }
+
+    /// Asks the key's owner core to resolve it (`refresh`: to prefetch it) and keeps its
+    /// answer in the L1; a stale copy is never kept, nor a failed refresh's SERVFAIL.
+    async fn ask_owner(
+        &self,
+        key: &CacheKey,
+        settings: &Arc<Settings>,
+        refresh: bool,
+    ) -> Arc<CachedAnswer> {
         let owner = self.ownership.owner(key);
         match &self.peers {
-            Some(peers) if owner != self.shard => {
-                CoreMetrics::bump(&self.metrics.cross_core_lookups);
+            Some(peers) => {
+                if !refresh {
+                    CoreMetrics::bump(&self.metrics.cross_core_lookups);
+                }
                 let token = peers.next_token.get();
                 peers.next_token.set(token.wrapping_add(1));
                 let (tx, rx) = local_channel::new_bounded(1);
@@ -176,6 +287,7 @@ impl Resolver {
                     token,
                     key: Box::new(*key),
                     settings: settings.clone(),
+                    refresh,
                 };
                 // The owner answers within the resolve timeout; the bound only guards against an
                 // owner that went away (shutdown) with this lookup queued.
@@ -187,13 +299,15 @@ impl Resolver {
                 };
                 peers.pending.borrow_mut().remove(&token);
                 let answer = answer.unwrap_or_else(|| failure(key, settings));
-                self.l1
-                    .borrow_mut()
-                    .insert(key, answer.clone(), Instant::now());
+                let failed_refresh = refresh && answer.kind() == AnswerKind::Failure;
+                if !answer.is_stale() && !failed_refresh {
+                    self.l1
+                        .borrow_mut()
+                        .insert(key, answer.clone(), Instant::now());
+                }
                 answer
             }
-            // `serve_local` already missed the shard.
-            _ => self.resolve_owned(key, false, settings).await,
+            None => self.resolve_owned(key, Mode::Local, settings).await,
         }
     }
 
@@ -206,11 +320,13 @@ impl Resolver {
                 token,
                 key,
                 settings,
+                refresh,
             } => Some(Lookup {
                 from,
                 token,
                 key,
                 settings,
+                refresh,
             }),
             ShardMessage::Answer { token, answer } => {
                 if let Some(tx) = self
@@ -232,7 +348,12 @@ impl Resolver {
         &'a self,
         lookup: &'a Lookup,
     ) -> impl Future<Output = Arc<CachedAnswer>> + 'a {
-        self.resolve_owned(&lookup.key, true, &lookup.settings)
+        let mode = if lookup.refresh {
+            Mode::Refresh
+        } else {
+            Mode::Lookup
+        };
+        self.resolve_owned(&lookup.key, mode, &lookup.settings)
     }
 
     /// Sends `answer` to the core that sent `lookup`.
@@ -247,17 +368,34 @@ impl Resolver {
         }
     }
 
-    /// Resolves a key this core owns under `settings`: shard, then in-flight coalescing, then
+    /// Resolves a key this core owns under `settings`: shard (unless `mode` is `Local`, whose
+    /// caller just looked), an expired answer to serve stale, in-flight coalescing, then
     /// upstream. A query that joins one in flight gets that one's answer, resolved under the
     /// snapshot of the query that started it.
     async fn resolve_owned(
         &self,
         key: &CacheKey,
-        check_shard: bool,
-        settings: &Settings,
+        mode: Mode,
+        settings: &Arc<Settings>,
     ) -> Arc<CachedAnswer> {
-        if check_shard && let Some(hit) = self.cache.borrow_mut().get(key, Instant::now()) {
-            return hit.clone();
+        let now = Instant::now();
+        if mode != Mode::Local
+            && let Some(hit) = self.cache.borrow_mut().lookup(key, now, false)
+            // A prefetch finds the answer already refreshed (by another core's request).
+            && (mode == Mode::Lookup || !hit.answer.refresh_due(now))
+        {
+            return hit.answer.clone();
+        }
+        let stale = if settings.stale.enabled && mode != Mode::Refresh {
+            self.cache
+                .borrow_mut()
+                .stale(key, now, settings.stale.max_age)
+                .map(|stale| (stale.answer.clone(), stale.quiet))
+        } else {
+            None
+        };
+        if let Some((expired, quiet)) = stale {
+            return self.serve_stale(key, settings, &expired, quiet, now).await;
         }
         let waiting = {
             let mut inflight = self.inflight.borrow_mut();
@@ -277,6 +415,68 @@ impl Resolver {
             CoreMetrics::bump(&self.metrics.coalesced);
             return rx.recv().await.unwrap_or_else(|| failure(key, settings));
         }
+        if mode == Mode::Refresh {
+            CoreMetrics::bump(&self.metrics.prefetches);
+        }
+        self.lead(key, settings, mode == Mode::Refresh).await
+    }
+
+    /// A miss with `expired` at hand (RFC 8767): makes sure a resolution is in flight (in a
+    /// task of its own, so it outlives this query), waits for it at most
+    /// `upstream.staleAnswerTimeout` (not at all when `quiet`) and answers with its result,
+    /// or with `expired` served stale when it failed or is still going.
+    async fn serve_stale(
+        &self,
+        key: &CacheKey,
+        settings: &Arc<Settings>,
+        expired: &CachedAnswer,
+        quiet: bool,
+        now: Instant,
+    ) -> Arc<CachedAnswer> {
+        let (tx, rx) = local_channel::new_bounded(1);
+        let lead = {
+            let mut inflight = self.inflight.borrow_mut();
+            match inflight.get_mut(key) {
+                Some(waiters) => {
+                    if !quiet {
+                        waiters.push(tx);
+                    }
+                    false
+                }
+                None => {
+                    inflight.insert(*key, if quiet { Vec::new() } else { vec![tx] });
+                    true
+                }
+            }
+        };
+        if lead {
+            self.queue(Refresh::Lead(Box::new(*key), settings.clone()));
+        } else {
+            CoreMetrics::bump(&self.metrics.coalesced);
+        }
+        if !quiet {
+            let deadline = now + settings.stale.answer_timeout;
+            if let Some(Some(answer)) = deadline::until(deadline, rx.recv()).await
+                && answer.kind() != AnswerKind::Failure
+            {
+                return answer;
+            }
+        }
+        CoreMetrics::bump(&self.metrics.stale_answers);
+        Arc::new(expired.stale_copy(Instant::now()))
+    }
+
+    /// Resolves `key` upstream as the leader of its in-flight entry (which the caller made),
+    /// stores the answer and hands it to the entry's waiters. A SERVFAIL does not replace an
+    /// answer the shard still holds (fresh, or expired within `cache.staleMaxAge`): that one
+    /// stays to be served stale, quietly for [`FAILURE_RECHECK`]. `background`: no client
+    /// leads it (a prefetch or a stale answer's refresh), counted when it fails.
+    async fn lead(
+        &self,
+        key: &CacheKey,
+        settings: &Settings,
+        background: bool,
+    ) -> Arc<CachedAnswer> {
         // If this task is dropped mid-flight the guard releases the waiters (they answer SERVFAIL).
         let mut guard = InflightGuard {
             resolver: self,
@@ -288,7 +488,16 @@ impl Resolver {
         // thread cache (under 1 KiB); the upstream exchange allocates on its own.
         let (answer, now) = Box::pin(self.upstreams.forward(key, settings)).await;
         let answer = Arc::new(answer);
-        self.cache.borrow_mut().insert(key, answer.clone(), now);
+        let mut cache = self.cache.borrow_mut();
+        if answer.kind() == AnswerKind::Failure && cache.holds(key, now) {
+            cache.refresh_failed(key, now, FAILURE_RECHECK);
+        } else {
+            cache.insert(key, answer.clone(), now);
+        }
+        drop(cache);
+        if background && answer.kind() == AnswerKind::Failure {
+            CoreMetrics::bump(&self.metrics.refresh_failures);
+        }
         guard.answer = Some(answer.clone());
         drop(guard);
         answer
@@ -307,6 +516,8 @@ impl Resolver {
         if cores > 1 && l1.capacity() != settings.l1_capacity(cores) {
             l1.set_capacity(settings.l1_capacity(cores), now);
         }
+        cache.set_refresh_policy(settings.prefetch, stale_window(settings));
+        l1.set_refresh_policy(settings.prefetch, std::time::Duration::ZERO);
         l1.purge_expired(now, 4096);
         cache.purge_expired(now, 4096);
         let (a, b) = (cache.stats(), l1.stats());
@@ -356,6 +567,16 @@ impl Resolver {
                 total: cache.len(),
             },
         }
+    }
+}
+
+/// How long the shard keeps expired answers under `settings`: `cache.staleMaxAge` with
+/// `cache.serveStale`, else not at all.
+fn stale_window(settings: &Settings) -> std::time::Duration {
+    if settings.stale.enabled {
+        settings.stale.max_age
+    } else {
+        std::time::Duration::ZERO
     }
 }
 
