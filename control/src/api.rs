@@ -857,7 +857,15 @@ impl Api {
             format!("{} messages (GET /api/v1/info/messages)", messages.len()),
         );
         for t in upstream_totals(&self.ops) {
-            let (status, message) = if t.queries == 0 {
+            let (status, message) = if t.down_cores > 0 {
+                (
+                    "fail",
+                    format!(
+                        "out of rotation on {} core(s) after consecutive failures; probed every upstream.healthCheckInterval ({} of {} attempts failed)",
+                        t.down_cores, t.errors, t.queries
+                    ),
+                )
+            } else if t.queries == 0 {
                 ("ok", "no queries sent yet".to_owned())
             } else if !t.healthy() {
                 (

@@ -43,6 +43,8 @@ pub struct UpstreamTotals {
     pub tcp_retries: u64,
     /// TCP connections opened.
     pub tcp_connections: u64,
+    /// Cores that hold it down (out of rotation until a health probe succeeds).
+    pub down_cores: u64,
 }
 
 impl UpstreamTotals {
@@ -85,6 +87,7 @@ pub fn upstream_totals(state: &OpsState) -> Vec<UpstreamTotals> {
             mismatched: sum(&|c| c.upstreams[i].mismatched.load(Relaxed)),
             tcp_retries: sum(&|c| c.upstreams[i].tcp_retries.load(Relaxed)),
             tcp_connections: sum(&|c| c.upstreams[i].tcp_connections.load(Relaxed)),
+            down_cores: sum(&|c| c.upstreams[i].down.load(Relaxed)),
         })
         .collect()
 }

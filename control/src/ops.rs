@@ -547,6 +547,47 @@ pub fn render_metrics(state: &OpsState) -> String {
             "kudurru_upstream_latency_seconds_count{{upstream=\"{name}\"}} {cumulative}"
         );
     }
+    // Health (upstream.strategy, issue 37).
+    head(
+        &mut out,
+        "kudurru_upstream_healthy",
+        "gauge",
+        "1 while the upstream is in rotation on every core, 0 while a core holds it down (probed every upstream.healthCheckInterval).",
+    );
+    for &(i, ref name) in upstreams.iter().filter(|(i, _)| *i != FORWARD_ZONES) {
+        let down = sum(m, |c| c.upstream(i).down.load(Relaxed));
+        let _ = writeln!(
+            out,
+            "kudurru_upstream_healthy{{upstream=\"{name}\"}} {}",
+            u8::from(down == 0)
+        );
+    }
+    head(
+        &mut out,
+        "kudurru_upstream_health_probes_total",
+        "counter",
+        "Health probes sent to upstreams that were down.",
+    );
+    for &(i, ref name) in &upstreams {
+        let _ = writeln!(
+            out,
+            "kudurru_upstream_health_probes_total{{upstream=\"{name}\"}} {}",
+            sum(m, |c| c.upstream(i).probes.load(Relaxed))
+        );
+    }
+    head(
+        &mut out,
+        "kudurru_upstream_health_probe_failures_total",
+        "counter",
+        "Health probes that got no good answer (the upstream stays down).",
+    );
+    for &(i, ref name) in &upstreams {
+        let _ = writeln!(
+            out,
+            "kudurru_upstream_health_probe_failures_total{{upstream=\"{name}\"}} {}",
+            sum(m, |c| c.upstream(i).probe_failures.load(Relaxed))
+        );
+    }
     let index = state.blocking.publisher.index();
     state.blocking.metrics.render(&index, &mut out);
     if let Some(zones) = &state.zones {

@@ -17,6 +17,7 @@
 
 pub mod acl;
 pub mod answer;
+pub mod bootstrap;
 pub mod cache;
 pub mod cache_control;
 pub mod doh;
@@ -46,5 +47,6 @@ pub use local::{LocalNames, ServerIdentity};
 pub use pipeline::{Client, Decision, HEALTH_NAME, Stage, cloaked, ingress};
 pub use settings::{STALE_ANSWER_TTL, Settings, StalePolicy};
 pub use upstream::{
-    Selector, UpstreamOrder, UpstreamProtocol, UpstreamSpec, UpstreamStrategy, UpstreamTls,
+    FAILURES_BEFORE_DOWN, Selector, UpstreamOrder, UpstreamProtocol, UpstreamSpec,
+    UpstreamStrategy, UpstreamTls,
 };

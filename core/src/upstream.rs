@@ -1,14 +1,14 @@
 //! Upstream servers: how they are named, and which one to ask next.
 //!
-//! The selector prefers the healthy upstream with the lowest smoothed round-trip time, asks a
-//! random other one now and then so that a recovered or faster server is noticed, and backs off
-//! from a server after consecutive failures (it stays a last resort, never removed).
+//! The selector orders the upstreams of one set by `upstream.strategy` (fastest, ordered, random,
+//! parallel) among the healthy ones; an upstream that fails three times in a row is down, out of
+//! the order until a success (a health probe) brings it back.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use smallvec::SmallVec;
 
@@ -319,11 +319,10 @@ pub fn parse_host_port(text: &str, default_port: u16) -> Option<SocketAddr> {
         .map(|ip| SocketAddr::new(ip, default_port))
 }
 
-/// After this many consecutive failures an upstream is backed off.
-const FAILURES_BEFORE_BACKOFF: u32 = 3;
-/// The longest back-off.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// One query in this many goes to a random other healthy upstream.
+/// After this many consecutive failures an upstream is down: out of the client order until a
+/// health probe (or a last-resort query, when every upstream is down) succeeds.
+pub const FAILURES_BEFORE_DOWN: u32 = 3;
+/// One query in this many goes to a random other healthy upstream (`fastest`, `parallel`).
 const PROBE_ONE_IN: u64 = 20;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -331,10 +330,20 @@ struct Health {
     /// Smoothed RTT in microseconds; 0 until measured, so new upstreams are tried early.
     srtt_us: u32,
     consecutive_failures: u32,
-    backoff_until: Option<Instant>,
+    /// Taken out after [`FAILURES_BEFORE_DOWN`] consecutive failures; only a success brings
+    /// it back (the health probes send one every `upstream.healthCheckInterval`).
+    down: bool,
 }
 
-/// Per-core upstream choice state.
+/// Per-core upstream choice state: RTT and health of each upstream of one set, and the order
+/// each [`UpstreamStrategy`] asks them in.
+///
+/// ```text
+/// on_success ─┐                 ┌─ fastest / parallel: healthy by smoothed RTT (1 in 20 swapped)
+/// on_failure ─┴▶ Health[i] ─▶ order ─ ordered: healthy in configured order
+///   (3 in a row: down)          └─ random: healthy shuffled
+///                               down ones only when every upstream is down (last resort)
+/// ```
 #[derive(Debug, Clone)]
 pub struct Selector {
     health: Vec<Health>,
@@ -358,59 +367,78 @@ impl Selector {
         self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    /// The order in which to try the upstreams for one query at `now`.
-    pub fn order(&mut self, now: Instant) -> UpstreamOrder {
+    /// The order in which to try the upstreams for one query under `strategy`: the healthy
+    /// ones only, or every one (in the same strategy's order) when all are down, so a query
+    /// still has a last resort. [`UpstreamStrategy::Parallel`] asks the first two at once.
+    pub fn order(&mut self, strategy: UpstreamStrategy) -> UpstreamOrder {
         let n = self.health.len();
-        let mut order: UpstreamOrder = (0..n).collect();
-        let backed_off = |h: &Health| h.backoff_until.is_some_and(|t| now < t);
-        order.sort_by_key(|&i| (backed_off(&self.health[i]), self.health[i].srtt_us));
-        let healthy = order
-            .iter()
-            .take_while(|&&i| !backed_off(&self.health[i]))
-            .count();
-        if healthy > 1 && self.next_random().is_multiple_of(PROBE_ONE_IN) {
-            let pick = 1 + (self.next_random() % (healthy as u64 - 1)) as usize;
-            order.swap(0, pick);
+        let mut order: UpstreamOrder = (0..n).filter(|&i| !self.health[i].down).collect();
+        if order.is_empty() {
+            order.extend(0..n);
+        }
+        match strategy {
+            UpstreamStrategy::Fastest | UpstreamStrategy::Parallel => {
+                order.sort_by_key(|&i| self.health[i].srtt_us);
+                let healthy = order.len();
+                if healthy > 1 && self.next_random().is_multiple_of(PROBE_ONE_IN) {
+                    let pick = 1 + (self.next_random() % (healthy as u64 - 1)) as usize;
+                    order.swap(0, pick);
+                }
+            }
+            UpstreamStrategy::Ordered => {}
+            UpstreamStrategy::Random => {
+                // Fisher-Yates.
+                for i in (1..order.len()).rev() {
+                    let j = (self.next_random() % (i as u64 + 1)) as usize;
+                    order.swap(i, j);
+                }
+            }
         }
         order
     }
 
-    /// Records an answer from upstream `index` after `rtt`.
+    /// Records an answer from upstream `index` after `rtt`; a down upstream is back.
     pub fn on_success(&mut self, index: usize, rtt: Duration) {
         let Some(h) = self.health.get_mut(index) else {
             return;
         };
         let sample = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX).max(1);
-        h.srtt_us = if h.srtt_us == 0 {
+        h.srtt_us = if h.srtt_us == 0 || h.down {
             sample
         } else {
             ((u64::from(h.srtt_us) * 7 + u64::from(sample)) / 8) as u32
         };
         h.consecutive_failures = 0;
-        h.backoff_until = None;
+        h.down = false;
     }
 
-    /// Records a timeout or failure of upstream `index` at `now`.
-    pub fn on_failure(&mut self, index: usize, now: Instant, timeout: Duration) {
+    /// Records a timeout or failure of upstream `index` (an attempt that waited `timeout`);
+    /// the [`FAILURES_BEFORE_DOWN`]th in a row takes it out.
+    pub fn on_failure(&mut self, index: usize, timeout: Duration) {
         let Some(h) = self.health.get_mut(index) else {
             return;
         };
-        h.consecutive_failures += 1;
+        h.consecutive_failures = h.consecutive_failures.saturating_add(1);
         // Count the failure as a slow answer, so a flapping server sinks in the order.
         let penalty = u32::try_from(timeout.as_micros()).unwrap_or(u32::MAX);
         h.srtt_us = h.srtt_us.max(penalty / 2).saturating_add(penalty / 8);
-        if h.consecutive_failures >= FAILURES_BEFORE_BACKOFF {
-            let doublings = (h.consecutive_failures - FAILURES_BEFORE_BACKOFF).min(5);
-            let backoff = (Duration::from_secs(1) * (1 << doublings)).min(MAX_BACKOFF);
-            h.backoff_until = Some(now + backoff);
+        if h.consecutive_failures >= FAILURES_BEFORE_DOWN {
+            h.down = true;
         }
     }
 
-    /// Whether upstream `index` is currently usable (not backed off).
-    pub fn is_healthy(&self, index: usize, now: Instant) -> bool {
+    /// Whether upstream `index` is in rotation (not down).
+    pub fn is_healthy(&self, index: usize) -> bool {
+        self.health.get(index).is_some_and(|h| !h.down)
+    }
+
+    /// The upstreams that are down, for the health probes.
+    pub fn down(&self) -> impl Iterator<Item = usize> + '_ {
         self.health
-            .get(index)
-            .is_some_and(|h| h.backoff_until.is_none_or(|t| now >= t))
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.down)
+            .map(|(i, _)| i)
     }
 
     /// The smoothed RTT of upstream `index`, if measured.
@@ -500,14 +528,13 @@ mod tests {
 
     #[test]
     fn prefers_fastest_and_still_probes_others() {
-        let now = Instant::now();
         let mut s = Selector::new(3, 42);
         s.on_success(0, Duration::from_millis(30));
         s.on_success(1, Duration::from_millis(2));
         s.on_success(2, Duration::from_millis(10));
         let mut first = [0usize; 3];
         for _ in 0..2000 {
-            first[s.order(now)[0]] += 1;
+            first[s.order(UpstreamStrategy::Fastest)[0]] += 1;
         }
         assert!(first[1] > 1800, "fastest chosen most: {first:?}");
         assert!(first[0] > 0 && first[2] > 0, "others probed: {first:?}");
@@ -515,39 +542,90 @@ mod tests {
 
     #[test]
     fn the_order_holds_every_upstream_past_the_inline_capacity() {
-        let now = Instant::now();
         let mut s = Selector::new(11, 3);
         for i in 0..11 {
             s.on_success(i, Duration::from_millis(20 - i as u64));
         }
-        for _ in 0..100 {
-            let mut order = s.order(now);
-            assert_eq!(order.len(), 11);
-            order.sort_unstable();
-            assert_eq!(order.as_slice(), (0..11).collect::<Vec<_>>());
+        for strategy in [
+            UpstreamStrategy::Fastest,
+            UpstreamStrategy::Ordered,
+            UpstreamStrategy::Random,
+            UpstreamStrategy::Parallel,
+        ] {
+            for _ in 0..100 {
+                let mut order = s.order(strategy);
+                assert_eq!(order.len(), 11);
+                order.sort_unstable();
+                assert_eq!(order.as_slice(), (0..11).collect::<Vec<_>>());
+            }
         }
         // Without a probe the fastest (upstream 10) leads, the slowest (0) trails.
-        let orders: Vec<_> = (0..100).map(|_| s.order(now)).collect();
+        let orders: Vec<_> = (0..100)
+            .map(|_| s.order(UpstreamStrategy::Fastest))
+            .collect();
         assert!(orders.iter().any(|o| o[0] == 10 && o[10] == 0));
     }
 
     #[test]
-    fn failing_upstream_is_backed_off_then_retried() {
-        let now = Instant::now();
+    fn ordered_keeps_the_configured_order_and_skips_down_upstreams() {
+        let mut s = Selector::new(3, 9);
+        s.on_success(2, Duration::from_millis(1));
+        s.on_success(0, Duration::from_millis(50));
+        for _ in 0..100 {
+            assert_eq!(s.order(UpstreamStrategy::Ordered).as_slice(), [0, 1, 2]);
+        }
+        for _ in 0..FAILURES_BEFORE_DOWN {
+            s.on_failure(0, Duration::from_millis(500));
+        }
+        assert_eq!(s.order(UpstreamStrategy::Ordered).as_slice(), [1, 2]);
+        s.on_success(0, Duration::from_millis(5));
+        assert_eq!(s.order(UpstreamStrategy::Ordered).as_slice(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn random_spreads_the_first_choice_over_every_healthy_upstream() {
+        let mut s = Selector::new(4, 5);
+        for _ in 0..FAILURES_BEFORE_DOWN {
+            s.on_failure(3, Duration::from_millis(500));
+        }
+        let mut first = [0usize; 4];
+        for _ in 0..3000 {
+            let order = s.order(UpstreamStrategy::Random);
+            assert_eq!(order.len(), 3);
+            first[order[0]] += 1;
+        }
+        assert_eq!(first[3], 0, "a down upstream is not asked: {first:?}");
+        assert!(first[..3].iter().all(|&n| n > 800), "{first:?}");
+    }
+
+    #[test]
+    fn failing_upstream_is_down_until_a_success_and_a_last_resort_when_all_are() {
         let mut s = Selector::new(2, 7);
         s.on_success(0, Duration::from_millis(1));
         s.on_success(1, Duration::from_millis(5));
-        for _ in 0..3 {
-            s.on_failure(0, now, Duration::from_millis(500));
+        for _ in 0..FAILURES_BEFORE_DOWN - 1 {
+            s.on_failure(0, Duration::from_millis(500));
         }
-        assert!(!s.is_healthy(0, now));
+        assert!(s.is_healthy(0), "two failures are not enough");
+        s.on_failure(0, Duration::from_millis(500));
+        assert!(!s.is_healthy(0));
+        assert_eq!(s.down().collect::<Vec<_>>(), [0]);
+        assert_eq!(s.order(UpstreamStrategy::Fastest).as_slice(), [1]);
+        for _ in 0..FAILURES_BEFORE_DOWN {
+            s.on_failure(1, Duration::from_millis(500));
+        }
         assert_eq!(
-            s.order(now).as_slice(),
-            [1, 0],
-            "backed-off upstream is last resort"
+            s.order(UpstreamStrategy::Ordered).as_slice(),
+            [0, 1],
+            "every upstream down: all of them, as a last resort"
         );
-        assert!(s.is_healthy(0, now + Duration::from_secs(2)));
         s.on_success(0, Duration::from_millis(1));
-        assert!(s.is_healthy(0, now));
+        assert!(s.is_healthy(0));
+        assert_eq!(
+            s.srtt(0),
+            Some(Duration::from_millis(1)),
+            "fresh RTT after coming back"
+        );
+        assert_eq!(s.order(UpstreamStrategy::Ordered).as_slice(), [0]);
     }
 }

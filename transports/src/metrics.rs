@@ -148,6 +148,13 @@ pub struct UpstreamCounters {
     pub latency_buckets: [AtomicU64; 13],
     /// Sum of answered latencies, microseconds.
     pub latency_sum_us: AtomicU64,
+    // Health (upstream.strategy, issue 37).
+    /// 1 while this core has the upstream out of rotation (down), else 0: a gauge.
+    pub down: AtomicU64,
+    /// Health probes sent to the upstream while it was down.
+    pub probes: AtomicU64,
+    /// Health probes that got no good answer.
+    pub probe_failures: AtomicU64,
 }
 
 /// Cache counters mirrored from the core's shard and L1 (the core copies them once a second).

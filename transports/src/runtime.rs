@@ -628,6 +628,11 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
             }
         })
     };
+    // Upstream health probes (issue 37): dropped with the maintenance task.
+    let health = {
+        let worker = worker.clone();
+        glommio::spawn_local(async move { worker.run_health_checks().await })
+    };
     ready.fetch_add(1, Ordering::AcqRel);
     stop.wait().await;
 
@@ -663,6 +668,7 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
     }
     worker.maintain(Instant::now());
     drop(maintenance);
+    drop(health);
     drop(tasks);
 }
 

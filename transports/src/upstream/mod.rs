@@ -22,6 +22,7 @@
 //! and ignored, never accepted; the attempt keeps waiting for the genuine one until its deadline.
 
 mod dot;
+mod health;
 mod https;
 mod quic;
 mod tcp;
@@ -42,8 +43,9 @@ use kudurru_core::wire::write_upstream_query;
 use kudurru_core::zone::{Route, Zones};
 use kudurru_core::{
     CacheKey, CachedAnswer, ReplyError, Selector, TtlPolicy, UpstreamOrder, UpstreamProtocol,
-    UpstreamSpec,
+    UpstreamSpec, UpstreamStrategy,
 };
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::deadline::{until, within};
 use crate::metrics::{CoreMetrics, FORWARD_ZONES, UpstreamCounters, UpstreamError};
@@ -173,7 +175,8 @@ impl Upstreams {
 
     /// Resolves `key` over the upstream set of `settings` (the query's snapshot, which also gives
     /// the timeouts and the TTL policy) that [`Zones::route`] names: the global upstreams or
-    /// a forward zone's. Fastest healthy first, the next one when an attempt
+    /// a forward zone's. In the order of `upstream.strategy` among the healthy upstreams (the
+    /// first two at once under `parallel`), the next one when an attempt
     /// fails or outlasts its upstream's attempt timeout ([`attempt_timeout`]), around again up
     /// to [`PASSES`] times; SERVFAIL (cached briefly, RFC 9520) when every attempt failed or
     /// `upstream.resolveTimeout` passed.
@@ -190,8 +193,13 @@ impl Upstreams {
         let start = Instant::now();
         let deadline = start + settings.resolve_timeout;
         let set = UpstreamSet::of(key, settings);
-        let order = self.order(set, settings, start);
+        let order = self.order(set, settings);
         let attempts = order.len() * PASSES;
+        // `parallel` sends the first two attempts at once; the others one at a time.
+        let first_wave = match settings.upstream_strategy {
+            UpstreamStrategy::Parallel if order.len() > 1 => 2,
+            _ => 1,
+        };
         // An upstream that answered with a failure is not asked again for this query; one that
         // timed out may have lost a datagram and is.
         // A list rather than a flag per upstream: empty (no allocation) on nearly every miss; a
@@ -239,7 +247,9 @@ impl Upstreams {
                     // Boxed: attempts are kept side by side while they overlap.
                     attempt: Box::pin(attempt),
                 });
-                break;
+                if open.len() >= first_wave || next >= first_wave {
+                    break;
+                }
             }
             if open.is_empty() {
                 break;
@@ -270,7 +280,7 @@ impl Upstreams {
                 let late = &mut open[newest];
                 if !late.timed_out && now < deadline {
                     late.timed_out = true;
-                    self.timed_out(set, late, now, settings);
+                    self.timed_out(set, late, settings);
                 }
                 continue;
             };
@@ -294,7 +304,7 @@ impl Upstreams {
                 Err(UpstreamError::Timeout) if done.timed_out => {}
                 Err(kind) => {
                     self.with_selector(set, done.index, done.spec, |selector| {
-                        selector.on_failure(done.index, ended, settings.upstream_timeout);
+                        selector.on_failure(done.index, settings.upstream_timeout);
                     });
                     counters.error(kind);
                     if kind == UpstreamError::BadReply {
@@ -308,7 +318,7 @@ impl Upstreams {
         // counted then).
         let now = Instant::now();
         for late in open.iter().filter(|open| !open.timed_out) {
-            self.timed_out(set, late, now, settings);
+            self.timed_out(set, late, settings);
         }
         CoreMetrics::bump(&self.metrics.upstream_exhausted);
         (CachedAnswer::failure(key, now, &settings.ttl), now)
@@ -330,14 +340,14 @@ impl Upstreams {
         })
     }
 
-    /// Counts `late`, an attempt past its timeout at `now`, as a timeout of its upstream, and
+    /// Counts `late`, an attempt past its timeout, as a timeout of its upstream, and
     /// retires the TCP connection it waits on from new queries.
-    fn timed_out(&self, set: UpstreamSet<'_>, late: &Open<'_>, now: Instant, settings: &Settings) {
+    fn timed_out(&self, set: UpstreamSet<'_>, late: &Open<'_>, settings: &Settings) {
         if late.connection.get() != 0 {
             self.retire(late.slot, late.spec, late.connection.get());
         }
         self.with_selector(set, late.index, late.spec, |selector| {
-            selector.on_failure(late.index, now, settings.upstream_timeout);
+            selector.on_failure(late.index, settings.upstream_timeout);
         });
         self.metrics
             .upstream(late.slot)
@@ -358,7 +368,16 @@ impl Upstreams {
             Route::Global => {
                 let (current, selector) = &mut *self.selector.borrow_mut();
                 if current.get(index) == Some(spec) {
+                    let was_healthy = selector.is_healthy(index);
                     f(selector);
+                    let healthy = selector.is_healthy(index);
+                    self.metrics
+                        .upstream(index)
+                        .down
+                        .store(u64::from(!healthy), Relaxed);
+                    if was_healthy && !healthy {
+                        tracing::warn!(upstream = %spec, "upstream out of rotation after consecutive failures; probed every upstream.healthCheckInterval");
+                    }
                 }
             }
             Route::Forward(zone) => {
@@ -381,7 +400,8 @@ impl Upstreams {
     /// A forward zone's selector follows the published zones the same way: the selectors are
     /// matched to the forward zones of a newly published `Zones` when the first query under it
     /// comes, keeping the state of every set that did not change.
-    fn order(&self, set: UpstreamSet<'_>, settings: &Settings, now: Instant) -> UpstreamOrder {
+    fn order(&self, set: UpstreamSet<'_>, settings: &Settings) -> UpstreamOrder {
+        let strategy = settings.upstream_strategy;
         if let Route::Forward(zone) = set.route {
             let mut forwards = self.forwards.borrow_mut();
             if !Arc::ptr_eq(&forwards.zones, &settings.zones) {
@@ -389,11 +409,11 @@ impl Upstreams {
                     let old = std::mem::take(&mut forwards.sets);
                     *forwards = ForwardSelectors::follow(settings.zones.clone(), old);
                 } else {
-                    return Selector::new(set.upstreams.len(), rand::random()).order(now);
+                    return Selector::new(set.upstreams.len(), rand::random()).order(strategy);
                 }
             }
             return match forwards.sets.get_mut(zone) {
-                Some((_, selector)) => selector.order(now),
+                Some((_, selector)) => selector.order(strategy),
                 None => UpstreamOrder::new(),
             };
         }
@@ -407,11 +427,14 @@ impl Upstreams {
                     settings.upstreams.clone(),
                     Selector::new(settings.upstreams.len(), rand::random()),
                 );
+                for index in 0..settings.upstreams.len() {
+                    self.metrics.upstream(index).down.store(0, Relaxed);
+                }
             } else {
-                return Selector::new(settings.upstreams.len(), rand::random()).order(now);
+                return Selector::new(settings.upstreams.len(), rand::random()).order(strategy);
             }
         }
-        state.1.order(now)
+        state.1.order(strategy)
     }
 
     /// Retires connection `serial` to `spec` (counted in `slot`) from new queries: an

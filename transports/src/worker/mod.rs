@@ -126,6 +126,12 @@ impl Worker {
         self.resolver.cache_command(command, now)
     }
 
+    /// Probes the upstreams this core holds down, every `upstream.healthCheckInterval`, until
+    /// the task running it is dropped.
+    pub(crate) async fn run_health_checks(&self) {
+        self.resolver.run_health_checks().await;
+    }
+
     /// Applies capacity changes and copies the cache and limiter counters into the metrics;
     /// run once a second.
     pub(crate) fn maintain(&self, now: Instant) {

@@ -505,6 +505,11 @@ impl Resolver {
 
     /// Applies `settings`' capacities and copies the cache counters into the metrics; run once
     /// a second.
+    /// The upstream health probes of this core ([`Upstreams::run_health_checks`]).
+    pub(super) async fn run_health_checks(&self) {
+        self.upstreams.run_health_checks().await;
+    }
+
     pub(super) fn maintain(&self, settings: &Settings, now: Instant) {
         use std::sync::atomic::Ordering::Relaxed;
         let cores = self.ownership.cores;
