@@ -58,8 +58,10 @@ fn every_transport_answers_its_queries_in_flight_at_sigterm_then_closes() {
     let upstream = TestUpstream::start();
     let d = Scratch::new("drain-all");
     let (cert, key) = cert_pair(&d, "a");
+    let log = d.join("kudurru.log");
     let mut k = Kudurru::builder(&[upstream.udp_url()])
         .tls(&cert, &key)
+        .stderr_to(&log)
         .env("KUDURRU_UPSTREAM__TIMEOUT", "5s")
         .env("KUDURRU_UPSTREAM__RESOLVETIMEOUT", "10s")
         .env("KUDURRU_SERVER__SHUTDOWNGRACE", "15s")
@@ -92,7 +94,7 @@ fn every_transport_answers_its_queries_in_flight_at_sigterm_then_closes() {
         .expect("python runs");
     let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
     let sent: Value = serde_json::from_str(&lines.next().expect("a first line").unwrap()).unwrap();
-    assert_eq!(sent["ready"], 7, "every client connected and sent: {sent}");
+    assert_eq!(sent["ready"], 9, "every client connected and sent: {sent}");
     // Every query is with the upstream (2 s) when the signal arrives.
     let status = k.terminate();
     assert!(status.success(), "{status}");

@@ -9,7 +9,8 @@ argument, describes the session:
                  "doq": [...], "h3": [...]}}
 
 Every connection is opened, then every query sent; `{"sent": true}` is printed once they are all
-on the wire (the test sends SIGTERM then). Then the client reads until each server closes, and
+on the wire (the test sends SIGTERM then). "tcp_idle" and "h2_idle" are a TCP and an HTTP/2
+connection that send no query. Then the client reads until each server closes, and
 prints one JSON object: per transport {"answers": [hex, ...]} (in arrival order) and how the
 connection ended:
   tcp, dot: "eof": true when the server closed after the answers.
@@ -261,6 +262,9 @@ async def main(cfg):
         "tcp": stream_dns(cfg, ports["tcp"], queries["tcp"], False, sent),
         "dot": stream_dns(cfg, ports["dot"], queries["dot"], True, sent),
         "h2": doh_h2(cfg, ports["doh"], queries["h2"], sent),
+        # Connections with nothing in flight: closed at once by the drain.
+        "tcp_idle": stream_dns(cfg, ports["tcp"], [], False, sent),
+        "h2_idle": doh_h2(cfg, ports["doh"], [], sent),
         "http1": doh_http1(cfg, ports["doh"], queries["http1"], sent),
         "doq": quic(cfg, ports["doq"], queries["doq"], False, sent),
         "h3": quic(cfg, ports["h3"], queries["h3"], True, sent),

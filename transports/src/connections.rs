@@ -426,4 +426,58 @@ mod tests {
             .expect("a glommio executor");
         executor.join().expect("executor thread");
     }
+
+    /// The drain wakes the tasks waiting for it (a connection that ended took its waker
+    /// with it); what is still open at the grace is cut and counted once.
+    #[test]
+    fn the_drain_wakes_each_connection_and_the_cut_closes_what_is_left() {
+        let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(crate::sys::IO_MEMORY_PER_CORE)
+            .ring_depth(crate::sys::RING_DEPTH)
+            .spawn(|| async move {
+                let table = Rc::new(Connections::default());
+                let metrics = Arc::new(CoreMetrics::default());
+                let now = Instant::now();
+                let a = prefix("192.0.2.0/24");
+                let limits = Limits {
+                    per_core: 8,
+                    per_client: 8,
+                };
+                let seen = Rc::new(std::cell::Cell::new(0));
+                let mut held = Vec::new();
+                for stubborn in [false, false, true] {
+                    let admission = Rc::new(
+                        table
+                            .admit(Family::Stream, a, limits, now, &metrics)
+                            .expect("room"),
+                    );
+                    let (mine, seen) = (admission.clone(), seen.clone());
+                    let task = glommio::spawn_local(async move {
+                        mine.drained().await;
+                        seen.set(seen.get() + 1);
+                        if stubborn {
+                            // Ignores the drain: only the cut ends it.
+                            glommio::timer::sleep(Duration::from_secs(60)).await;
+                        }
+                        drop(mine);
+                    })
+                    .detach();
+                    admission.set_task(task);
+                    held.push(admission);
+                }
+                drop(held);
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                assert_eq!(seen.get(), 0, "nothing drains before the drain");
+                assert!(!table.draining());
+                table.begin_drain();
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                assert_eq!(seen.get(), 3, "each waiting connection saw the drain");
+                assert_eq!(table.open(), 1, "two closed by themselves");
+                assert_eq!(table.cut_all(), 1, "the stubborn one is cut");
+                assert_eq!(table.open(), 0);
+                assert_eq!(table.cut_all(), 0, "nothing is cut twice");
+            })
+            .expect("a glommio executor");
+        executor.join().expect("executor thread");
+    }
 }
