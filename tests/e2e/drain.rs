@@ -59,7 +59,10 @@ fn every_transport_answers_its_queries_in_flight_at_sigterm_then_closes() {
     let d = Scratch::new("drain-all");
     let (cert, key) = cert_pair(&d, "a");
     let log = d.join("kudurru.log");
+    // Two cores: connections land on either, misses go to the owner core, and a core that
+    // drained first keeps answering its peer's lookups.
     let mut k = Kudurru::builder(&[upstream.udp_url()])
+        .cores(2)
         .tls(&cert, &key)
         .stderr_to(&log)
         .env("KUDURRU_UPSTREAM__TIMEOUT", "5s")
