@@ -23,7 +23,7 @@ use kudurru_core::Client;
 use kudurru_core::doq::{self, ErrorCode};
 use quinn::VarInt;
 
-use crate::accept;
+use crate::accept::{self, NextStream};
 use crate::answer::{answer, inline_or_queued};
 use crate::connections::Admission;
 use crate::core_context::CoreContext;
@@ -59,52 +59,32 @@ async fn connection(worker: Rc<Worker>, connection: quinn::Connection, admission
     let requests = Rc::new(Requests::default());
     loop {
         let idle = worker.context().settings().tcp_idle_timeout;
-        // A drain for shutdown ends the accepting (streams that already arrived are taken).
-        let accepted = if admission.is_draining() {
-            match futures_lite::future::poll_once(connection.accept_bi()).await {
-                Some(accepted) => Some(accepted),
-                None => break,
+        let (send, recv) = match accept::next_stream(&connection, &admission, idle).await {
+            NextStream::Stream(send, recv) => (send, recv),
+            NextStream::Drained => break,
+            NextStream::Idle => {
+                CoreMetrics::bump(&worker.context().metrics.tcp_timeouts);
+                connection.close(code(ErrorCode::NoError), b"idle");
+                return;
             }
-        } else {
-            let next = futures_lite::future::or(
-                async { Some(within(idle, connection.accept_bi()).await) },
-                async {
-                    admission.drained().await;
-                    None
-                },
-            )
-            .await;
-            match next {
-                Some(accepted) => accepted,
-                None => continue,
-            }
-        };
-        let Some(accepted) = accepted else {
-            CoreMetrics::bump(&worker.context().metrics.tcp_timeouts);
-            connection.close(code(ErrorCode::NoError), b"idle");
-            return;
-        };
-        admission.touch(Instant::now());
-        match accepted {
-            Ok((send, recv)) => {
-                let (worker, connection, sni) = (worker.clone(), connection.clone(), sni.clone());
-                let request = requests.enter();
-                inline_or_queued(async move {
-                    let _request = request;
-                    let client = Client {
-                        addr,
-                        datagram: false,
-                        id: None,
-                        sni: sni.as_deref(),
-                    };
-                    stream(&worker, &connection, client, send, recv).await;
-                });
-            }
-            Err(e) => {
+            NextStream::Ended(e) => {
                 tracing::debug!(peer = %connection.remote_address(), error = %e, "DoQ connection ended");
                 return;
             }
-        }
+        };
+        admission.touch(Instant::now());
+        let (worker, connection, sni) = (worker.clone(), connection.clone(), sni.clone());
+        let request = requests.enter();
+        inline_or_queued(async move {
+            let _request = request;
+            let client = Client {
+                addr,
+                datagram: false,
+                id: None,
+                sni: sni.as_deref(),
+            };
+            stream(&worker, &connection, client, send, recv).await;
+        });
     }
     // Draining: every stream accepted is answered, then CONNECTION_CLOSE with DOQ_NO_ERROR
     // (RFC 9250 §4.3), which the client takes as "no more on this connection".

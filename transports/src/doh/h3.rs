@@ -27,7 +27,7 @@ use kudurru_core::http3::{self, CriticalStreams, Scope, UniKind, UniStream, code
 use quinn::VarInt;
 
 use super::endpoint::{Answer, Endpoint, Reply, ResponseHead, classify};
-use crate::accept;
+use crate::accept::{self, NextStream};
 use crate::answer::{answer_miss, inline_or_queued};
 use crate::connections::Admission;
 use crate::core_context::Active;
@@ -99,46 +99,26 @@ async fn serve_connection(
     loop {
         let context = endpoint.worker.context();
         let idle = context.settings().tcp_idle_timeout;
-        // A drain for shutdown ends the accepting (requests that already arrived are taken).
-        let accepted = if admission.is_draining() {
-            match futures_lite::future::poll_once(connection.accept_bi()).await {
-                Some(accepted) => Some(accepted),
-                None => break,
+        let (send, recv) = match accept::next_stream(&connection, admission, idle).await {
+            NextStream::Stream(send, recv) => (send, recv),
+            NextStream::Drained => break,
+            NextStream::Idle => {
+                CoreMetrics::bump(&context.metrics.tcp_timeouts);
+                connection.close(varint(code::H3_NO_ERROR), b"idle");
+                return;
             }
-        } else {
-            let next = futures_lite::future::or(
-                async { Some(within(idle, connection.accept_bi()).await) },
-                async {
-                    admission.drained().await;
-                    None
-                },
-            )
-            .await;
-            match next {
-                Some(accepted) => accepted,
-                None => continue,
-            }
-        };
-        let Some(accepted) = accepted else {
-            CoreMetrics::bump(&context.metrics.tcp_timeouts);
-            connection.close(varint(code::H3_NO_ERROR), b"idle");
-            return;
-        };
-        match accepted {
-            Ok((send, recv)) => {
-                next_stream = next_stream.max(u64::from(send.id()) + 4);
-                let (endpoint, connection) = (endpoint.clone(), connection.clone());
-                let request_open = requests.enter();
-                inline_or_queued(async move {
-                    let _request_open = request_open;
-                    request(&endpoint, &connection, send, recv).await;
-                });
-            }
-            Err(e) => {
+            NextStream::Ended(e) => {
                 tracing::debug!(peer = %peer, error = %e, "HTTP/3 connection ended");
                 return;
             }
-        }
+        };
+        next_stream = next_stream.max(u64::from(send.id()) + 4);
+        let (endpoint, connection) = (endpoint.clone(), connection.clone());
+        let request_open = requests.enter();
+        inline_or_queued(async move {
+            let _request_open = request_open;
+            request(&endpoint, &connection, send, recv).await;
+        });
     }
     // Draining: GOAWAY names the first request not processed (RFC 9114 §5.2), the accepted
     // ones are answered, then CONNECTION_CLOSE with H3_NO_ERROR.
