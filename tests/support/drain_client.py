@@ -36,6 +36,7 @@ import h2.connection  # noqa: E402
 from aioquic.asyncio import connect  # noqa: E402
 from aioquic.h3.connection import H3_ALPN, H3Connection  # noqa: E402
 from aioquic.quic.events import StreamDataReceived  # noqa: E402
+from h2_client import split_frames  # noqa: E402
 from quic_client import Client, configuration, send_doq, send_h3  # noqa: E402
 
 
@@ -127,14 +128,9 @@ async def doh_h2(cfg, port, queries, sent):
         if not chunk:
             eof = True
             break
-        buffer += chunk
-        while len(buffer) >= 9:
-            length = int.from_bytes(buffer[:3], "big")
-            if len(buffer) < 9 + length:
-                break
-            kind, flags = buffer[3], buffer[4]
-            stream = int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF
-            payload, buffer = buffer[9:9 + length], buffer[9 + length:]
+        frames, buffer = split_frames(buffer + chunk)
+        for frame in frames:
+            kind, flags, stream, payload = frame["type"], frame["flags"], frame["stream"], frame["payload"]
             if kind == 0x4 and not flags & 0x1:  # SETTINGS: acknowledge
                 writer.write(b"\x00\x00\x00\x04\x01\x00\x00\x00\x00")
             elif kind == 0x0:  # DATA
