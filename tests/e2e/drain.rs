@@ -97,7 +97,7 @@ fn every_transport_answers_its_queries_in_flight_at_sigterm_then_closes() {
         .expect("python runs");
     let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
     let sent: Value = serde_json::from_str(&lines.next().expect("a first line").unwrap()).unwrap();
-    assert_eq!(sent["ready"], 9, "every client connected and sent: {sent}");
+    assert_eq!(sent["ready"], 12, "every client connected and sent: {sent}");
     // Every query is with the upstream (2 s) when the signal arrives.
     let status = k.terminate();
     assert!(status.success(), "{status}");

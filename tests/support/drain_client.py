@@ -9,8 +9,8 @@ argument, describes the session:
                  "doq": [...], "h3": [...]}}
 
 Every connection is opened, then every query sent; `{"sent": true}` is printed once they are all
-on the wire (the test sends SIGTERM then). "tcp_idle" and "h2_idle" are a TCP and an HTTP/2
-connection that send no query. Then the client reads until each server closes, and
+on the wire (the test sends SIGTERM then). "tcp_idle", "h2_idle", "http1_idle", "doq_idle" and
+"h3_idle" are connections that send no query. Then the client reads until each server closes, and
 prints one JSON object: per transport {"answers": [hex, ...]} (in arrival order) and how the
 connection ended:
   tcp, dot: "eof": true when the server closed after the answers.
@@ -147,11 +147,11 @@ async def doh_h2(cfg, port, queries, sent):
 async def doh_http1(cfg, port, queries, sent):
     reader, writer = await asyncio.open_connection(
         cfg["host"], port, ssl=tls_context(cfg, "http/1.1"), server_hostname="localhost")
-    q = queries[0]
-    dns = base64.urlsafe_b64encode(q).rstrip(b"=").decode()
-    writer.write(f"GET /dns-query?dns={dns} HTTP/1.1\r\nHost: localhost\r\n"
-                 "Accept: application/dns-message\r\n\r\n".encode())
-    await writer.drain()
+    for q in queries[:1]:
+        dns = base64.urlsafe_b64encode(q).rstrip(b"=").decode()
+        writer.write(f"GET /dns-query?dns={dns} HTTP/1.1\r\nHost: localhost\r\n"
+                     "Accept: application/dns-message\r\n\r\n".encode())
+        await writer.drain()
     await sent
     data, eof = await read_until_eof(reader, time.monotonic() + cfg["timeout"])
     head, _, body = data.partition(b"\r\n\r\n")
@@ -261,6 +261,9 @@ async def main(cfg):
         # Connections with nothing in flight: closed at once by the drain.
         "tcp_idle": stream_dns(cfg, ports["tcp"], [], False, sent),
         "h2_idle": doh_h2(cfg, ports["doh"], [], sent),
+        "http1_idle": doh_http1(cfg, ports["doh"], [], sent),
+        "doq_idle": quic(cfg, ports["doq"], [], False, sent),
+        "h3_idle": quic(cfg, ports["h3"], [], True, sent),
         "http1": doh_http1(cfg, ports["doh"], queries["http1"], sent),
         "doq": quic(cfg, ports["doq"], queries["doq"], False, sent),
         "h3": quic(cfg, ports["h3"], queries["h3"], True, sent),
