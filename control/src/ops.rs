@@ -273,7 +273,7 @@ pub fn render_metrics(state: &OpsState) -> String {
             let _ = writeln!(out, "{name}{{core=\"{core}\"}} {}", get(cm));
         }
     }
-    let plain: [(&str, &str, Counter); 15] = [
+    let plain: [(&str, &str, Counter); 17] = [
         (
             "kudurru_cross_core_lookups_total",
             "Cache misses sent to the owning core.",
@@ -348,6 +348,16 @@ pub fn render_metrics(state: &OpsState) -> String {
             "kudurru_doq_protocol_errors_total",
             "DNS-over-QUIC connections closed with DOQ_PROTOCOL_ERROR (RFC 9250 §4.3.3).",
             |c| c.doq_protocol_errors.load(Relaxed),
+        ),
+        (
+            "kudurru_shutdown_connections_cut_total",
+            "Client connections still open when server.shutdownGrace ran out at shutdown, cut.",
+            |c| c.shutdown_connections_cut.load(Relaxed),
+        ),
+        (
+            "kudurru_shutdown_queries_abandoned_total",
+            "Client queries still being resolved when server.shutdownGrace ran out at shutdown, abandoned.",
+            |c| c.shutdown_queries_abandoned.load(Relaxed),
         ),
     ];
     for (name, help, get) in plain {

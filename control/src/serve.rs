@@ -451,6 +451,9 @@ async fn control(
         signal = signal_name(signal),
         "shutting down: listeners closed, draining in-flight queries"
     );
+    // The cores drain their connections while the HTTP listeners finish theirs:
+    // both within server.shutdownGrace, together.
+    server.request_stop();
     let _ = stop_http.send(true);
     while tasks.join_next().await.is_some() {}
     Ok(server)

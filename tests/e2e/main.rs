@@ -12,6 +12,7 @@ mod crash;
 mod defaults;
 mod doh;
 mod dot;
+mod drain;
 mod fairness;
 mod http2;
 mod lifecycle;

@@ -53,18 +53,26 @@ def read_frames(sock, deadline):
         if not chunk:
             closed = True
             break
-        buffer += chunk
-        while len(buffer) >= 9:
-            length = int.from_bytes(buffer[:3], "big")
-            if len(buffer) < 9 + length:
-                break
-            frames.append({
-                "type": buffer[3], "flags": buffer[4],
-                "stream": int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF,
-                "payload": buffer[9:9 + length].hex(),
-            })
-            buffer = buffer[9 + length:]
+        whole, buffer = split_frames(buffer + chunk)
+        frames += [dict(frame, payload=frame["payload"].hex()) for frame in whole]
     return frames, closed
+
+
+def split_frames(buffer):
+    """The whole frames at the start of `buffer` ({"type", "flags", "stream", "payload"}), and
+    the bytes after them."""
+    frames = []
+    while len(buffer) >= 9:
+        length = int.from_bytes(buffer[:3], "big")
+        if len(buffer) < 9 + length:
+            break
+        frames.append({
+            "type": buffer[3], "flags": buffer[4],
+            "stream": int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF,
+            "payload": buffer[9:9 + length],
+        })
+        buffer = buffer[9 + length:]
+    return frames, buffer
 
 
 def frames_mode(cfg):

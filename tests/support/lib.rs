@@ -552,6 +552,10 @@ fn respond(message: &[u8], transport: &'static str, seen: &Mutex<Seen>) -> Vec<V
             wire::count_answer(&mut out);
         }
         wire::finish_response(&query, &mut out, &UDP);
+    } else if first.starts_with("slow5s-") {
+        // Slower than a short `server.shutdownGrace` (the drain tests' cut-off).
+        thread::sleep(Duration::from_secs(5));
+        answer_a(&mut out, 300);
     } else if first.starts_with("slow2s-") {
         // Slower than the default `upstream.timeout` (1.5 s), every time.
         thread::sleep(Duration::from_secs(2));

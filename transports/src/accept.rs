@@ -208,3 +208,55 @@ async fn quic_handshake(
         }
     }
 }
+
+/// What [`next_stream`] found on a QUIC connection.
+pub(crate) enum NextStream {
+    /// A client-initiated bidirectional stream.
+    Stream(quinn::SendStream, quinn::RecvStream),
+    /// No stream for the idle timeout.
+    Idle,
+    /// The core drains for shutdown and no stream that already arrived is left.
+    Drained,
+    /// The connection is gone.
+    Ended(quinn::ConnectionError),
+}
+
+/// The next request stream of a DoQ or DoH3 connection, within `idle`. Once the core drains
+/// for shutdown, only streams that have already arrived are taken, then [`NextStream::Drained`].
+pub(crate) async fn next_stream(
+    connection: &quinn::Connection,
+    admission: &Admission,
+    idle: std::time::Duration,
+) -> NextStream {
+    let accepted = if admission.is_draining() {
+        match futures_lite::future::poll_once(connection.accept_bi()).await {
+            Some(accepted) => accepted,
+            None => return NextStream::Drained,
+        }
+    } else {
+        let next = futures_lite::future::or(
+            async { Some(crate::deadline::within(idle, connection.accept_bi()).await) },
+            async {
+                admission.drained().await;
+                None
+            },
+        )
+        .await;
+        match next {
+            Some(Some(accepted)) => accepted,
+            Some(None) => return NextStream::Idle,
+            // The drain began: take what already arrived.
+            None => {
+                return match futures_lite::future::poll_once(connection.accept_bi()).await {
+                    Some(Ok((send, recv))) => NextStream::Stream(send, recv),
+                    Some(Err(e)) => NextStream::Ended(e),
+                    None => NextStream::Drained,
+                };
+            }
+        }
+    };
+    match accepted {
+        Ok((send, recv)) => NextStream::Stream(send, recv),
+        Err(e) => NextStream::Ended(e),
+    }
+}

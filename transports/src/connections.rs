@@ -19,6 +19,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use glommio::task::JoinHandle;
@@ -59,6 +60,9 @@ pub(crate) struct Connections {
     inner: RefCell<Inner>,
     /// When a refusal was last logged.
     last_logged: std::cell::Cell<Option<Instant>>,
+    /// The core is draining for shutdown ([`crate::drain`]): every connection finishes what it
+    /// read and closes.
+    draining: std::cell::Cell<bool>,
 }
 
 #[derive(Default)]
@@ -80,9 +84,56 @@ struct Entry {
     last_query: Instant,
     /// The connection's task, cancelled to close it (dropping its socket or QUIC handle).
     task: Option<JoinHandle<()>>,
+    /// The connection task waiting for the drain ([`Admission::poll_drain`]), woken when it
+    /// starts. Kept in the entry so that it goes with the connection.
+    drain_waker: Option<Waker>,
 }
 
 impl Connections {
+    /// Starts the drain: every connection task waiting for it is woken.
+    pub(crate) fn begin_drain(&self) {
+        self.draining.set(true);
+        let wakers: Vec<Waker> = self
+            .inner
+            .borrow_mut()
+            .slots
+            .iter_mut()
+            .filter_map(|slot| slot.entry.as_mut()?.drain_waker.take())
+            .collect();
+        // Woken outside the borrow: a waker may run code that touches the table.
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    /// Whether the core is draining.
+    pub(crate) fn draining(&self) -> bool {
+        self.draining.get()
+    }
+
+    /// Cuts every connection still open (the grace passed): their tasks are cancelled, which
+    /// closes their sockets. Returns how many were cut.
+    pub(crate) fn cut_all(&self) -> usize {
+        let tasks: Vec<Option<JoinHandle<()>>> = {
+            let mut inner = self.inner.borrow_mut();
+            let open: Vec<usize> = inner
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, slot)| slot.entry.as_ref().map(|_| i))
+                .collect();
+            open.into_iter()
+                .filter_map(|slot| inner.release(slot))
+                .map(|entry| entry.task)
+                .collect()
+        };
+        let cut = tasks.len();
+        for task in tasks.into_iter().flatten() {
+            task.cancel();
+        }
+        cut
+    }
+
     /// Connections open on this core.
     pub(crate) fn open(&self) -> usize {
         self.inner.borrow().open
@@ -143,6 +194,7 @@ impl Connections {
             key,
             last_query: now,
             task: None,
+            drain_waker: None,
         });
         inner.open += 1;
         *inner.per_client.entry(key).or_default() += 1;
@@ -205,6 +257,31 @@ impl Admission {
         if let Some(entry) = self.entry_mut(&mut self.table.inner.borrow_mut()) {
             entry.last_query = now;
         }
+    }
+
+    /// Ready once the core drains for shutdown; until then the task polling it is woken when
+    /// the drain starts.
+    pub(crate) fn poll_drain(&self, cx: &Context<'_>) -> Poll<()> {
+        if self.table.draining.get() {
+            return Poll::Ready(());
+        }
+        if let Some(entry) = self.entry_mut(&mut self.table.inner.borrow_mut()) {
+            match &entry.drain_waker {
+                Some(waker) if waker.will_wake(cx.waker()) => {}
+                _ => entry.drain_waker = Some(cx.waker().clone()),
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Whether the core drains for shutdown.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.table.draining.get()
+    }
+
+    /// Resolves once the core drains for shutdown.
+    pub(crate) fn drained(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| self.poll_drain(cx))
     }
 
     fn entry_mut<'a>(&self, inner: &'a mut Inner) -> Option<&'a mut Entry> {
@@ -345,6 +422,60 @@ mod tests {
                 assert_eq!(table.open(), 3);
                 drop(newcomer);
                 assert_eq!(table.open(), 2);
+            })
+            .expect("a glommio executor");
+        executor.join().expect("executor thread");
+    }
+
+    /// The drain wakes the tasks waiting for it (a connection that ended took its waker
+    /// with it); what is still open at the grace is cut and counted once.
+    #[test]
+    fn the_drain_wakes_each_connection_and_the_cut_closes_what_is_left() {
+        let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(crate::sys::IO_MEMORY_PER_CORE)
+            .ring_depth(crate::sys::RING_DEPTH)
+            .spawn(|| async move {
+                let table = Rc::new(Connections::default());
+                let metrics = Arc::new(CoreMetrics::default());
+                let now = Instant::now();
+                let a = prefix("192.0.2.0/24");
+                let limits = Limits {
+                    per_core: 8,
+                    per_client: 8,
+                };
+                let seen = Rc::new(std::cell::Cell::new(0));
+                let mut held = Vec::new();
+                for stubborn in [false, false, true] {
+                    let admission = Rc::new(
+                        table
+                            .admit(Family::Stream, a, limits, now, &metrics)
+                            .expect("room"),
+                    );
+                    let (mine, seen) = (admission.clone(), seen.clone());
+                    let task = glommio::spawn_local(async move {
+                        mine.drained().await;
+                        seen.set(seen.get() + 1);
+                        if stubborn {
+                            // Ignores the drain: only the cut ends it.
+                            glommio::timer::sleep(Duration::from_secs(60)).await;
+                        }
+                        drop(mine);
+                    })
+                    .detach();
+                    admission.set_task(task);
+                    held.push(admission);
+                }
+                drop(held);
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                assert_eq!(seen.get(), 0, "nothing drains before the drain");
+                assert!(!table.draining());
+                table.begin_drain();
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                assert_eq!(seen.get(), 3, "each waiting connection saw the drain");
+                assert_eq!(table.open(), 1, "two closed by themselves");
+                assert_eq!(table.cut_all(), 1, "the stubborn one is cut");
+                assert_eq!(table.open(), 0);
+                assert_eq!(table.cut_all(), 0, "nothing is cut twice");
             })
             .expect("a glommio executor");
         executor.join().expect("executor thread");

@@ -12,7 +12,8 @@
 //! connection; clients may open no unidirectional stream. No 0-RTT (the TLS configuration
 //! offers no early data), so no query is ever replayable (§4.5). A stream whose query does not
 //! arrive within `tcp.idleTimeout` is cancelled; a connection idle that long is closed by QUIC's
-//! idle timeout.
+//! idle timeout. When the core drains for shutdown, the connection accepts no new stream,
+//! answers the ones it has, and closes with DOQ_NO_ERROR.
 
 use std::rc::Rc;
 use std::time::Instant;
@@ -22,11 +23,12 @@ use kudurru_core::Client;
 use kudurru_core::doq::{self, ErrorCode};
 use quinn::VarInt;
 
-use crate::accept;
+use crate::accept::{self, NextStream};
 use crate::answer::{answer, inline_or_queued};
 use crate::connections::Admission;
 use crate::core_context::CoreContext;
 use crate::deadline::within;
+use crate::drain::Requests;
 use crate::metrics::{CoreMetrics, Transport};
 use crate::tls::TlsConfig;
 use crate::worker::Worker;
@@ -54,33 +56,41 @@ fn code(code: ErrorCode) -> VarInt {
 async fn connection(worker: Rc<Worker>, connection: quinn::Connection, admission: Rc<Admission>) {
     let addr = connection.remote_address().ip();
     let sni = accept::quic_server_name(&connection);
+    let requests = Rc::new(Requests::default());
     loop {
         let idle = worker.context().settings().tcp_idle_timeout;
-        let Some(accepted) = within(idle, connection.accept_bi()).await else {
-            CoreMetrics::bump(&worker.context().metrics.tcp_timeouts);
-            connection.close(code(ErrorCode::NoError), b"idle");
-            break;
+        let (send, recv) = match accept::next_stream(&connection, &admission, idle).await {
+            NextStream::Stream(send, recv) => (send, recv),
+            NextStream::Drained => break,
+            NextStream::Idle => {
+                CoreMetrics::bump(&worker.context().metrics.tcp_timeouts);
+                connection.close(code(ErrorCode::NoError), b"idle");
+                return;
+            }
+            NextStream::Ended(e) => {
+                tracing::debug!(peer = %connection.remote_address(), error = %e, "DoQ connection ended");
+                return;
+            }
         };
         admission.touch(Instant::now());
-        match accepted {
-            Ok((send, recv)) => {
-                let (worker, connection, sni) = (worker.clone(), connection.clone(), sni.clone());
-                inline_or_queued(async move {
-                    let client = Client {
-                        addr,
-                        datagram: false,
-                        id: None,
-                        sni: sni.as_deref(),
-                    };
-                    stream(&worker, &connection, client, send, recv).await;
-                });
-            }
-            Err(e) => {
-                tracing::debug!(peer = %connection.remote_address(), error = %e, "DoQ connection ended");
-                break;
-            }
-        }
+        let (worker, connection, sni) = (worker.clone(), connection.clone(), sni.clone());
+        let request = requests.enter();
+        inline_or_queued(async move {
+            let _request = request;
+            let client = Client {
+                addr,
+                datagram: false,
+                id: None,
+                sni: sni.as_deref(),
+            };
+            stream(&worker, &connection, client, send, recv).await;
+        });
     }
+    // Draining: every stream accepted is answered, then CONNECTION_CLOSE with DOQ_NO_ERROR
+    // (RFC 9250 §4.3), which the client takes as "no more on this connection".
+    requests.done().await;
+    connection.close(code(ErrorCode::NoError), b"shutting down");
+    // The close goes out with the endpoint's next transmit; the connection handle may go now.
 }
 
 /// Answers the one query of a stream.
@@ -119,6 +129,11 @@ async fn stream(
             match within(idle, send.write_chunk(Bytes::from(doq::framed(out)))).await {
                 Some(Ok(())) => {
                     let _ = send.finish();
+                    // Draining: the connection closes once this returns, and a close discards stream
+                    // data not yet delivered; wait for the client's acknowledgement.
+                    if worker.context().connections.draining() {
+                        let _ = within(idle, send.stopped()).await;
+                    }
                 }
                 Some(Err(_)) => {}
                 None => {

@@ -36,6 +36,7 @@ pub mod tls;
 // listeners read of their core besides the resolver.
 mod connections;
 mod core_context;
+mod drain;
 mod outbox;
 pub mod sys;
 

@@ -245,6 +245,10 @@ pub struct CoreMetrics {
     pub upstreams: [UpstreamCounters; MAX_UPSTREAMS],
     /// The forward zones' upstreams that are not global upstreams, together.
     pub forward_zone_upstreams: UpstreamCounters,
+    /// Client connections still open when `server.shutdownGrace` ran out, cut (crate::drain).
+    pub shutdown_connections_cut: AtomicU64,
+    /// Client queries still being resolved when `server.shutdownGrace` ran out, abandoned.
+    pub shutdown_queries_abandoned: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {

@@ -3,8 +3,9 @@
 //! ```text
 //! start(): bind every listener N times (SO_REUSEPORT) ─▶ N threads, each a glommio executor
 //!          pinned to one CPU ─▶ join the channel mesh ─▶ serve ─▶ report ready
-//! stop():  flag ─▶ each core stops its listeners, drains in-flight queries (bounded by
-//!          server.shutdownGrace), waits for its peers to drain, exits
+//! stop():  flag ─▶ each core stops its listeners, drains its connections and in-flight
+//!          queries (crate::drain, bounded by server.shutdownGrace), waits for its peers to
+//!          drain, exits
 //! ```
 
 use std::future::Future;
@@ -28,7 +29,7 @@ use crate::settings::SharedSettings;
 use crate::sys::{self, SocketKind};
 use crate::tls::alt_svc;
 use crate::worker::{Ownership, ShardMessage, Worker};
-use crate::{deadline, doh, doq, quic, steering, tcp, udp};
+use crate::{deadline, doh, doq, drain, quic, steering, tcp, udp};
 
 pub use crate::sys::{IO_MEMORY_PER_CORE, RING_DEPTH};
 pub use crate::tls::{ALPN_DOT, ALPN_H3, ALPN_HTTPS, TlsConfig, TlsServers};
@@ -640,18 +641,13 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
     for task in listeners {
         task.cancel().await;
     }
+    // New QUIC connection attempts are dropped from now on; the open ones drain.
+    for endpoint in &endpoints {
+        endpoint.set_server_config(None);
+    }
+    // Every connection finishes what it read and closes; what is left at the grace is cut.
     let grace = worker.context().settings().shutdown_grace;
-    let deadline = Instant::now() + grace;
-    while worker.context().active() > 0 && Instant::now() < deadline {
-        glommio::timer::sleep(Duration::from_millis(5)).await;
-    }
-    if worker.context().active() > 0 {
-        tracing::warn!(
-            core = shard,
-            abandoned = worker.context().active(),
-            "shutdown grace passed with queries in flight"
-        );
-    }
+    drain::drain(worker.context(), grace).await;
     // Keep answering peers until every core has drained its own queries.
     drained.fetch_add(1, Ordering::AcqRel);
     let peers_deadline = Instant::now() + grace + Duration::from_secs(1);

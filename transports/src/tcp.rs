@@ -9,7 +9,8 @@
 //! A connection holds at most `tcp.maxPipelined` queries in flight and stops reading while a
 //! write waits on a full socket, so a client that does not read its answers stalls only itself. A client silent for
 //! `tcp.idleTimeout`, or that takes longer than that to send a frame it started, is closed.
-//! A `Drop` decision closes the connection (nothing is sent).
+//! A `Drop` decision closes the connection (nothing is sent). When the core drains for
+//! shutdown (crate::drain), the connection reads no more, answers what it read, and closes.
 //!
 //! DNS over TLS (RFC 7858) is the same connection loop on a rustls stream: the listener
 //! accepts, the handshake must finish within `tls.handshakeTimeout` (a client that stalls in
@@ -105,7 +106,16 @@ async fn connection<S>(
                 if !outbox.room().await {
                     break; // the client does not read, or a write failed
                 }
-                let Some(message) = frames.next(worker.context(), &mut reader).await else {
+                // A drain for shutdown ends the reading: what was read is answered below.
+                let next = futures_lite::future::or(
+                    async { Some(frames.next(worker.context(), &mut reader).await) },
+                    async {
+                        admission.drained().await;
+                        None
+                    },
+                )
+                .await;
+                let Some(Some(message)) = next else {
                     break;
                 };
                 message

@@ -537,6 +537,16 @@ pub fn server_control_stream(max_field_section: u64) -> Vec<u8> {
     out
 }
 
+/// A GOAWAY frame for the server's control stream (RFC 9114 §5.2, §7.2.6): requests on
+/// client-initiated bidirectional streams from `first_unprocessed` on will not be processed.
+pub fn goaway(first_unprocessed: u64) -> Vec<u8> {
+    let mut id = Vec::new();
+    write_varint(&mut id, first_unprocessed);
+    let mut out = Vec::new();
+    write_frame(&mut out, frame_type::GOAWAY, &id);
+    out
+}
+
 /// The client's critical unidirectional streams seen on a connection: each type at most once
 /// (RFC 9114 §6.2.1, RFC 9204 §4.2).
 #[derive(Debug, Default)]

@@ -417,3 +417,16 @@ fn garbage_streams_never_panic() {
             .and_then(|()| u.receive(&bytes[split..], fin));
     }
 }
+
+#[test]
+fn rfc9114_5_2_goaway_names_the_first_request_stream_not_processed() {
+    assert_eq!(goaway(0), frame(frame_type::GOAWAY, &[0]));
+    assert_eq!(goaway(12), [0x07, 0x01, 0x0c]);
+    // A stream id past 63 takes a two-byte varint.
+    assert_eq!(goaway(400), [0x07, 0x02, 0x41, 0x90]);
+    // The server's own control stream, read back, carries it after SETTINGS.
+    let mut control = UniStream::new();
+    let mut bytes = server_control_stream(1024);
+    bytes.extend(goaway(8));
+    assert!(control.receive(&bytes, false).is_ok());
+}

@@ -48,6 +48,11 @@ pub(crate) enum Reply {
 }
 
 impl Endpoint {
+    /// The connection's place in the core's table (its drain signal).
+    pub(crate) fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
     /// The endpoint of one connection from `peer`, which sent the TLS server name `sni`.
     pub(crate) fn new(
         worker: Rc<Worker>,

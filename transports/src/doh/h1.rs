@@ -1,5 +1,7 @@
 //! DNS over HTTPS on HTTP/1.1 (RFC 8484, RFC 9112): requests in order, one at a time, each
-//! within `tcp.idleTimeout`; a pipeline drop closes the connection without a response.
+//! within `tcp.idleTimeout`; a pipeline drop closes the connection without a response. When the
+//! core drains for shutdown, the response in progress carries `Connection: close` and an idle
+//! connection is closed.
 
 use std::time::Instant;
 
@@ -40,7 +42,24 @@ where
                     return;
                 }
             }
-            if let Err(ended) = read_more(&mut stream, &mut buffer, deadline).await {
+            let buffer_empty = buffer.is_empty();
+            // Between requests, a drain for shutdown closes the connection.
+            let read = futures_lite::future::or(
+                async { Some(read_more(&mut stream, &mut buffer, deadline).await) },
+                async {
+                    if !buffer_empty {
+                        std::future::pending::<()>().await;
+                    }
+                    endpoint.admission().drained().await;
+                    None
+                },
+            )
+            .await;
+            let Some(read) = read else {
+                linger(&mut stream).await;
+                return;
+            };
+            if let Err(ended) = read {
                 if ended == Ended::TimedOut {
                     CoreMetrics::bump(&endpoint.worker.context().metrics.tcp_timeouts);
                 }
@@ -114,7 +133,9 @@ where
         } else {
             consumed == head.len + head.content_length.unwrap_or(0)
         };
-        let keep_alive = head.keep_alive && framed && body_read;
+        // The response in progress when the core drains for shutdown is the last.
+        let keep_alive =
+            head.keep_alive && framed && body_read && !endpoint.admission().is_draining();
         let response = match reply {
             Reply::Answer(out) => answer_response(&out, keep_alive, endpoint.alt_svc.as_deref()),
             Reply::Error(status) => {

@@ -1,7 +1,9 @@
 //! DNS over HTTPS on HTTP/2 (RFC 8484, RFC 9113): the connection driver around kudurru's sans-IO
 //! codec (`kudurru_core::http2`). Up to `tcp.maxPipelined` concurrent streams per connection;
 //! a connection with nothing in flight for `tcp.idleTimeout` gets GOAWAY and is closed; a
-//! pipeline drop resets the stream (RST_STREAM(CANCEL)).
+//! pipeline drop resets the stream (RST_STREAM(CANCEL)). When the core drains for shutdown, the
+//! connection sends GOAWAY with the last stream id it processed, answers those streams, and
+//! closes after a short linger (or when the client closes).
 
 use std::cell::{Cell, RefCell};
 use std::pin::Pin;
@@ -79,6 +81,7 @@ where
         last_request: now,
         blocked_since: None,
         closing_at: None,
+        draining: false,
         timer: None,
         timer_at: now,
     };
@@ -106,6 +109,8 @@ struct Http2Driver<S> {
     blocked_since: Option<Instant>,
     /// GOAWAY was sent for idleness: the connection closes at this instant (or at EOF).
     closing_at: Option<Instant>,
+    /// The core drains for shutdown: GOAWAY was sent, the streams below it are answered.
+    draining: bool,
     timer: Option<glommio::timer::Timer>,
     timer_at: Instant,
 }
@@ -133,6 +138,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Future for Http2Driver<S> {
             // Done when nothing more can come in and every answer owed was written.
             if (this.eof || failed) && in_flight == 0 && waiting == 0 && !this.unflushed {
                 return Poll::Ready(());
+            }
+            if !this.draining && this.endpoint.admission().poll_drain(cx).is_ready() {
+                // GOAWAY with the last stream processed (RFC 9113 §6.8): the client sends no
+                // new request here, the codec ignores any above it, those below it are answered.
+                this.draining = true;
+                this.shared.connection.borrow_mut().shut_down();
+                continue;
+            }
+            if this.draining
+                && this.closing_at.is_none()
+                && in_flight == 0
+                && waiting == 0
+                && !this.unflushed
+            {
+                // Every answer owed is out: a short linger lets the client read them and close.
+                this.closing_at = Some(Instant::now() + LINGER_TIME);
             }
             if !this.eof
                 && !failed

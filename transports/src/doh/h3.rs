@@ -14,7 +14,8 @@
 //! requests at once per connection (QUIC's stream limit); a request that does not arrive whole
 //! within `tcp.idleTimeout` gets 408 (or, without a head, is reset); an idle connection is
 //! closed by QUIC's idle timeout. Protocol errors end the stream or the connection with the
-//! RFC 9114 code and the reason.
+//! RFC 9114 code and the reason. When the core drains for shutdown, the connection sends GOAWAY
+//! on its control stream, answers the requests it accepted, and closes with H3_NO_ERROR.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -26,11 +27,12 @@ use kudurru_core::http3::{self, CriticalStreams, Scope, UniKind, UniStream, code
 use quinn::VarInt;
 
 use super::endpoint::{Answer, Endpoint, Reply, ResponseHead, classify};
-use crate::accept;
+use crate::accept::{self, NextStream};
 use crate::answer::{answer_miss, inline_or_queued};
 use crate::connections::Admission;
 use crate::core_context::Active;
 use crate::deadline::within;
+use crate::drain::Requests;
 use crate::metrics::{CoreMetrics, HttpVersion, Transport};
 use crate::tls::TlsConfig;
 use crate::worker::Worker;
@@ -90,27 +92,40 @@ async fn serve_connection(
         return;
     }
     glommio::spawn_local(uni_streams(connection.clone())).detach();
+    let requests = Rc::new(Requests::default());
+    // The first request stream not accepted yet, as GOAWAY names it.
+    let mut next_stream = 0u64;
+    let admission = endpoint.admission();
     loop {
         let context = endpoint.worker.context();
         let idle = context.settings().tcp_idle_timeout;
-        let Some(accepted) = within(idle, connection.accept_bi()).await else {
-            CoreMetrics::bump(&context.metrics.tcp_timeouts);
-            connection.close(varint(code::H3_NO_ERROR), b"idle");
-            break;
-        };
-        match accepted {
-            Ok((send, recv)) => {
-                let (endpoint, connection) = (endpoint.clone(), connection.clone());
-                inline_or_queued(async move {
-                    request(&endpoint, &connection, send, recv).await;
-                });
+        let (send, recv) = match accept::next_stream(&connection, admission, idle).await {
+            NextStream::Stream(send, recv) => (send, recv),
+            NextStream::Drained => break,
+            NextStream::Idle => {
+                CoreMetrics::bump(&context.metrics.tcp_timeouts);
+                connection.close(varint(code::H3_NO_ERROR), b"idle");
+                return;
             }
-            Err(e) => {
+            NextStream::Ended(e) => {
                 tracing::debug!(peer = %peer, error = %e, "HTTP/3 connection ended");
-                break;
+                return;
             }
-        }
+        };
+        next_stream = next_stream.max(u64::from(send.id()) + 4);
+        let (endpoint, connection) = (endpoint.clone(), connection.clone());
+        let request_open = requests.enter();
+        inline_or_queued(async move {
+            let _request_open = request_open;
+            request(&endpoint, &connection, send, recv).await;
+        });
     }
+    // Draining: GOAWAY names the first request not processed (RFC 9114 §5.2), the accepted
+    // ones are answered, then CONNECTION_CLOSE with H3_NO_ERROR.
+    let idle = endpoint.worker.context().settings().tcp_idle_timeout;
+    let _ = within(idle, control.write_all(&http3::goaway(next_stream))).await;
+    requests.done().await;
+    connection.close(varint(code::H3_NO_ERROR), b"shutting down");
     drop(control);
 }
 
@@ -281,6 +296,11 @@ async fn request(
     match within(idle, send.write_chunk(Bytes::from(out))).await {
         Some(Ok(())) => {
             let _ = send.finish();
+            // Draining: the connection closes once this returns, and a close discards stream
+            // data not yet delivered; wait for the client's acknowledgement.
+            if endpoint.worker.context().connections.draining() {
+                let _ = within(idle, send.stopped()).await;
+            }
         }
         Some(Err(_)) => return,
         None => {
