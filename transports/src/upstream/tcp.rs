@@ -103,6 +103,8 @@ struct Connection<D: Dial> {
     waiters: Waiters,
     ended: Rc<Cell<bool>>,
     reader: JoinHandle<()>,
+    /// A flush task is spawned and has not run yet ([`StreamPool::send`]).
+    flush_due: Rc<Cell<bool>>,
 }
 
 impl<D: Dial> Drop for Connection<D> {
@@ -207,7 +209,19 @@ impl<D: Dial> StreamPool<D> {
             write_upstream_query(key, registration.id(), &mut query);
         }
         connection.outbox.push_frame(&query);
-        Outbox::flush(&connection.outbox, &self.metrics, &self.settings);
+        // One write per scheduler turn, not per query: the first query of a turn spawns a task
+        // that yields once (every query task ready in this turn queues its frame meanwhile) and
+        // then writes them all, one segment and, on DoT, one TLS record for the lot.
+        if !connection.flush_due.replace(true) {
+            let (outbox, due) = (connection.outbox.clone(), connection.flush_due.clone());
+            let (metrics, settings) = (self.metrics.clone(), self.settings.clone());
+            glommio::spawn_local(async move {
+                futures_lite::future::yield_now().await;
+                due.set(false);
+                Outbox::flush(&outbox, &metrics, &settings);
+            })
+            .detach();
+        }
         Ok(TcpExchange {
             connection,
             slot: self.connection.clone(),
@@ -259,6 +273,7 @@ impl<D: Dial> StreamPool<D> {
             waiters,
             ended,
             reader,
+            flush_due: Rc::new(Cell::new(false)),
         });
         CoreMetrics::bump(&self.metrics.upstream(self.index).tcp_connections);
         *self.connection.borrow_mut() = Some(connection.clone());
