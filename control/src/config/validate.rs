@@ -433,6 +433,7 @@ impl Config {
             audit_retention,
             blocking,
             zones,
+            bootstrap,
         })
     }
 }
@@ -466,6 +467,8 @@ pub struct Validated {
     pub blocking: super::BlockingSettings,
     /// `zones.*`.
     pub zones: super::ZonesSettings,
+    /// `upstream.bootstrap`: the resolvers of host names in upstream URLs.
+    pub bootstrap: Vec<SocketAddr>,
 }
 
 /// Whether `upstream` reaches one of kudurru's own listeners: the same port on the listener's
