@@ -276,12 +276,14 @@ mod tests {
 
     #[test]
     fn named_upstreams_are_published_resolved_or_left_out() {
-        let mut config = Config::default();
-        config.upstreams = vec![
-            "udp://127.0.0.1:5300".into(),
-            "udp://upstream.test.example:5301".into(),
-            "tls://other.test.example".into(),
-        ];
+        let config = Config {
+            upstreams: vec![
+                "udp://127.0.0.1:5400".into(),
+                "udp://upstream.test.example:5401".into(),
+                "tls://other.test.example".into(),
+            ],
+            ..Config::default()
+        };
         let mut settings = config.validate().unwrap().settings;
         let mut resolved = Resolved::new();
         resolved.insert(
@@ -297,8 +299,8 @@ mod tests {
         assert_eq!(
             published,
             [
-                "udp://127.0.0.1:5300 127.0.0.1:5300",
-                "udp://upstream.test.example:5301 127.0.0.2:5301",
+                "udp://127.0.0.1:5400 127.0.0.1:5400",
+                "udp://upstream.test.example:5401 127.0.0.2:5401",
             ]
         );
         assert!(settings.upstreams.iter().all(UpstreamSpec::is_resolved));

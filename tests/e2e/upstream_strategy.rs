@@ -289,7 +289,7 @@ fn a_host_name_upstream_resolves_through_the_bootstrap_resolver() {
     let bootstrap = bootstrap_resolver();
     let upstream = Upstream::start([192, 0, 2, 7], Duration::ZERO);
     let named = format!("udp://upstream.test.example:{}", upstream.addr.port());
-    let k = Kudurru::builder(&[named.clone()])
+    let k = Kudurru::builder(std::slice::from_ref(&named))
         .env(
             "KUDURRU_UPSTREAM__BOOTSTRAP",
             &format!("127.0.0.1:{}", bootstrap.addr.port()),
