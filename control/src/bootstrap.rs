@@ -136,7 +136,21 @@ impl Bootstrap {
             };
             let mut changed = false;
             for name in &due {
-                let result = resolve(name, &servers).await;
+                let result = resolve(name, &servers).await.and_then(|found| {
+                    let loops = running.validated.settings.upstreams.iter().any(|spec| {
+                        spec.host.as_ref() == Some(name)
+                            && running.validated.listeners.iter().any(|listener| {
+                                crate::config::is_own_listener(listener, &spec.resolved_to(found.0))
+                            })
+                    });
+                    if loops {
+                        return Err(format!(
+                            "resolves to {}, kudurru's own listener: every query would loop",
+                            found.0
+                        ));
+                    }
+                    Ok(found)
+                });
                 let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
                 let status = hosts.entry(name.clone()).or_default();
                 match result {
