@@ -172,6 +172,9 @@ pub struct Api {
     /// The zone manager's shared state (`/api/v1/zones/{name}/records`); `None` when none
     /// runs (tests).
     pub zones: Option<Arc<crate::zones::Shared>>,
+    /// Host names in upstream URLs and their addresses (doctor); `None` when no bootstrap
+    /// resolver runs (tests).
+    pub bootstrap: Option<Arc<crate::bootstrap::Bootstrap>>,
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.
     writes: Mutex<()>,
@@ -212,6 +215,7 @@ impl Api {
             cache: None,
             blocking: None,
             zones: None,
+            bootstrap: None,
             writes: Mutex::new(()),
         }
     }
@@ -894,6 +898,29 @@ impl Api {
                 )
             };
             check(&format!("upstream {}", t.upstream), status, message);
+        }
+        for (host, status) in self.bootstrap.iter().flat_map(|b| b.statuses()) {
+            let (state, message) = match (&status.addr, &status.error, &status.from) {
+                (None, Some(error), _) => (
+                    "fail",
+                    format!(
+                        "not resolved through upstream.bootstrap (its upstreams are left out): {error}"
+                    ),
+                ),
+                (None, None, _) => ("warn", "not resolved yet".to_owned()),
+                (Some(addr), Some(error), _) => (
+                    "warn",
+                    format!("re-resolution failed, keeping {addr}: {error}"),
+                ),
+                (Some(addr), None, from) => (
+                    "ok",
+                    format!(
+                        "{addr} (through {})",
+                        from.map_or_else(|| "?".to_owned(), |f| f.to_string())
+                    ),
+                ),
+            };
+            check(&format!("bootstrap {host}"), state, message);
         }
         let ready = (self.ops.ready)();
         let lameduck = self.ops.lameduck.load(std::sync::atomic::Ordering::Relaxed);

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod blocking;
+pub mod bootstrap;
 pub mod certs;
 pub mod check;
 pub mod cli;

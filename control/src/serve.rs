@@ -225,7 +225,13 @@ async fn control(
         }
         None => None,
     };
-    let settings = Arc::new(ArcSwap::from_pointee(validated.settings.clone()));
+    // Upstreams named by a host are left out until the bootstrap resolver has their address
+    // (crate::bootstrap): the cores never see an unresolved one.
+    let settings = {
+        let mut settings = validated.settings.clone();
+        crate::bootstrap::apply(&mut settings, &Default::default());
+        Arc::new(ArcSwap::from_pointee(settings))
+    };
     let lameduck = Arc::new(AtomicBool::new(false));
     // DNS over TLS, HTTPS and QUIC: the pair is loaded before anything binds (a bad file is a
     // startup error), then watched; a bad replacement is logged and the loaded pair stays.
@@ -281,6 +287,9 @@ async fn control(
     // and index rebuilds both go through it); the list manager starts below, once the file
     // watcher has its other files.
     let publisher = Arc::new(crate::blocking::Publisher::new(settings.clone()));
+    // The snapshot holds the upstreams without the named ones (not resolved yet); the
+    // publisher keeps the configured set, to resolve them into.
+    publisher.settings_changed(validated.settings.clone());
     let engine: crate::blocking::SharedEngine = Arc::new(crate::blocking::CoreEngine::new());
     let blocking = Arc::new(crate::blocking::Shared::new(
         publisher.clone(),
@@ -348,6 +357,22 @@ async fn control(
             let _ = handle.reload(filter);
         }
     });
+    // Host names in upstream URLs: resolved through upstream.bootstrap, re-resolved when a
+    // reload changes either.
+    let bootstrap = Arc::new(crate::bootstrap::Bootstrap::default());
+    tokio::spawn(bootstrap.clone().run(reloadable.clone(), publisher.clone()));
+    {
+        let bootstrap = bootstrap.clone();
+        reloadable.subscribe("bootstrap", move |change| {
+            if change
+                .keys
+                .iter()
+                .any(|k| *k == "upstreams" || *k == "upstream.bootstrap")
+            {
+                bootstrap.config_changed();
+            }
+        });
+    }
     let commands = list_commands.clone();
     reloadable.subscribe("data plane settings", move |change| {
         // Cores pick the new snapshot up between queries: cache capacity (maintenance, once a
@@ -411,6 +436,7 @@ async fn control(
             shared: blocking.clone(),
         });
         api.zones = Some(zones.clone());
+        api.bootstrap = Some(bootstrap.clone());
         let api = Arc::new(api);
         crate::files::remove_stale_temporaries(api.tokens.path());
         tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");

@@ -22,6 +22,8 @@ pub struct Publisher {
     shared: SharedSettings,
     /// The latest configured settings (their `policy` ignored) and the latest index.
     latest: Mutex<(Settings, Arc<PolicyIndex>, Arc<Zones>)>,
+    /// The addresses of host names in upstream URLs ([`crate::bootstrap`]).
+    addresses: Mutex<crate::bootstrap::Resolved>,
 }
 
 impl Publisher {
@@ -33,6 +35,7 @@ impl Publisher {
         Self {
             shared,
             latest: Mutex::new(((*current).clone(), index, zones)),
+            addresses: Mutex::default(),
         }
     }
 
@@ -54,6 +57,17 @@ impl Publisher {
     pub fn zones_changed(&self, zones: Arc<Zones>) {
         let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
         latest.2 = zones;
+        self.store(&latest);
+    }
+
+    /// New addresses of the host names in upstream URLs (the bootstrap resolver); the rest
+    /// stays.
+    pub fn addresses_changed(&self, addresses: crate::bootstrap::Resolved) {
+        let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        *self
+            .addresses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = addresses;
         self.store(&latest);
     }
 
@@ -84,6 +98,11 @@ impl Publisher {
         let mut snapshot = latest.0.clone();
         snapshot.policy = latest.1.clone();
         snapshot.zones = latest.2.clone();
+        let addresses = self
+            .addresses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        crate::bootstrap::apply(&mut snapshot, &addresses);
         self.shared.store(Arc::new(snapshot));
     }
 }

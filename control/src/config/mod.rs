@@ -72,6 +72,7 @@ pub use upstream::{
     DEFAULT_RESOLVE_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT, DEFAULT_UPSTREAMS, UpstreamSection,
 };
 pub use validate::Validated;
+pub(crate) use validate::is_own_listener;
 pub use zones::{
     DEFAULT_JOURNAL_SIZE, DEFAULT_MAX_ZONE_RECORDS, DEFAULT_ZONE_FILE_DIR, JOURNAL_SIZE_RANGE,
     ZONE_RECORDS_RANGE, ZonesSection, ZonesSettings,

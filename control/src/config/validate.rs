@@ -433,6 +433,7 @@ impl Config {
             audit_retention,
             blocking,
             zones,
+            bootstrap,
         })
     }
 }
@@ -466,14 +467,17 @@ pub struct Validated {
     pub blocking: super::BlockingSettings,
     /// `zones.*`.
     pub zones: super::ZonesSettings,
+    /// `upstream.bootstrap`: the resolvers of host names in upstream URLs.
+    pub bootstrap: Vec<SocketAddr>,
 }
 
 /// Whether `upstream` reaches one of kudurru's own listeners: the same port on the listener's
 /// address, or on any loopback address when the listener is a wildcard (0.0.0.0, ::). A loop
-/// through another resolver is not visible here.
-fn is_own_listener(listener: &ListenerSpec, upstream: &UpstreamSpec) -> bool {
+/// through another resolver is not visible here, nor one through a host name before the
+/// bootstrap resolver gave its address (it checks that address then).
+pub(crate) fn is_own_listener(listener: &ListenerSpec, upstream: &UpstreamSpec) -> bool {
     let (l, u) = (listener.addr, upstream.addr);
-    if l.port() != u.port() {
+    if l.port() != u.port() || !upstream.is_resolved() {
         return false;
     }
     let speaks = match (&listener.protocol, upstream.protocol) {
@@ -573,6 +577,9 @@ mod tests {
         );
         assert!(!looped("127.0.0.1:5300", "udp://127.0.0.1:53"));
         assert!(!looped("127.0.0.1:53", "udp://127.0.0.2:53"));
+        // A host name is checked once the bootstrap resolver gives its address, not as the
+        // unspecified address it holds until then (which matched every wildcard listener).
+        assert!(!looped("0.0.0.0:53", "udp://resolver.test.example:53"));
     }
 
     #[test]

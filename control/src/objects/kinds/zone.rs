@@ -327,8 +327,18 @@ fn upstreams(map: &Map<String, Value>) -> Result<Vec<UpstreamSpec>, FieldError> 
     list.iter()
         .enumerate()
         .map(|(i, url)| {
-            url.parse::<UpstreamSpec>()
-                .map_err(|e| FieldError::new(format!("spec.upstreams[{i}]"), e.to_string()))
+            let spec = url
+                .parse::<UpstreamSpec>()
+                .map_err(|e| FieldError::new(format!("spec.upstreams[{i}]"), e.to_string()))?;
+            // Host names are resolved (upstream.bootstrap) for the global upstreams only: an
+            // unresolved one holds the unspecified address, which would reach this host.
+            if !spec.is_resolved() {
+                return Err(FieldError::new(
+                    format!("spec.upstreams[{i}]"),
+                    "a forward zone's upstream must be an IP address, not a host name",
+                ));
+            }
+            Ok(spec)
         })
         .collect()
 }
@@ -667,6 +677,10 @@ mod tests {
             (
                 json!({"zone": "test.", "type": "forward", "upstreams": ["dns://127.0.0.1"]}),
                 "spec.upstreams[0]",
+            ),
+            (
+                json!({"zone": "test.", "type": "forward", "upstreams": ["udp://127.0.0.1", "udp://resolver.test.example"]}),
+                "spec.upstreams[1]",
             ),
             (
                 json!({"zone": "test.", "type": "forward", "upstreams": ["udp://127.0.0.1"], "notify": []}),
