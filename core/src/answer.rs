@@ -1066,4 +1066,29 @@ pub(crate) mod tests {
         assert_eq!(out[3] & 0x0f, rcode::SERVFAIL);
         assert_eq!(&out[out.len() - 6..], &[0, 15, 0, 2, 0, 22]);
     }
+
+    #[test]
+    fn a_stale_answer_that_fits_only_without_its_ede_option_is_truncated() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 3);
+        let r = reply(&up, 0, &[(0, 1, 60, vec![192, 0, 2, 1])]);
+        let answer = CachedAnswer::from_reply(&r, &key, 3, t0, &TtlPolicy::default()).unwrap();
+        let stale = answer.stale_copy(t0 + Duration::from_secs(61));
+        let cq = client_query(NAME, true);
+        let q = Query::parse(&cq).unwrap();
+        let mut out = Vec::new();
+        assert!(!stale.write_response(&q, t0, None, &UDP, &mut out));
+        let whole = out.len();
+        // Room for an OPT without the option, not with it.
+        assert!(stale.write_response(&q, t0, Some(whole - 1), &UDP, &mut out));
+        assert!(wire::is_truncated(&out) && out.len() < whole);
+        assert_eq!(
+            &out[out.len() - 6..],
+            &[0, 15, 0, 2, 0, 3],
+            "still says why"
+        );
+        assert!(!stale.write_response(&q, t0, Some(whole), &UDP, &mut out));
+        assert_eq!(out.len(), whole);
+    }
 }
