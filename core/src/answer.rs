@@ -435,21 +435,41 @@ impl CachedAnswer {
         }
         let mut truncated = false;
         if let Some(limit) = udp_limit {
-            // OPT (11 bytes), and 6 more for an EDE option.
-            let opt_len = match (query.edns(), self.ede) {
-                (None, _) => 0,
-                (Some(_), 0) => 11,
-                (Some(_), _) => 17,
-            };
+            let opt_len = if query.edns().is_some() { 11 } else { 0 };
             if out.len() + opt_len > limit {
                 wire::truncate_to_question(out, usize::from(self.question_end));
                 truncated = true;
             }
         }
         if let Some(edns) = query.edns() {
-            wire::push_reply_opt_with_ede(out, edns, options, self.ede());
+            if self.ede == 0 {
+                wire::push_reply_opt(out, edns, options);
+            } else {
+                truncated |= self.push_opt_with_ede(out, edns, options, udp_limit);
+            }
         }
         truncated
+    }
+
+    /// The OPT of an answer that carries an EDE (a stale copy, a failure): off the hit path of
+    /// every other answer, which pays one comparison for it. An answer the option would push
+    /// past the client's UDP limit is truncated first. Returns whether it truncated.
+    #[cold]
+    fn push_opt_with_ede(
+        &self,
+        out: &mut Vec<u8>,
+        edns: wire::Edns,
+        options: &wire::ReplyOptions,
+        udp_limit: Option<usize>,
+    ) -> bool {
+        // OPT (11 bytes) and the EDE option (6).
+        let truncate =
+            udp_limit.is_some_and(|limit| out.len() + 17 > limit) && !wire::is_truncated(out);
+        if truncate {
+            wire::truncate_to_question(out, usize::from(self.question_end));
+        }
+        wire::push_reply_opt_with_ede(out, edns, options, self.ede());
+        truncate
     }
 }
 
@@ -1045,5 +1065,30 @@ pub(crate) mod tests {
         failed.write_response(&q, t0, Some(512), &UDP, &mut out);
         assert_eq!(out[3] & 0x0f, rcode::SERVFAIL);
         assert_eq!(&out[out.len() - 6..], &[0, 15, 0, 2, 0, 22]);
+    }
+
+    #[test]
+    fn a_stale_answer_that_fits_only_without_its_ede_option_is_truncated() {
+        let t0 = Instant::now();
+        let key = CacheKey::new(NAME, 1, 1, false, false).unwrap();
+        let up = upstream_query(&key, 3);
+        let r = reply(&up, 0, &[(0, 1, 60, vec![192, 0, 2, 1])]);
+        let answer = CachedAnswer::from_reply(&r, &key, 3, t0, &TtlPolicy::default()).unwrap();
+        let stale = answer.stale_copy(t0 + Duration::from_secs(61));
+        let cq = client_query(NAME, true);
+        let q = Query::parse(&cq).unwrap();
+        let mut out = Vec::new();
+        assert!(!stale.write_response(&q, t0, None, &UDP, &mut out));
+        let whole = out.len();
+        // Room for an OPT without the option, not with it.
+        assert!(stale.write_response(&q, t0, Some(whole - 1), &UDP, &mut out));
+        assert!(wire::is_truncated(&out) && out.len() < whole);
+        assert_eq!(
+            &out[out.len() - 6..],
+            &[0, 15, 0, 2, 0, 3],
+            "still says why"
+        );
+        assert!(!stale.write_response(&q, t0, Some(whole), &UDP, &mut out));
+        assert_eq!(out.len(), whole);
     }
 }

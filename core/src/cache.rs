@@ -102,6 +102,7 @@ impl Cache {
         self.stale_max_age = stale_max_age;
     }
 
+    #[inline]
     fn find(&self, key: &CacheKey) -> Option<usize> {
         let hash = key.hash_with(&self.hasher);
         let slots = &self.slots;
@@ -119,6 +120,7 @@ impl Cache {
     /// is to refresh it in the background (prefetch enabled, `prefetch` or the answer in the
     /// last tenth of its lifetime, no refresh asked for yet; the request is remembered).
     /// `prefetch` false asks only for the answer, as [`Self::get`].
+    #[inline]
     pub fn lookup(&mut self, key: &CacheKey, now: Instant, prefetch: bool) -> Option<Hit<'_>> {
         let Some(i) = self.find(key) else {
             self.stats.misses += 1;

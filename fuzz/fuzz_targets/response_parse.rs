@@ -1,6 +1,7 @@
 //! Arbitrary upstream replies through validation, canonicalisation and per-client patching: never
 //! panics; every answer served parses, carries the client's ID and question, and fits the UDP
-//! limit or has TC set.
+//! limit or has TC set. The same holds for the answer's stale copy (RFC 8767), whose every
+//! record has TTL 30 and whose OPT, when the client sent one, carries EDE 3.
 #![no_main]
 
 use std::time::{Duration, Instant};
@@ -32,44 +33,57 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(answer.matches(&key));
-    for with_opt in [false, true] {
-        let mut query = vec![
-            0xbe,
-            0xef,
-            0x01,
-            0x00,
-            0,
-            1,
-            0,
-            0,
-            0,
-            0,
-            0,
-            u8::from(with_opt),
-        ];
-        query.extend_from_slice(key.question());
-        if with_opt {
-            query.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
-        }
-        let Ok(q) = Query::parse(&query) else { return };
-        for limit in [Some(q.udp_limit(1232)), None] {
-            let mut out = Vec::new();
-            let truncated = answer.write_response(
-                &q,
-                now + Duration::from_secs(7),
-                limit,
-                &ReplyOptions::udp(1232),
-                &mut out,
-            );
-            let msg = Message::from_slice(&out).expect("served answers parse");
-            assert_eq!(msg.header().id(), 0xbeef);
-            assert!(msg.header().qr());
-            assert_eq!(&out[12..12 + key.question().len()], key.question());
-            if let Some(limit) = limit {
-                assert!(out.len() <= limit || truncated, "{} > {limit}", out.len());
-                assert!(out.len() <= limit, "even truncated answers fit");
+    // Made when it is served (below, 7 s on), as the resolver does.
+    let stale = answer.stale_copy(now + Duration::from_secs(7));
+    assert!(stale.matches(&key) && stale.is_stale());
+    for (served, is_stale) in [(&answer, false), (&stale, true)] {
+        for with_opt in [false, true] {
+            let mut query = vec![
+                0xbe,
+                0xef,
+                0x01,
+                0x00,
+                0,
+                1,
+                0,
+                0,
+                0,
+                0,
+                0,
+                u8::from(with_opt),
+            ];
+            query.extend_from_slice(key.question());
+            if with_opt {
+                query.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
             }
-            assert_eq!(msg.opt().is_some(), with_opt);
+            let Ok(q) = Query::parse(&query) else { return };
+            for limit in [Some(q.udp_limit(1232)), None] {
+                let mut out = Vec::new();
+                let truncated = served.write_response(
+                    &q,
+                    now + Duration::from_secs(7),
+                    limit,
+                    &ReplyOptions::udp(1232),
+                    &mut out,
+                );
+                let msg = Message::from_slice(&out).expect("served answers parse");
+                assert_eq!(msg.header().id(), 0xbeef);
+                assert!(msg.header().qr());
+                assert_eq!(&out[12..12 + key.question().len()], key.question());
+                if let Some(limit) = limit {
+                    assert!(out.len() <= limit || truncated, "{} > {limit}", out.len());
+                    assert!(out.len() <= limit, "even truncated answers fit");
+                }
+                assert_eq!(msg.opt().is_some(), with_opt);
+                if is_stale {
+                    for record in msg.answer().expect("sections parse").flatten() {
+                        assert_eq!(record.ttl().as_secs(), 30, "a stale record's TTL");
+                    }
+                    if with_opt {
+                        assert_eq!(&out[out.len() - 6..], &[0, 15, 0, 2, 0, 3], "EDE 3 last");
+                    }
+                }
+            }
         }
     }
 });
