@@ -7,7 +7,7 @@
 //! upstreams with a host ─▶ Bootstrap::run ─ A, AAAA ──udp──▶ upstream.bootstrap resolvers
 //!                               │ (first A address, else first AAAA; TTL, at least MIN_TTL)
 //!                               ▼
-//!            Publisher::addresses_changed ─▶ Settings.upstreams: named ones resolved_to(addr),
+//!            the publisher ─▶ Settings.upstreams: named ones resolved_to(addr),
 //!                                            names without an address yet left out
 //! ```
 //!
@@ -29,7 +29,6 @@ use kudurru_core::{Settings, UpstreamSpec};
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
-use crate::blocking::Publisher;
 use crate::reload::Reloadable;
 
 /// The shortest time an address is used before it is asked again, whatever its TTL.
@@ -98,8 +97,9 @@ impl Bootstrap {
     }
 
     /// Resolves the host names of the current configuration's upstreams through its bootstrap
-    /// resolvers and publishes their addresses, for as long as the runtime runs.
-    pub async fn run(self: Arc<Self>, reloadable: Arc<Reloadable>, publisher: Arc<Publisher>) {
+    /// resolvers and hands their addresses to `publish` (the settings publisher) when they
+    /// change, for as long as the runtime runs.
+    pub async fn run(self: Arc<Self>, reloadable: Arc<Reloadable>, publish: impl Fn(Resolved)) {
         loop {
             let running = reloadable.current();
             let servers = running.validated.bootstrap.clone();
@@ -179,7 +179,7 @@ impl Bootstrap {
                 }
             }
             if changed {
-                publisher.addresses_changed(self.resolved());
+                publish(self.resolved());
             }
             let next = {
                 let hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);

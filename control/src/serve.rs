@@ -360,7 +360,12 @@ async fn control(
     // Host names in upstream URLs: resolved through upstream.bootstrap, re-resolved when a
     // reload changes either.
     let bootstrap = Arc::new(crate::bootstrap::Bootstrap::default());
-    tokio::spawn(bootstrap.clone().run(reloadable.clone(), publisher.clone()));
+    {
+        let publisher = publisher.clone();
+        tokio::spawn(bootstrap.clone().run(reloadable.clone(), move |addresses| {
+            publisher.addresses_changed(addresses);
+        }));
+    }
     {
         let bootstrap = bootstrap.clone();
         reloadable.subscribe("bootstrap", move |change| {

@@ -19,6 +19,9 @@ const FLOORS: &[&[&str]] = &[
     &["layers", "certs", "lameduck", "objects"],
     // The effective configuration and its subscribers; `config check` over the layers.
     &["reload", "check"],
+    // Host names in upstream URLs, resolved through the bootstrap resolvers (on the effective
+    // configuration; it hands their addresses to the publisher above it).
+    &["bootstrap"],
     // Block lists, client groups and policies: the list manager, the publisher of the
     // settings snapshot, status, readiness, metrics and the check explanation.
     &["blocking"],

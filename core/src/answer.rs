@@ -15,8 +15,10 @@ use domain::rdata::AllRecordData;
 
 use crate::CacheKey;
 use crate::scrub::{ReplyRecord, Scrubber, Section};
-use crate::settings::STALE_ANSWER_TTL;
 use crate::wire::{self, HEADER_LEN, rcode, rtype};
+
+/// The TTL a stale answer carries (RFC 8767 §4: 30 s recommended).
+pub const STALE_ANSWER_TTL: u32 = 30;
 
 /// TTL policy applied when answers are cached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

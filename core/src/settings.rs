@@ -104,8 +104,7 @@ pub struct StalePolicy {
     pub answer_timeout: Duration,
 }
 
-/// The TTL a stale answer carries (RFC 8767 §4: 30 s recommended).
-pub const STALE_ANSWER_TTL: u32 = 30;
+pub use crate::answer::STALE_ANSWER_TTL;
 
 impl Default for StalePolicy {
     fn default() -> Self {

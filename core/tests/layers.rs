@@ -29,8 +29,16 @@ const FLOORS: &[&[&str]] = &[
         "policy::blocklist",
     ],
     // What the wire format serves: answers, local names, DoH and DoQ rules; the compiled
-    // block lists.
-    &["answer", "local", "doh", "doq", "policy::matcher"],
+    // block lists; the bootstrap resolver's queries and replies (control resolves upstream
+    // host names with them).
+    &[
+        "answer",
+        "local",
+        "doh",
+        "doq",
+        "policy::matcher",
+        "bootstrap",
+    ],
     // Zones, bottom up: the compiled zone and the zone-file parser (over the wire format and
     // zone data), transfers (streamed from the compiled zone), the set of zones (over them and
     // the upstreams), the module's face.

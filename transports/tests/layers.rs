@@ -25,8 +25,9 @@ const FLOORS: &[&[&str]] = &[
     // that holds it.
     &["connections", "inbox"],
     &["core_context"],
-    // quinn on glommio; the upstream waiter table.
-    &["quic", "upstream::waiters"],
+    // quinn on glommio; the upstream waiter table; draining on shutdown (over the connection
+    // table and the core context's query counts).
+    &["quic", "upstream::waiters", "drain"],
     // The upstream clients: UDP sockets, TCP connections.
     &["upstream::udp", "upstream::tcp"],
     // The resolver: the upstream set; the cache shard, L1, in-flight table and mesh peers
