@@ -469,6 +469,36 @@ pub fn render_metrics(state: &OpsState) -> String {
             sum(m, |c| c.upstream(i).tcp_connections.load(Relaxed))
         );
     }
+    // DoQ and DoH3 upstreams (u-quic).
+    for (metric, help, counter) in [
+        (
+            "kudurru_upstream_quic_connections_total",
+            "QUIC connections opened to the upstream (DoQ, DoH3; reused for many queries).",
+            (|c| &c.quic_connections)
+                as fn(
+                    &kudurru_transports::metrics::UpstreamCounters,
+                ) -> &std::sync::atomic::AtomicU64,
+        ),
+        (
+            "kudurru_upstream_quic_handshakes_total",
+            "QUIC handshakes completed with the upstream.",
+            |c| &c.quic_handshakes,
+        ),
+        (
+            "kudurru_upstream_quic_handshake_failures_total",
+            "QUIC connections to the upstream that failed before or during the handshake.",
+            |c| &c.quic_handshake_failures,
+        ),
+    ] {
+        head(&mut out, metric, "counter", help);
+        for &(i, ref name) in &upstreams {
+            let _ = writeln!(
+                out,
+                "{metric}{{upstream=\"{name}\"}} {}",
+                sum(m, |c| counter(c.upstream(i)).load(Relaxed))
+            );
+        }
+    }
     head(
         &mut out,
         "kudurru_upstream_latency_seconds",
