@@ -33,7 +33,7 @@ use kudurru_core::{
 use quinn::VarInt;
 
 use super::Attempt;
-use super::tls::{Alpn, client_config};
+use super::tls::{Alpn, client_config, server_name};
 use crate::metrics::{CoreMetrics, UpstreamCounters, UpstreamError};
 use crate::settings::SharedSettings;
 
@@ -127,10 +127,16 @@ impl QuicPool {
         settings: SharedSettings,
         slot: usize,
     ) -> Self {
-        let authority = match &spec.tls_name {
-            Some(name) if spec.addr.port() == 443 => name.to_string(),
-            Some(name) => format!("{name}:{}", spec.addr.port()),
-            None => spec.addr.to_string(),
+        // The certificate's name (`#name`, the host, else the address), with the port when
+        // it is not 443.
+        let name = server_name(&spec)
+            .map_or_else(|_| spec.addr.ip().to_string(), |n| n.to_str().into_owned());
+        let authority = match (spec.addr.port(), spec.addr.ip()) {
+            (443, _) => name,
+            (port, std::net::IpAddr::V6(_)) if spec.tls_name.is_none() && spec.host.is_none() => {
+                format!("[{name}]:{port}")
+            }
+            (port, _) => format!("{name}:{port}"),
         };
         Self {
             spec,
@@ -317,9 +323,12 @@ impl QuicPool {
             self.log_failure(&e);
             Attempt::Failed(UpstreamError::Network)
         })?;
-        let server_name = match &self.spec.tls_name {
-            Some(name) => name.to_string(),
-            None => self.spec.addr.ip().to_string(),
+        let server_name = match server_name(&self.spec) {
+            Ok(name) => name.to_str().into_owned(),
+            Err(e) => {
+                self.log_failure(&e);
+                return Err(Attempt::Failed(UpstreamError::Network));
+            }
         };
         CoreMetrics::bump(&counters.quic_connections);
         let connected = match endpoint.connect_with(config, self.spec.addr, &server_name) {
