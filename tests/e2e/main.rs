@@ -23,6 +23,7 @@ mod resolve;
 mod sharding;
 mod tcp;
 mod transfer;
+mod upstream_quic;
 mod wire;
 mod zones;
 mod zones_forward;
