@@ -469,25 +469,31 @@ pub fn render_metrics(state: &OpsState) -> String {
             sum(m, |c| c.upstream(i).tcp_connections.load(Relaxed))
         );
     }
-    // DoQ and DoH3 upstreams (u-quic).
+    // Encrypted upstreams (issue 37, DoT/DoH): one contiguous block.
     for (metric, help, counter) in [
         (
-            "kudurru_upstream_quic_connections_total",
-            "QUIC connections opened to the upstream (DoQ, DoH3; reused for many queries).",
-            (|c| &c.quic_connections)
+            "kudurru_upstream_tls_handshakes_total",
+            "TLS handshakes completed with the upstream (DoT, DoH, DoQ, DoH3): one per connection opened.",
+            (|c: &kudurru_transports::metrics::UpstreamCounters| &c.tls_handshakes)
                 as fn(
                     &kudurru_transports::metrics::UpstreamCounters,
                 ) -> &std::sync::atomic::AtomicU64,
         ),
         (
-            "kudurru_upstream_quic_handshakes_total",
-            "QUIC handshakes completed with the upstream.",
-            |c| &c.quic_handshakes,
+            "kudurru_upstream_tls_resumed_total",
+            "TLS handshakes with the upstream that resumed an earlier session.",
+            |c| &c.tls_resumed,
         ),
         (
-            "kudurru_upstream_quic_handshake_failures_total",
-            "QUIC connections to the upstream that failed before or during the handshake.",
-            |c| &c.quic_handshake_failures,
+            "kudurru_upstream_tls_failures_total",
+            "TLS handshakes refused: the upstream's certificate failed verification or its key matched no SPKI pin.",
+            |c| &c.tls_failures,
+        ),
+        // DoQ and DoH3 (u-quic): their handshakes and refusals are in the tls_* series.
+        (
+            "kudurru_upstream_quic_connections_total",
+            "QUIC connections opened to the upstream (DoQ, DoH3; reused for many queries).",
+            |c| &c.quic_connections,
         ),
     ] {
         head(&mut out, metric, "counter", help);

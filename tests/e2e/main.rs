@@ -24,6 +24,7 @@ mod sharding;
 mod tcp;
 mod transfer;
 mod upstream_quic;
+mod upstream_tls;
 mod wire;
 mod zones;
 mod zones_forward;
