@@ -15,14 +15,12 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use kudurru_core::doq::MAX_STREAM;
 use kudurru_core::http3::{client, frame_type, write_frame};
 
 use crate::doh::{Method, split_uri};
 use crate::pipe::{Carrier, Inbox, SharedInbox};
 use crate::target::Protocol;
-
-/// Most bytes a DoQ answer stream may carry: the length and a maximum-size message.
-const MAX_STREAM: usize = 2 + 65_535;
 
 /// What a QUIC flow connects with.
 pub(crate) struct QuicClient {
@@ -82,7 +80,7 @@ impl QuicClient {
             .await
             .map_err(|e| format!("HTTP/3 setup: {e}"))?;
         control
-            .write_all(&kudurru_core::http3::client::CONTROL_STREAM)
+            .write_all(&client::CONTROL_STREAM)
             .await
             .map_err(|e| format!("HTTP/3 setup: {e}"))?;
         let (inbox, closed) = (inbox.clone(), connection.clone());

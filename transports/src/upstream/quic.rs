@@ -77,6 +77,8 @@ struct Connection {
     _control: Option<quinn::SendStream>,
     /// Keeps the endpoint alive while the connection is.
     _endpoint: Rc<quinn::Endpoint>,
+    /// The protocol's "no error" code, to close with (DOQ_NO_ERROR, H3_NO_ERROR).
+    no_error: VarInt,
 }
 
 impl Connection {
@@ -88,7 +90,7 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         // Nothing holds it any more: close now rather than at the idle timeout.
-        self.quic.close(VarInt::from_u32(0), b"");
+        self.quic.close(self.no_error, b"");
     }
 }
 
@@ -357,7 +359,8 @@ impl QuicPool {
         // quinn does not say whether the TLS session was resumed: not counted in tls_resumed.
         CoreMetrics::bump(&counters.tls_handshakes);
         *self.last_failure.borrow_mut() = None;
-        let control = if self.spec.protocol == UpstreamProtocol::H3 {
+        let h3 = self.spec.protocol == UpstreamProtocol::H3;
+        let control = if h3 {
             // HTTP/3 (RFC 9114 §6.2.1): the client's control stream with an empty SETTINGS.
             let mut control = quic.open_uni().await.map_err(|e| self.lost(e))?;
             control
@@ -375,6 +378,11 @@ impl QuicPool {
             quic,
             _control: control,
             _endpoint: endpoint,
+            no_error: VarInt::from_u32(if h3 {
+                http3::code::H3_NO_ERROR as u32
+            } else {
+                doq::ErrorCode::NoError.code()
+            }),
         });
         *self.connection.borrow_mut() = Some(connection.clone());
         Ok(connection)
