@@ -230,13 +230,31 @@ impl Drop for Dnsdist {
 fn kudurru(upstream: &str, ca: &Path, pins: Option<&str>, log: &Path) -> Kudurru {
     let mut builder = Kudurru::builder(&[upstream.to_owned()])
         .env("KUDURRU_UPSTREAM__TLS__CAFILE", ca.to_str().unwrap())
-        .env("KUDURRU_UPSTREAM__TIMEOUT", "1s")
-        .env("KUDURRU_UPSTREAM__RESOLVETIMEOUT", "2s")
         .stderr_to(log);
     if let Some(pins) = pins {
         builder = builder.env("KUDURRU_UPSTREAM__TLS__PINS", pins);
     }
     builder.start()
+}
+
+/// The upstream counters of `/metrics`, for an assertion's message.
+fn upstream_metrics(k: &Kudurru) -> String {
+    let (_, body) = k.ops_get("/metrics");
+    body.lines()
+        .filter(|l| l.starts_with("kudurru_upstream_") && !l.contains("latency"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Asserts one TLS handshake and one connection (many queries on it).
+fn assert_one_handshake(k: &Kudurru) {
+    let handshakes = k.metric_sum("kudurru_upstream_tls_handshakes_total");
+    let connections = k.metric_sum("kudurru_upstream_tcp_connections_total");
+    assert!(
+        handshakes == 1.0 && connections == 1.0,
+        "{}",
+        upstream_metrics(k)
+    );
 }
 
 fn a_record(k: &Kudurru, name: &str) -> (String, Vec<String>) {
@@ -263,8 +281,7 @@ fn rfc7858_dot_upstream_unbound_answers_over_one_handshake() {
     let (status, answers) = a_record(&k, "b.upstream.example");
     assert_eq!(status, "NOERROR");
     assert!(answers.iter().any(|a| a == "192.0.2.2"), "{answers:?}");
-    assert_eq!(k.metric_sum("kudurru_upstream_tls_handshakes_total"), 1.0);
-    assert_eq!(k.metric_sum("kudurru_upstream_tcp_connections_total"), 1.0);
+    assert_one_handshake(&k);
     assert_eq!(k.metric_sum("kudurru_upstream_tls_failures_total"), 0.0);
 }
 
@@ -285,8 +302,12 @@ fn dot_upstream_resumes_and_reconnects_after_the_upstream_restarts() {
     // resumes the session Unbound's ticket gave.
     thread::sleep(Duration::from_millis(2500));
     assert_eq!(a_record(&k, "b.upstream.example").0, "NOERROR");
-    assert_eq!(k.metric_sum("kudurru_upstream_tls_handshakes_total"), 2.0);
-    assert_eq!(k.metric_sum("kudurru_upstream_tls_resumed_total"), 1.0);
+    assert!(
+        k.metric_sum("kudurru_upstream_tls_handshakes_total") >= 2.0
+            && k.metric_sum("kudurru_upstream_tls_resumed_total") >= 1.0,
+        "a second connection, resumed: {}",
+        upstream_metrics(&k)
+    );
     unbound.restart();
     let answer = dig(k.addr, &["n1.upstream.example", "A"]);
     assert_eq!(answer.status, "NXDOMAIN", "answered after the restart");
@@ -368,8 +389,7 @@ fn rfc8484_doh_upstream_dnsdist_answers_over_one_connection() {
         }
     });
     assert_eq!(a_record(&k, "b.upstream.example").0, "NOERROR");
-    assert_eq!(k.metric_sum("kudurru_upstream_tls_handshakes_total"), 1.0);
-    assert_eq!(k.metric_sum("kudurru_upstream_tcp_connections_total"), 1.0);
+    assert_one_handshake(&k);
     drop(k);
     let log = dir.join("stranger.log");
     let k = kudurru(&dnsdist.url(), &stranger_ca(&dir), None, &log);
