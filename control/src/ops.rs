@@ -498,7 +498,7 @@ pub fn render_metrics(state: &OpsState) -> String {
     for (metric, help, counter) in [
         (
             "kudurru_upstream_tls_handshakes_total",
-            "TLS handshakes completed with the upstream (DoT, DoH): one per connection opened.",
+            "TLS handshakes completed with the upstream (DoT, DoH, DoQ, DoH3): one per connection opened.",
             (|c: &kudurru_transports::metrics::UpstreamCounters| &c.tls_handshakes)
                 as fn(
                     &kudurru_transports::metrics::UpstreamCounters,
@@ -513,6 +513,12 @@ pub fn render_metrics(state: &OpsState) -> String {
             "kudurru_upstream_tls_failures_total",
             "TLS handshakes refused: the upstream's certificate failed verification or its key matched no SPKI pin.",
             |c| &c.tls_failures,
+        ),
+        // DoQ and DoH3 (u-quic): their handshakes and refusals are in the tls_* series.
+        (
+            "kudurru_upstream_quic_connections_total",
+            "QUIC connections opened to the upstream (DoQ, DoH3; reused for many queries).",
+            |c| &c.quic_connections,
         ),
     ] {
         head(&mut out, metric, "counter", help);

@@ -25,6 +25,7 @@ mod sharding;
 mod stale;
 mod tcp;
 mod transfer;
+mod upstream_quic;
 mod upstream_strategy;
 mod upstream_tls;
 mod wire;
