@@ -469,6 +469,36 @@ pub fn render_metrics(state: &OpsState) -> String {
             sum(m, |c| c.upstream(i).tcp_connections.load(Relaxed))
         );
     }
+    // Encrypted upstreams (issue 37, DoT/DoH): one contiguous block.
+    for (metric, help, counter) in [
+        (
+            "kudurru_upstream_tls_handshakes_total",
+            "TLS handshakes completed with the upstream (DoT, DoH): one per connection opened.",
+            (|c: &kudurru_transports::metrics::UpstreamCounters| &c.tls_handshakes)
+                as fn(
+                    &kudurru_transports::metrics::UpstreamCounters,
+                ) -> &std::sync::atomic::AtomicU64,
+        ),
+        (
+            "kudurru_upstream_tls_resumed_total",
+            "TLS handshakes with the upstream that resumed an earlier session.",
+            |c| &c.tls_resumed,
+        ),
+        (
+            "kudurru_upstream_tls_failures_total",
+            "TLS handshakes refused: the upstream's certificate failed verification or its key matched no SPKI pin.",
+            |c| &c.tls_failures,
+        ),
+    ] {
+        head(&mut out, metric, "counter", help);
+        for &(i, ref name) in &upstreams {
+            let _ = writeln!(
+                out,
+                "{metric}{{upstream=\"{name}\"}} {}",
+                sum(m, |c| counter(c.upstream(i)).load(Relaxed))
+            );
+        }
+    }
     head(
         &mut out,
         "kudurru_upstream_latency_seconds",

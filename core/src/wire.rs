@@ -833,6 +833,26 @@ pub fn write_upstream_query(key: &CacheKey, id: u16, out: &mut Vec<u8>) {
     push_opt(out, DEFAULT_EDNS_PAYLOAD, 0, key.dnssec_ok());
 }
 
+/// Queries on encrypted upstream connections are padded to a multiple of this many bytes
+/// (RFC 8467 §4.1: the recommended Block-Length Padding for queries).
+pub const QUERY_PADDING_BLOCK: usize = 128;
+
+/// [`write_upstream_query`] for an encrypted upstream with `upstream.padding` on: the OPT
+/// carries a padding option (RFC 7830, zero-filled, last) that makes the whole message a
+/// multiple of [`QUERY_PADDING_BLOCK`] bytes, so its length says little about the name.
+pub fn write_padded_upstream_query(key: &CacheKey, id: u16, out: &mut Vec<u8>) {
+    write_upstream_query(key, id, out);
+    let rdlen_at = out.len() - 2;
+    // The option's own 4 bytes count towards the block.
+    let unpadded = out.len() + 4;
+    let pad = (QUERY_PADDING_BLOCK - unpadded % QUERY_PADDING_BLOCK) % QUERY_PADDING_BLOCK;
+    out.extend_from_slice(&OPTION_PADDING.to_be_bytes());
+    out.extend_from_slice(&(pad as u16).to_be_bytes());
+    out.resize(out.len() + pad, 0);
+    let rdlen = out.len() - rdlen_at - 2;
+    put_u16(out, rdlen_at, rdlen as u16);
+}
+
 /// Sets TC and keeps only header, question and OPT (if `keep_opt`): the answer did not fit.
 pub fn truncate_to_question(out: &mut Vec<u8>, question_end: usize) {
     out.truncate(question_end);
@@ -894,6 +914,29 @@ pub(crate) mod tests {
         assert_eq!(&q.qname_wire()[..4], b"\x03WwW");
         assert!(q.key().dnssec_ok());
         assert_eq!(q.udp_limit(1232), 1232);
+    }
+
+    #[test]
+    fn rfc8467_4_1_upstream_queries_pad_to_128_byte_blocks() {
+        for name in ["a.example", "a-much-longer-name.below.some.example.com"] {
+            let m = query(name, rtype::AAAA, Some((1232, 0, true)));
+            let key = *Query::parse(&m).expect("valid query").key();
+            let mut plain = Vec::new();
+            write_upstream_query(&key, 7, &mut plain);
+            let mut padded = Vec::new();
+            write_padded_upstream_query(&key, 7, &mut padded);
+            assert_eq!(padded.len() % QUERY_PADDING_BLOCK, 0, "{name}");
+            // The same query, one padding option (last, zero-filled) in the OPT.
+            let q = Query::parse(&padded).expect("a padded query parses");
+            assert!(q.edns().is_some_and(|e| e.padding && e.dnssec_ok));
+            assert_eq!(q.key().question(), key.question());
+            assert_eq!(padded[..plain.len() - 2], plain[..plain.len() - 2]);
+            let option = &padded[plain.len()..plain.len() + 4];
+            let pad = usize::from(u16::from_be_bytes([option[2], option[3]]));
+            assert_eq!(option[..2], OPTION_PADDING.to_be_bytes());
+            assert_eq!(padded.len(), plain.len() + 4 + pad);
+            assert!(padded[plain.len() + 4..].iter().all(|&b| b == 0));
+        }
     }
 
     #[test]

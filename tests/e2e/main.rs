@@ -23,6 +23,7 @@ mod resolve;
 mod sharding;
 mod tcp;
 mod transfer;
+mod upstream_tls;
 mod wire;
 mod zones;
 mod zones_forward;

@@ -136,6 +136,14 @@ pub struct UpstreamCounters {
     pub tcp_retries: AtomicU64,
     /// TCP connections opened to the upstream (each core keeps one and reuses it).
     pub tcp_connections: AtomicU64,
+    // Encrypted upstreams (issue 37, DoT/DoH): one contiguous block.
+    /// TLS handshakes completed with the upstream (one per connection opened).
+    pub tls_handshakes: AtomicU64,
+    /// Of those, handshakes that resumed an earlier session (no certificate sent again).
+    pub tls_resumed: AtomicU64,
+    /// Handshakes refused because the upstream's certificate failed verification or its key
+    /// matched none of the name's SPKI pins.
+    pub tls_failures: AtomicU64,
     /// Latency histogram of answered queries, cumulative per [`LATENCY_BOUNDS`] plus +Inf.
     pub latency_buckets: [AtomicU64; 13],
     /// Sum of answered latencies, microseconds.

@@ -1,4 +1,5 @@
-//! A sans-IO HTTP/2 server connection (RFC 9113, HPACK RFC 7541) for DNS over HTTPS.
+//! A sans-IO HTTP/2 server connection (RFC 9113, HPACK RFC 7541) for DNS over HTTPS, and the
+//! client side DoH upstreams and kudurru-bench use ([`client`]).
 //!
 //! ```text
 //! bytes from TLS ─▶ Connection::receive ─▶ frames ─▶ streams ─▶ Request { head, body } ─▶ shell
@@ -30,6 +31,7 @@
 //!   ENHANCE_YOUR_CALM. How many requests run at once is the shell's to bound (it stops
 //!   reading), as is how much output may wait.
 
+pub mod client;
 mod connection;
 pub mod frame;
 pub mod hpack;

@@ -51,7 +51,7 @@ use crate::settings::{Settings, SharedSettings};
 use dot::DotPool;
 use https::HttpsPool;
 use quic::QuicPool;
-use tcp::TcpPool;
+use tcp::{Dial, PlainTcp, StreamPool, TcpPool};
 use udp::UdpPool;
 use waiters::Registration;
 
@@ -481,7 +481,7 @@ impl Upstreams {
             .entry((slot, addr))
             .or_insert_with(|| {
                 Rc::new(TcpPool::new(
-                    addr,
+                    PlainTcp(addr),
                     self.metrics.clone(),
                     self.settings.clone(),
                     slot,
@@ -634,9 +634,9 @@ async fn ask_udp(
     answer_from(exchange.registration(), key, policy, counters, false).await
 }
 
-/// One query on the core's connection to a TCP upstream (see [`tcp`]).
-async fn ask_tcp(
-    pool: &TcpPool,
+/// One query on the core's connection to a TCP or DoT upstream (see [`tcp`]).
+async fn ask_tcp<D: Dial>(
+    pool: &StreamPool<D>,
     key: &CacheKey,
     policy: &TtlPolicy,
     counters: &UpstreamCounters,
@@ -666,18 +666,34 @@ async fn answer_from(
         if reply.is_empty() {
             return Err(Attempt::Failed(UpstreamError::Network));
         }
-        let now = Instant::now();
-        match CachedAnswer::from_reply(&reply, key, registration.id(), now, policy) {
-            Ok(answer) => return Ok((answer, now)),
-            Err(e) if e.is_foreign() => {
-                CoreMetrics::bump(&counters.mismatched);
-                tracing::debug!(query = ?key, error = %e, "ignored foreign reply");
-            }
-            Err(ReplyError::Truncated) if over_tcp => {
-                return Err(Attempt::Failed(UpstreamError::BadReply));
-            }
-            Err(e) => return Err(classify(e)),
+        if let Some(judged) = judge(&reply, registration.id(), key, policy, counters, over_tcp) {
+            return judged;
         }
+    }
+}
+
+/// What `reply` to the query for `key` sent with `id` makes of the attempt; `None`: it is a
+/// foreign reply (counted and ignored; the wait goes on).
+fn judge(
+    reply: &[u8],
+    id: u16,
+    key: &CacheKey,
+    policy: &TtlPolicy,
+    counters: &UpstreamCounters,
+    over_stream: bool,
+) -> Option<Result<(CachedAnswer, Instant), Attempt>> {
+    let now = Instant::now();
+    match CachedAnswer::from_reply(reply, key, id, now, policy) {
+        Ok(answer) => Some(Ok((answer, now))),
+        Err(e) if e.is_foreign() => {
+            CoreMetrics::bump(&counters.mismatched);
+            tracing::debug!(query = ?key, error = %e, "ignored foreign reply");
+            None
+        }
+        Err(ReplyError::Truncated) if over_stream => {
+            Some(Err(Attempt::Failed(UpstreamError::BadReply)))
+        }
+        Err(e) => Some(Err(classify(e))),
     }
 }
 

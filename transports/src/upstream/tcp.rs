@@ -3,7 +3,11 @@
 //! Unbound and dnsdist reuse theirs. A connection that ends (the upstream closed it, a read or
 //! write failed) fails its waiting queries over at once and the next query opens a new one; one
 //! with nothing asked for [`IDLE_CLOSE`] is closed from this side, and one on which a query
-//! timed out gets no new queries ([`TcpPool::retire`], [`TcpExchange`]).
+//! timed out gets no new queries ([`StreamPool::retire`], [`TcpExchange`]).
+//!
+//! The pool is the same for DNS over TLS ([`super::dot`]): only how a connection is dialled
+//! differs ([`Dial`]: a TCP connect, or a TCP connect and a TLS handshake), and whether
+//! queries carry EDNS padding.
 //!
 //! ```text
 //! ask ─▶ connection (reuse, or open one: one opening at a time) ─▶ random free ID
@@ -21,13 +25,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_lite::AsyncReadExt;
-use futures_lite::io::ReadHalf;
+use futures_lite::io::{AsyncRead, AsyncWrite, ReadHalf};
 use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
 use glommio::task::JoinHandle;
 use kudurru_core::CacheKey;
 use kudurru_core::framing::FrameBuffer;
-use kudurru_core::wire::write_upstream_query;
+use kudurru_core::wire::{write_padded_upstream_query, write_upstream_query};
 
 use super::waiters::{Registration, Waiters};
 use crate::deadline::within;
@@ -35,14 +39,48 @@ use crate::metrics::CoreMetrics;
 use crate::outbox::Outbox;
 use crate::settings::SharedSettings;
 
-/// A connection nothing was asked on for this long is closed (upstreams close idle ones too:
-/// Unbound after 30 s by default); the next query opens a new one.
+/// A connection nothing was asked on for `upstream.idleTimeout` is closed (upstreams close idle
+/// ones too: Unbound after 30 s by default); the next query opens a new one. A zero timeout
+/// means this.
 const IDLE_CLOSE: Duration = Duration::from_secs(10);
 
-/// One core's connection to one TCP upstream.
-pub(crate) struct TcpPool {
-    addr: SocketAddr,
-    connection: Slot,
+/// How a pool's connections are opened.
+pub(crate) trait Dial {
+    /// The connection: a TCP stream, or a TLS stream on one.
+    type Stream: AsyncRead + AsyncWrite + Unpin + 'static;
+
+    /// Opens a connection, ready for DNS messages.
+    fn dial(&self) -> impl Future<Output = io::Result<Self::Stream>>;
+
+    /// Whether queries carry EDNS padding (RFC 8467; encrypted connections with
+    /// `upstream.padding` on).
+    fn padded(&self) -> bool;
+}
+
+/// Plain TCP (`tcp://`, and UDP upstreams' truncated replies).
+pub(crate) struct PlainTcp(pub(crate) SocketAddr);
+
+impl Dial for PlainTcp {
+    type Stream = TcpStream;
+
+    async fn dial(&self) -> io::Result<TcpStream> {
+        let stream = TcpStream::connect(self.0).await?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+
+    fn padded(&self) -> bool {
+        false
+    }
+}
+
+/// One core's connection to one plain TCP upstream.
+pub(crate) type TcpPool = StreamPool<PlainTcp>;
+
+/// One core's connection to one stream upstream (TCP or TLS).
+pub(crate) struct StreamPool<D: Dial> {
+    dialer: D,
+    connection: Slot<D>,
     /// Held while a connection is being opened: queries that find none wait for that one
     /// instead of opening their own (a burst of misses would open one each).
     opening: Semaphore,
@@ -56,24 +94,24 @@ pub(crate) struct TcpPool {
 
 /// The connection new queries go to; shared with the exchanges, which take it out when they are
 /// given up on (see [`TcpExchange`]'s drop).
-type Slot = Rc<RefCell<Option<Rc<Connection>>>>;
+type Slot<D> = Rc<RefCell<Option<Rc<Connection<D>>>>>;
 
-struct Connection {
+struct Connection<D: Dial> {
     /// Which connection of the pool this is (from 1), so a timed-out attempt can name it.
     serial: u64,
-    outbox: Rc<Outbox<TcpStream>>,
+    outbox: Rc<Outbox<D::Stream>>,
     waiters: Waiters,
     ended: Rc<Cell<bool>>,
     reader: JoinHandle<()>,
 }
 
-impl Drop for Connection {
+impl<D: Dial> Drop for Connection<D> {
     fn drop(&mut self) {
         self.reader.cancel();
     }
 }
 
-impl Connection {
+impl<D: Dial> Connection<D> {
     fn usable(&self) -> bool {
         !self.ended.get() && !self.outbox.has_failed()
     }
@@ -84,15 +122,15 @@ impl Connection {
 /// without having been closed (a peer that vanished, a middlebox that forgot it), and nothing else
 /// would tell. New queries get a new connection; those already waiting on this one keep it until
 /// their own deadlines.
-pub(crate) struct TcpExchange {
+pub(crate) struct TcpExchange<D: Dial> {
     // Keeps the connection (and its reader) alive while the query waits.
-    connection: Rc<Connection>,
-    slot: Slot,
+    connection: Rc<Connection<D>>,
+    slot: Slot<D>,
     registration: Registration,
     replied: Cell<bool>,
 }
 
-impl Drop for TcpExchange {
+impl<D: Dial> Drop for TcpExchange<D> {
     fn drop(&mut self) {
         if self.replied.get() {
             return;
@@ -107,7 +145,7 @@ impl Drop for TcpExchange {
     }
 }
 
-impl TcpExchange {
+impl<D: Dial> TcpExchange<D> {
     /// Marks the exchange as ended by a reply (or the connection's end), not given up on.
     pub(crate) fn replied(&self) {
         self.replied.set(true);
@@ -118,22 +156,22 @@ impl TcpExchange {
         &self.registration
     }
 
-    /// The serial number of the connection it was sent on (see [`TcpPool::retire`]).
+    /// The serial number of the connection it was sent on (see [`StreamPool::retire`]).
     pub(crate) fn connection_serial(&self) -> u64 {
         self.connection.serial
     }
 }
 
-impl TcpPool {
-    /// No connection yet; it opens on first use.
+impl<D: Dial> StreamPool<D> {
+    /// No connection yet; it opens on first use, through `dialer`.
     pub(crate) fn new(
-        addr: SocketAddr,
+        dialer: D,
         metrics: Arc<CoreMetrics>,
         settings: SharedSettings,
         index: usize,
     ) -> Self {
         Self {
-            addr,
+            dialer,
             connection: Slot::default(),
             opening: Semaphore::new(1),
             metrics,
@@ -155,7 +193,7 @@ impl TcpPool {
     }
 
     /// Sends a query for `key` on the upstream's connection (opened first if there is none).
-    pub(crate) async fn send(&self, key: &CacheKey) -> io::Result<TcpExchange> {
+    pub(crate) async fn send(&self, key: &CacheKey) -> io::Result<TcpExchange<D>> {
         let connection = match self.current() {
             Some(connection) => connection,
             // Boxed: opening is rare and its state would widen every query's future.
@@ -163,7 +201,11 @@ impl TcpPool {
         };
         let registration = connection.waiters.register();
         let mut query = Vec::with_capacity(key.question().len() + 24);
-        write_upstream_query(key, registration.id(), &mut query);
+        if self.dialer.padded() {
+            write_padded_upstream_query(key, registration.id(), &mut query);
+        } else {
+            write_upstream_query(key, registration.id(), &mut query);
+        }
         connection.outbox.push_frame(&query);
         Outbox::flush(&connection.outbox, &self.metrics, &self.settings);
         Ok(TcpExchange {
@@ -174,7 +216,7 @@ impl TcpPool {
         })
     }
 
-    fn current(&self) -> Option<Rc<Connection>> {
+    fn current(&self) -> Option<Rc<Connection<D>>> {
         self.connection
             .borrow()
             .as_ref()
@@ -183,7 +225,7 @@ impl TcpPool {
     }
 
     /// Opens a connection, or waits for the one another query is opening.
-    async fn open(&self) -> io::Result<Rc<Connection>> {
+    async fn open(&self) -> io::Result<Rc<Connection<D>>> {
         let _opening = self
             .opening
             .acquire_permit(1)
@@ -192,15 +234,19 @@ impl TcpPool {
         if let Some(connection) = self.current() {
             return Ok(connection);
         }
-        let stream = TcpStream::connect(self.addr).await?;
-        stream.set_nodelay(true)?;
+        let stream = self.dialer.dial().await?;
         let (reader, writer) = futures_lite::io::split(stream);
+        let idle = match self.settings.load().upstream_idle_timeout {
+            Duration::ZERO => IDLE_CLOSE,
+            idle => idle,
+        };
         let waiters = Waiters::default();
         let ended = Rc::new(Cell::new(false));
         let reader = glommio::spawn_local(read_replies(
             reader,
             waiters.clone(),
             ended.clone(),
+            idle,
             self.metrics.clone(),
             self.index,
         ))
@@ -221,12 +267,13 @@ impl TcpPool {
 }
 
 /// The connection's reader: hands each reply to the query waiting for its ID until the stream
-/// ends, fails, or sits idle with nothing asked for [`IDLE_CLOSE`]; then every waiting query
-/// fails over.
-async fn read_replies(
-    mut reader: ReadHalf<TcpStream>,
+/// ends, fails, or sits idle with nothing asked for `idle`; then every waiting query fails
+/// over.
+async fn read_replies<S: AsyncRead + Unpin>(
+    mut reader: ReadHalf<S>,
     waiters: Waiters,
     ended: Rc<Cell<bool>>,
+    idle: Duration,
     metrics: Arc<CoreMetrics>,
     index: usize,
 ) {
@@ -237,7 +284,7 @@ async fn read_replies(
                 CoreMetrics::bump(&metrics.upstream(index).mismatched);
             }
         }
-        match within(IDLE_CLOSE, reader.read(frames.spare())).await {
+        match within(idle, reader.read(frames.spare())).await {
             Some(Ok(0)) | Some(Err(_)) => break,
             Some(Ok(n)) => frames.filled(n),
             // Idle: closed unless a query is waiting (its own deadline bounds it).

@@ -65,6 +65,16 @@ impl Waiters {
         })
     }
 
+    /// Hands `reply` to the query registered with `id`, whatever ID the reply carries (a
+    /// transport that matches replies by its own means: DoH streams); `false` when none waits.
+    pub(crate) fn deliver_to(&self, id: u16, reply: Vec<u8>) -> bool {
+        self.0
+            .borrow_mut()
+            .get_mut(&id)
+            .map(|waiting| waiting.deliver(reply))
+            .is_some()
+    }
+
     /// Every waiting query gets an empty reply: the upstream is unreachable (an ICMP error on a
     /// connected socket concerns it as a whole) or the connection ended, so they fail over now,
     /// not at their timeouts.
