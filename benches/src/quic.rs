@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use kudurru_core::http3::{frame_type, write_frame};
+use kudurru_core::http3::{client, frame_type, write_frame};
 
 use crate::doh::{Method, split_uri};
 use crate::pipe::{Carrier, Inbox, SharedInbox};
@@ -82,7 +82,7 @@ impl QuicClient {
             .await
             .map_err(|e| format!("HTTP/3 setup: {e}"))?;
         control
-            .write_all(&[0x00, 0x04, 0x00])
+            .write_all(&kudurru_core::http3::client::CONTROL_STREAM)
             .await
             .map_err(|e| format!("HTTP/3 setup: {e}"))?;
         let (inbox, closed) = (inbox.clone(), connection.clone());
@@ -118,11 +118,8 @@ pub(crate) async fn doq_exchange(
     send.write_all(&stream).await.map_err(|_| 0u16)?;
     send.finish().map_err(|_| 0u16)?;
     let data = recv.read_to_end(MAX_STREAM).await.map_err(|_| 0u16)?;
-    let len = data
-        .get(..2)
-        .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])));
-    let mut answer = match len {
-        Some(len) if data.len() == 2 + len && len >= 2 => data[2..].to_vec(),
+    let mut answer = match kudurru_core::doq::reply(&data) {
+        Ok(answer) if answer.len() >= 2 => answer.to_vec(),
         _ => return Err(0),
     };
     if answer[..2] == [0, 0] {
@@ -138,72 +135,6 @@ pub(crate) struct H3 {
     authority: Rc<str>,
     path: Rc<str>,
     method: Method,
-}
-
-/// Static table entries (RFC 9204 Appendix A) the requests use.
-mod qpack_static {
-    pub(super) const AUTHORITY: u8 = 0;
-    pub(super) const PATH: u8 = 1;
-    pub(super) const METHOD_GET: u8 = 17;
-    pub(super) const METHOD_POST: u8 = 20;
-    pub(super) const SCHEME_HTTPS: u8 = 23;
-    pub(super) const ACCEPT_DNS_MESSAGE: u8 = 30;
-    pub(super) const CONTENT_TYPE_DNS_MESSAGE: u8 = 44;
-}
-
-/// A request's field section: static references and raw literals only (the server advertises
-/// no dynamic table).
-fn request_fields(method: Method, authority: &str, path: &str) -> Vec<u8> {
-    use qpack_static::*;
-    let mut fields = vec![0, 0]; // Required Insert Count 0, Base 0
-    let method = if method == Method::Post {
-        METHOD_POST
-    } else {
-        METHOD_GET
-    };
-    for index in [method, SCHEME_HTTPS] {
-        fields.push(0xc0 | index); // indexed, static
-    }
-    for (index, value) in [(AUTHORITY, authority), (PATH, path)] {
-        fields.push(0x50 | index); // literal with a static name reference
-        kudurru_core::http::integer::write(&mut fields, 0x00, 7, value.len() as u64);
-        fields.extend_from_slice(value.as_bytes());
-    }
-    fields.push(0xc0 | ACCEPT_DNS_MESSAGE);
-    if method == METHOD_POST {
-        fields.push(0xc0 | CONTENT_TYPE_DNS_MESSAGE);
-    }
-    fields
-}
-
-/// The status and body of a response stream read to its end; `None` when it is not one.
-fn parse_response(mut stream: &[u8]) -> Option<(u16, Vec<u8>)> {
-    use kudurru_core::http3::read_varint;
-    let mut status = None;
-    let mut body = Vec::new();
-    while !stream.is_empty() {
-        let kind = read_varint(&mut stream)?;
-        let len = usize::try_from(read_varint(&mut stream)?).ok()?;
-        let payload = stream.get(..len)?;
-        stream = &stream[len..];
-        match kind {
-            frame_type::HEADERS if status.is_none() => {
-                let mut code = None;
-                kudurru_core::http3::qpack::decode(payload, |name, value| {
-                    if name == b":status" {
-                        code = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
-                    }
-                })
-                .ok()?;
-                status = Some(code?);
-            }
-            frame_type::DATA if status.is_some() => body.extend_from_slice(payload),
-            frame_type::HEADERS => {} // trailers
-            frame_type::DATA => return None,
-            _ => {} // unknown frame types are skipped (RFC 9114 §9)
-        }
-    }
-    Some((status?, body))
 }
 
 impl H3 {
@@ -224,7 +155,7 @@ impl H3 {
         write_frame(
             &mut request,
             frame_type::HEADERS,
-            &request_fields(self.method, &self.authority, path),
+            &client::request_fields(self.method == Method::Post, &self.authority, path),
         );
         if self.method == Method::Post {
             write_frame(&mut request, frame_type::DATA, &message);
@@ -236,82 +167,10 @@ impl H3 {
             .read_to_end(MAX_STREAM + 1024)
             .await
             .map_err(|_| 0u16)?;
-        match parse_response(&data) {
-            Some((200, answer)) => Ok(answer),
-            Some((status, _)) => Err(status),
-            None => Err(0),
+        match client::response(&data) {
+            Ok((200, answer)) => Ok(answer),
+            Ok((status, _)) => Err(status),
+            Err(_) => Err(0),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn decoded(section: &[u8]) -> Vec<(String, String)> {
-        let mut fields = Vec::new();
-        kudurru_core::http3::qpack::decode(section, |name, value| {
-            fields.push((
-                String::from_utf8_lossy(name).into_owned(),
-                String::from_utf8_lossy(value).into_owned(),
-            ))
-        })
-        .expect("the request's field section decodes");
-        fields
-    }
-
-    #[test]
-    fn requests_decode_with_kudurrus_qpack_to_the_doh_fields() {
-        let long_path = format!("/dns-query?dns={}", "A".repeat(300));
-        let post = decoded(&request_fields(Method::Post, "dns.example:8443", "/q"));
-        let field = |k: &str, v: &str| (k.to_string(), v.to_string());
-        assert_eq!(
-            post,
-            [
-                field(":method", "POST"),
-                field(":scheme", "https"),
-                field(":authority", "dns.example:8443"),
-                field(":path", "/q"),
-                field("accept", "application/dns-message"),
-                field("content-type", "application/dns-message"),
-            ]
-        );
-        // A path past the 7-bit length prefix takes continuation octets.
-        let get = decoded(&request_fields(Method::Get, "localhost", &long_path));
-        assert_eq!(get[0], field(":method", "GET"));
-        assert_eq!(get[3], field(":path", &long_path));
-        assert_eq!(get.len(), 5, "no content-type on a GET");
-    }
-
-    #[test]
-    fn responses_give_their_status_and_body_and_refuse_what_is_not_one() {
-        let mut head = Vec::new();
-        kudurru_core::http3::qpack::encode_response(
-            200,
-            &[(b"content-type", b"application/dns-message")],
-            &mut head,
-        );
-        let mut stream = Vec::new();
-        write_frame(&mut stream, frame_type::HEADERS, &head);
-        write_frame(&mut stream, 0x21, b"reserved frame type, skipped");
-        write_frame(&mut stream, frame_type::DATA, b"\x12\x34");
-        write_frame(&mut stream, frame_type::DATA, b"\x56");
-        assert_eq!(parse_response(&stream), Some((200, vec![0x12, 0x34, 0x56])));
-
-        let mut not_found = Vec::new();
-        let mut head = Vec::new();
-        kudurru_core::http3::qpack::encode_response(404, &[], &mut head);
-        write_frame(&mut not_found, frame_type::HEADERS, &head);
-        assert_eq!(parse_response(&not_found), Some((404, Vec::new())));
-
-        let mut data_first = Vec::new();
-        write_frame(&mut data_first, frame_type::DATA, b"x");
-        assert_eq!(parse_response(&data_first), None, "DATA before HEADERS");
-        assert_eq!(
-            parse_response(&stream[..stream.len() - 1]),
-            None,
-            "truncated frame"
-        );
-        assert_eq!(parse_response(&[]), None, "no HEADERS at all");
     }
 }

@@ -470,6 +470,7 @@ pub fn render_metrics(state: &OpsState) -> String {
         );
     }
     // Encrypted upstreams (issue 37, DoT/DoH): one contiguous block.
+    // DoQ and DoH3 upstreams (u-quic) follow in the same table.
     for (metric, help, counter) in [
         (
             "kudurru_upstream_tls_handshakes_total",
@@ -488,6 +489,21 @@ pub fn render_metrics(state: &OpsState) -> String {
             "kudurru_upstream_tls_failures_total",
             "TLS handshakes refused: the upstream's certificate failed verification or its key matched no SPKI pin.",
             |c| &c.tls_failures,
+        ),
+        (
+            "kudurru_upstream_quic_connections_total",
+            "QUIC connections opened to the upstream (DoQ, DoH3; reused for many queries).",
+            |c| &c.quic_connections,
+        ),
+        (
+            "kudurru_upstream_quic_handshakes_total",
+            "QUIC handshakes completed with the upstream.",
+            |c| &c.quic_handshakes,
+        ),
+        (
+            "kudurru_upstream_quic_handshake_failures_total",
+            "QUIC connections to the upstream that failed before or during the handshake.",
+            |c| &c.quic_handshake_failures,
         ),
     ] {
         head(&mut out, metric, "counter", help);

@@ -109,6 +109,22 @@ pub fn query(stream: &[u8]) -> Result<&[u8], ProtocolError> {
     Ok(message)
 }
 
+/// The DNS message of a server's stream read to its FIN (the client side, RFC 9250 §4.2): a
+/// 2-octet length and exactly that many bytes. The message itself (its ID must be 0, its
+/// question the query's) is the caller's to check.
+pub fn reply(stream: &[u8]) -> Result<&[u8], ProtocolError> {
+    if stream.len() > MAX_STREAM {
+        return Err(ProtocolError::TooLong);
+    }
+    let declared = wire::read_u16(stream, 0).ok_or(ProtocolError::Truncated)? as usize;
+    let message = stream.get(2..).ok_or(ProtocolError::Truncated)?;
+    match message.len().cmp(&declared) {
+        std::cmp::Ordering::Less => Err(ProtocolError::Truncated),
+        std::cmp::Ordering::Greater => Err(ProtocolError::Trailing),
+        std::cmp::Ordering::Equal => Ok(message),
+    }
+}
+
 /// `answer` framed for a DoQ stream: the 2-octet length, then the message.
 pub fn frame(answer: &[u8]) -> Vec<u8> {
     framed(answer.to_vec())
@@ -197,5 +213,24 @@ mod tests {
         let mut m = message(0, None);
         m.truncate(15);
         assert_eq!(query(&frame(&m)), Ok(&m[..]));
+    }
+
+    #[test]
+    fn a_server_stream_carries_exactly_one_length_prefixed_reply() {
+        let answer = message(0, None);
+        assert_eq!(reply(&frame(&answer)), Ok(&answer[..]));
+        let mut long = frame(&answer);
+        long.push(0);
+        assert_eq!(reply(&long), Err(ProtocolError::Trailing));
+        let short = frame(&answer);
+        assert_eq!(
+            reply(&short[..short.len() - 1]),
+            Err(ProtocolError::Truncated)
+        );
+        assert_eq!(reply(&[0x00]), Err(ProtocolError::Truncated));
+        assert_eq!(reply(&[]), Err(ProtocolError::Truncated));
+        // The ID is the caller's to check (it matches the reply against its query).
+        assert_eq!(reply(&frame(&message(7, None))).map(|m| m[1]), Ok(7));
+        assert_eq!(reply(&vec![0; MAX_STREAM + 1]), Err(ProtocolError::TooLong));
     }
 }

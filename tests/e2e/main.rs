@@ -23,6 +23,7 @@ mod resolve;
 mod sharding;
 mod tcp;
 mod transfer;
+mod upstream_quic;
 mod upstream_tls;
 mod wire;
 mod zones;

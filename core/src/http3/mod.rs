@@ -17,6 +17,7 @@
 //! QPACK dynamic table capacity of 0, so a field section decodes on its own and no stream ever
 //! waits for another (RFC 9204 §2.1.2).
 
+pub mod client;
 pub mod qpack;
 
 use crate::http::head::{self, HeadBuilder};
