@@ -27,8 +27,11 @@ Systems under test, one at a time, each pinned to CPU 0 with one worker:
   unbound-tls    `forward-zone "."`, `forward-tls-upstream: yes`, `tls-cert-bundle` the CA,
                  `num-threads: 1`, `max-reuse-tcp-queries` raised so that its connections are not
                  closed after 200 queries (its default) and re-handshaken during the run
-  dnsdist-tls    `newServer{tls="openssl", subjectName=…, caStore=…}` (queries received over UDP
-                 go to the DoT backend over reused connections), all its threads on CPU 0
+  dnsdist-tls    `newServer{tls="openssl", subjectName=…, caStore=…, maxInFlight=1000}`: queries
+                 received over UDP go to the DoT backend through its TCP workers; maxInFlight lets
+                 it pipeline them on a few connections (without it dnsdist 1.7 holds one
+                 connection per query in flight, ~1,800 at 3k q/s, and loses queries); all its
+                 threads on CPU 0
 
 Workloads, per system:
   rate  open loop at --rate q/s for --duration s: server CPU (utime+stime of all its threads,
