@@ -37,13 +37,15 @@ Workloads, per system:
   rate  open loop at --rate q/s for --duration s: server CPU (utime+stime of all its threads,
         /proc/PID/stat) per NOERROR answer, latency p50/p99 (kudurru-bench's service latency)
   max   closed loop, --concurrency queries outstanding: answered q/s and CPU per answer at the
-        system's capacity on its one core (a row under 90% of the core says it was not saturated)
+        system's capacity on its one core. The CPU 0 and CPU 1 busy columns say how close to it:
+        on a shared machine the other sessions' work keeps a share of both cores, so a row at
+        70-80% of CPU 0 with CPU 1 not full is as far as that run could push
 
 A row where the system answered under 99% NOERROR is shown but not compared (a kudurru build
 whose encrypted upstream client is still a stub answers SERVFAIL: its row says so). Rounds
 alternate the order of the systems; medians are reported. Needs: unbound, dnsdist, openssl,
 taskset, dig; a release build (built here unless --no-build, into $CARGO_TARGET_DIR or target/).
-The run renices itself and everything it starts, and their scheduler autogroups, to --nice (-10
+The run renices itself and everything it starts, and their scheduler autogroups, to --nice (-15
 by default) when it may, so that other work on a shared machine takes little from it.
 Traffic stays on 127.0.0.1. Prints Markdown for docs/benchmarks.md and writes a JSON report.
 """
@@ -51,6 +53,7 @@ Traffic stays on 127.0.0.1. Prints Markdown for docs/benchmarks.md and writes a 
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -228,17 +231,20 @@ def bench(port, workdir, duration, rate, concurrency):
 
 def measure(proc, upstream, port, workdir, duration, rate=None, concurrency=None):
     cpu0, up0 = cpu_seconds(proc.pid), cpu_seconds(upstream.pid)
+    gen0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     rep = bench(port, workdir, duration, rate, concurrency)
     wall = time.perf_counter() - t0
     cpu, up = cpu_seconds(proc.pid) - cpu0, cpu_seconds(upstream.pid) - up0
+    gen1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    gen = gen1.ru_utime + gen1.ru_stime - gen0.ru_utime - gen0.ru_stime
     connections = upstream_connections()
     noerror = rep["rcodes"].get("NOERROR", 0)
     return {"sent": rep["sent"], "answered": rep["answered"], "noerror": noerror,
             "servfail": rep["rcodes"].get("SERVFAIL", 0), "timeouts": rep["timeouts"], "qps": rep["qps"],
             "noerror_qps": noerror / rep["duration_s"] if rep["duration_s"] else 0,
             "p50_us": rep["service_latency"]["p50_us"], "p99_us": rep["service_latency"]["p99_us"],
-            "server_cpu_s": cpu, "cpu_share": cpu / wall,
+            "server_cpu_s": cpu, "cpu_share": cpu / wall, "cpu1_share": (up + gen) / wall,
             "cpu_us_per_answer": cpu / noerror * 1e6 if noerror else None,
             "upstream_cpu_us_per_answer": up / noerror * 1e6 if noerror else None,
             "upstream_connections": connections}
@@ -280,7 +286,7 @@ def main():
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
     ap.add_argument("--json", default=os.path.join(os.path.dirname(TARGET), "bench-upstream-tls.json"))
     ap.add_argument("--no-build", action="store_true")
-    ap.add_argument("--nice", type=int, default=-10,
+    ap.add_argument("--nice", type=int, default=-15,
                     help="niceness of the run and everything it starts (negative needs root: on a shared "
                          "machine, niced builds then take little from the measured processes)")
     args = ap.parse_args()
@@ -339,16 +345,17 @@ def markdown(report):
     o = report["offered"]
     lines = [f"`rate`: {o['rate']} fresh names/s offered over UDP for {o['duration']} s; `max`: closed loop, "
              f"{o['concurrency']} outstanding. Median of {len(report['rounds'])} alternating round(s). CPU is the "
-             "system's (CPU 0) per NOERROR answer; `up µs` is the upstream's (CPU 1) per answer. A row under "
+             "system's (CPU 0) per NOERROR answer; `up µs` is the upstream's (CPU 1) per answer; CPU 1 busy is "
+             "the upstream's and the generator's CPU time over the run's. A row under "
              "99% NOERROR is shown, not compared.", "",
-             "| system | load | answered q/s | NOERROR | p50 ms | p99 ms | CPU µs/answer | core busy | up µs "
+             "| system | load | answered q/s | NOERROR | p50 ms | p99 ms | CPU µs/answer | CPU 0 busy | CPU 1 busy | up µs "
              f"| vs {BASELINE} CPU | vs {TARGET_ROW} CPU |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for workload in ("rate", "max"):
         for system in report["systems"]:
             errors = [r[system]["error"] for r in report["rounds"] if "error" in r.get(system, {})]
             if errors and median_of(report, system, workload, "sent") is None:
-                lines.append(f"| {system} | {workload} | failed: {errors[0][:80]} | | | | | | | | |")
+                lines.append(f"| {system} | {workload} | failed: {errors[0][:80]} | | | | | | | | | |")
                 continue
             g = lambda key: median_of(report, system, workload, key)  # noqa: E731
             sent, noerror = g("sent") or 0, g("noerror") or 0
@@ -364,7 +371,7 @@ def markdown(report):
             fmt = lambda v, scale=1, spec=".2f": "—" if v is None else format(v * scale, spec)  # noqa: E731
             lines.append(f"| {system} | {workload} | {g('noerror_qps') or 0:,.0f} | {share} | "
                          f"{fmt(g('p50_us'), 1e-3, '.3f')} | {fmt(g('p99_us'), 1e-3, '.3f')} | {fmt(cpu, 1, '.1f')} | "
-                         f"{fmt(g('cpu_share'), 100, '.0f')}% | {fmt(g('upstream_cpu_us_per_answer'), 1, '.1f')} | "
+                         f"{fmt(g('cpu_share'), 100, '.0f')}% | {fmt(g('cpu1_share'), 100, '.0f')}% | {fmt(g('upstream_cpu_us_per_answer'), 1, '.1f')} | "
                          f"{ratios[0]} | {ratios[1]} |")
     return "\n".join(lines)
 
