@@ -41,7 +41,9 @@ Workloads, per system:
         on a shared machine the other sessions' work keeps a share of both cores, so a row at
         70-80% of CPU 0 with CPU 1 not full is as far as that run could push
 
-A row where the system answered under 99% NOERROR is shown but not compared (a kudurru build
+A row where the system answered under 99% NOERROR, or where the upstream's query counter
+(kudurru_dns_queries_total, by transport, in the JSON) moved by less than the answers, is shown
+but not compared (a kudurru build
 whose encrypted upstream client is still a stub answers SERVFAIL: its row says so). Rounds
 alternate the order of the systems; medians are reported. Needs: unbound, dnsdist, openssl,
 taskset, dig; a release build (built here unless --no-build, into $CARGO_TARGET_DIR or target/).
@@ -53,6 +55,7 @@ Traffic stays on 127.0.0.1. Prints Markdown for docs/benchmarks.md and writes a 
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -60,6 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import CLIENT_CPU, ROOT, SERVER_CPU, cpu_seconds, log, machine  # noqa: E402
@@ -230,6 +234,7 @@ def bench(port, workdir, duration, rate, concurrency):
 
 
 def measure(proc, upstream, port, workdir, duration, rate=None, concurrency=None):
+    asked0 = upstream_queries()
     cpu0, up0 = cpu_seconds(proc.pid), cpu_seconds(upstream.pid)
     gen0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -239,6 +244,7 @@ def measure(proc, upstream, port, workdir, duration, rate=None, concurrency=None
     gen1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     gen = gen1.ru_utime + gen1.ru_stime - gen0.ru_utime - gen0.ru_stime
     connections = upstream_connections()
+    asked = {t: n - asked0.get(t, 0) for t, n in upstream_queries().items() if n - asked0.get(t, 0)}
     noerror = rep["rcodes"].get("NOERROR", 0)
     return {"sent": rep["sent"], "answered": rep["answered"], "noerror": noerror,
             "servfail": rep["rcodes"].get("SERVFAIL", 0), "timeouts": rep["timeouts"], "qps": rep["qps"],
@@ -247,7 +253,19 @@ def measure(proc, upstream, port, workdir, duration, rate=None, concurrency=None
             "server_cpu_s": cpu, "cpu_share": cpu / wall, "cpu1_share": (up + gen) / wall,
             "cpu_us_per_answer": cpu / noerror * 1e6 if noerror else None,
             "upstream_cpu_us_per_answer": up / noerror * 1e6 if noerror else None,
-            "upstream_connections": connections}
+            "upstream_connections": connections, "upstream_queries": asked}
+
+
+def upstream_queries():
+    """Queries the upstream received, by transport (its kudurru_dns_queries_total): each answer
+    of a system under test must have cost one, or the row measured something else."""
+    counts = {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{UP_OPS}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            m = re.match(r'kudurru_dns_queries_total\{transport="([^"]+)",core="\d+"\} (\d+)', line)
+            if m:
+                counts[m.group(1)] = counts.get(m.group(1), 0) + int(m.group(2))
+    return counts
 
 
 def upstream_connections():
@@ -335,10 +353,13 @@ def median_of(report, system, workload, key):
 
 
 def valid(report, system, workload):
-    """Counted when at least 99% of what was sent came back NOERROR."""
+    """Counted when at least 99% of what was sent came back NOERROR, and every answer was asked
+    of the upstream (its query counter moved by at least as much)."""
     sent = median_of(report, system, workload, "sent") or 0
     noerror = median_of(report, system, workload, "noerror") or 0
-    return sent > 0 and noerror / sent >= 0.99
+    asked = [sum(r[system][workload]["upstream_queries"].values()) >= r[system][workload]["noerror"]
+             for r in report["rounds"] if workload in r.get(system, {})]
+    return sent > 0 and noerror / sent >= 0.99 and all(asked)
 
 
 def markdown(report):
