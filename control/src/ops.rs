@@ -470,11 +470,10 @@ pub fn render_metrics(state: &OpsState) -> String {
         );
     }
     // Encrypted upstreams (issue 37, DoT/DoH): one contiguous block.
-    // DoQ and DoH3 upstreams (u-quic) follow in the same table.
     for (metric, help, counter) in [
         (
             "kudurru_upstream_tls_handshakes_total",
-            "TLS handshakes completed with the upstream (DoT, DoH): one per connection opened.",
+            "TLS handshakes completed with the upstream (DoT, DoH, DoQ, DoH3): one per connection opened.",
             (|c: &kudurru_transports::metrics::UpstreamCounters| &c.tls_handshakes)
                 as fn(
                     &kudurru_transports::metrics::UpstreamCounters,
@@ -490,20 +489,11 @@ pub fn render_metrics(state: &OpsState) -> String {
             "TLS handshakes refused: the upstream's certificate failed verification or its key matched no SPKI pin.",
             |c| &c.tls_failures,
         ),
+        // DoQ and DoH3 (u-quic): their handshakes and refusals are in the tls_* series.
         (
             "kudurru_upstream_quic_connections_total",
             "QUIC connections opened to the upstream (DoQ, DoH3; reused for many queries).",
             |c| &c.quic_connections,
-        ),
-        (
-            "kudurru_upstream_quic_handshakes_total",
-            "QUIC handshakes completed with the upstream.",
-            |c| &c.quic_handshakes,
-        ),
-        (
-            "kudurru_upstream_quic_handshake_failures_total",
-            "QUIC connections to the upstream that failed before or during the handshake.",
-            |c| &c.quic_handshake_failures,
         ),
     ] {
         head(&mut out, metric, "counter", help);

@@ -102,7 +102,7 @@ fn doq_and_doh3_upstreams_answer_many_queries_over_one_handshake_each() {
             assert_eq!(upstream.total(name), 1, "{name}");
         }
         assert_eq!(
-            client.metric_sum("kudurru_upstream_quic_handshakes_total"),
+            client.metric_sum("kudurru_upstream_tls_handshakes_total"),
             1.0,
             "{transport}: one handshake for 28 queries; log: {}",
             log_text(&log)
@@ -112,7 +112,7 @@ fn doq_and_doh3_upstreams_answer_many_queries_over_one_handshake_each() {
             1.0
         );
         assert_eq!(
-            client.metric_sum("kudurru_upstream_quic_handshake_failures_total"),
+            client.metric_sum("kudurru_upstream_tls_failures_total"),
             0.0
         );
         assert_eq!(
@@ -148,7 +148,7 @@ fn queries_past_the_peers_stream_limit_wait_for_credit() {
         }
     });
     assert_eq!(
-        client.metric_sum("kudurru_upstream_quic_handshakes_total"),
+        client.metric_sum("kudurru_upstream_tls_handshakes_total"),
         1.0,
         "{}",
         log_text(&log)
@@ -177,9 +177,9 @@ fn a_wrong_ca_or_a_pin_mismatch_is_refused_with_a_clear_error() {
     let name = unique_name("wrong-ca-");
     assert_eq!(dig(client.addr, &[&name, "A"]).status, "SERVFAIL");
     assert_eq!(upstream.total(&name), 0);
-    assert!(client.metric_sum("kudurru_upstream_quic_handshake_failures_total") >= 1.0);
+    assert!(client.metric_sum("kudurru_upstream_tls_failures_total") >= 1.0);
     assert_eq!(
-        client.metric_sum("kudurru_upstream_quic_handshakes_total"),
+        client.metric_sum("kudurru_upstream_tls_handshakes_total"),
         0.0
     );
     let text = log_text(&wrong_ca);
@@ -210,7 +210,7 @@ fn a_wrong_ca_or_a_pin_mismatch_is_refused_with_a_clear_error() {
     let name = unique_name("pinned-");
     assert_eq!(dig(client.addr, &[&name, "A"]).status, "SERVFAIL");
     assert_eq!(upstream.total(&name), 0);
-    assert!(client.metric_sum("kudurru_upstream_quic_handshake_failures_total") >= 1.0);
+    assert!(client.metric_sum("kudurru_upstream_tls_failures_total") >= 1.0);
     let text = log_text(&pinned);
     assert!(
         text.contains("SPKI pin mismatch") && text.contains("server=localhost"),
@@ -251,7 +251,7 @@ fn doq_and_doh3_upstreams_reconnect_after_the_upstream_restarts() {
         answered(client, &unique_name("after-"));
         answered(client, &unique_name("after-"));
         assert_eq!(
-            client.metric_sum("kudurru_upstream_quic_handshakes_total"),
+            client.metric_sum("kudurru_upstream_tls_handshakes_total"),
             2.0,
             "one handshake before the restart, one after: {}",
             log_text(log)

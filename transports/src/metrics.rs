@@ -144,14 +144,10 @@ pub struct UpstreamCounters {
     /// Handshakes refused because the upstream's certificate failed verification or its key
     /// matched none of the name's SPKI pins.
     pub tls_failures: AtomicU64,
-    // DoQ and DoH3 upstreams (u-quic).
+    // DoQ and DoH3 upstreams (u-quic; their handshakes and refusals are counted in the
+    // tls_* counters above).
     /// QUIC connections opened to the upstream (reused for many queries).
     pub quic_connections: AtomicU64,
-    /// QUIC handshakes completed with the upstream.
-    pub quic_handshakes: AtomicU64,
-    /// QUIC connections that failed before or during the handshake (certificate, pin, ALPN,
-    /// unreachable).
-    pub quic_handshake_failures: AtomicU64,
     /// Latency histogram of answered queries, cumulative per [`LATENCY_BOUNDS`] plus +Inf.
     pub latency_buckets: [AtomicU64; 13],
     /// Sum of answered latencies, microseconds.

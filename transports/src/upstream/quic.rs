@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use glommio::sync::Semaphore;
-use kudurru_core::wire::write_upstream_query;
+use kudurru_core::wire::{write_padded_upstream_query, write_upstream_query};
 use kudurru_core::{
     CacheKey, CachedAnswer, TtlPolicy, UpstreamProtocol, UpstreamSpec, UpstreamTls, doq, http3,
 };
@@ -167,7 +167,11 @@ impl QuicPool {
         };
         connection.set(current.serial);
         let mut query = Vec::with_capacity(key.question().len() + 24);
-        write_upstream_query(key, 0, &mut query);
+        if self.settings.load().upstream_tls.padding {
+            write_padded_upstream_query(key, 0, &mut query);
+        } else {
+            write_upstream_query(key, 0, &mut query);
+        }
         let h3 = self.spec.protocol == UpstreamProtocol::H3;
         let request = if h3 {
             let path = self.spec.path.as_deref().unwrap_or("/dns-query");
@@ -334,7 +338,6 @@ impl QuicPool {
         let connected = match endpoint.connect_with(config, self.spec.addr, &server_name) {
             Ok(connecting) => connecting.await,
             Err(e) => {
-                CoreMetrics::bump(&counters.quic_handshake_failures);
                 self.log_failure(&format!("QUIC connect: {e}"));
                 return Err(Attempt::Failed(UpstreamError::Network));
             }
@@ -342,12 +345,15 @@ impl QuicPool {
         let quic = match connected {
             Ok(quic) => quic,
             Err(e) => {
-                CoreMetrics::bump(&counters.quic_handshake_failures);
+                if certificate_refused(&e) {
+                    CoreMetrics::bump(&counters.tls_failures);
+                }
                 self.log_failure(&format!("QUIC handshake: {e}"));
                 return Err(Attempt::Failed(UpstreamError::Network));
             }
         };
-        CoreMetrics::bump(&counters.quic_handshakes);
+        // quinn does not say whether the TLS session was resumed: not counted in tls_resumed.
+        CoreMetrics::bump(&counters.tls_handshakes);
         *self.last_failure.borrow_mut() = None;
         let control = if self.spec.protocol == UpstreamProtocol::H3 {
             // HTTP/3 (RFC 9114 §6.2.1): the client's control stream with an empty SETTINGS.
@@ -382,6 +388,20 @@ impl QuicPool {
         }
         tracing::warn!(upstream = %self.spec, error = reason, "upstream connection failed");
         *last = Some(reason.to_owned());
+    }
+}
+
+/// Whether a failed handshake is this side refusing the upstream's certificate or key (the
+/// TLS alert rustls sends for a failed verification or an SPKI pin mismatch), not the network.
+fn certificate_refused(error: &quinn::ConnectionError) -> bool {
+    // bad_certificate … certificate_unknown (42–46), unknown_ca (48), decrypt_error (51: a
+    // signature that does not verify under the trusted key).
+    const ALERTS: [u8; 7] = [42, 43, 44, 45, 46, 48, 51];
+    match error {
+        quinn::ConnectionError::TransportError(e) => ALERTS
+            .iter()
+            .any(|&alert| u64::from(e.code) == u64::from(quinn::TransportErrorCode::crypto(alert))),
+        _ => false,
     }
 }
 
