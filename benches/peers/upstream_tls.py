@@ -237,7 +237,7 @@ def bench(port, workdir, duration, rate, concurrency):
 
 
 def measure(proc, upstream, port, workdir, duration, rate=None, concurrency=None):
-    asked0 = upstream_queries()
+    asked0, segments0 = upstream_queries(), tcp_segments_sent()
     cpu0, up0 = cpu_seconds(proc.pid), cpu_seconds(upstream.pid)
     gen0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -247,6 +247,7 @@ def measure(proc, upstream, port, workdir, duration, rate=None, concurrency=None
     gen1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     gen = gen1.ru_utime + gen1.ru_stime - gen0.ru_utime - gen0.ru_stime
     connections = upstream_connections()
+    segments = tcp_segments_sent() - segments0
     asked = {t: n - asked0.get(t, 0) for t, n in upstream_queries().items() if n - asked0.get(t, 0)}
     noerror = rep["rcodes"].get("NOERROR", 0)
     return {"sent": rep["sent"], "answered": rep["answered"], "noerror": noerror,
@@ -256,7 +257,16 @@ def measure(proc, upstream, port, workdir, duration, rate=None, concurrency=None
             "server_cpu_s": cpu, "cpu_share": cpu / wall, "cpu1_share": (up + gen) / wall,
             "cpu_us_per_answer": cpu / noerror * 1e6 if noerror else None,
             "upstream_cpu_us_per_answer": up / noerror * 1e6 if noerror else None,
-            "upstream_connections": connections, "upstream_queries": asked}
+            "upstream_connections": connections, "upstream_queries": asked,
+            "tcp_segments_per_answer": segments / noerror if noerror else None}
+
+
+def tcp_segments_sent():
+    """TCP segments the host has sent (nstat TcpOutSegs; on loopback both directions, and
+    whatever else runs on the machine: a rough figure)."""
+    out = subprocess.run(["nstat", "-az", "TcpOutSegs"], capture_output=True, text=True).stdout
+    m = re.search(r"TcpOutSegs\s+(\d+)", out)
+    return int(m.group(1)) if m else 0
 
 
 def upstream_queries():
