@@ -165,7 +165,6 @@ impl QuicPool {
             // Boxed: opening is rare and its state would widen every query's future.
             None => Box::pin(self.open()).await?,
         };
-        connection.set(current.serial);
         let mut query = Vec::with_capacity(key.question().len() + 24);
         if self.settings.load().upstream_tls.padding {
             write_padded_upstream_query(key, 0, &mut query);
@@ -181,6 +180,9 @@ impl QuicPool {
         };
         // Waits while the peer's limit of concurrent streams is reached.
         let (send, recv) = current.quic.open_bi().await.map_err(|e| self.lost(e))?;
+        // Named only once the query is on the wire: an attempt that timed out waiting for
+        // stream credit says nothing about the connection being dead, and does not retire it.
+        connection.set(current.serial);
         let mut stream = Stream {
             send,
             recv,
