@@ -382,16 +382,17 @@ def markdown(report):
     lines = [f"`rate`: {o['rate']} fresh names/s offered over UDP for {o['duration']} s; `max`: closed loop, "
              f"{o['concurrency']} outstanding. Median of {len(report['rounds'])} alternating round(s). CPU is the "
              "system's (CPU 0) per NOERROR answer; `up µs` is the upstream's (CPU 1) per answer; CPU 1 busy is "
-             "the upstream's and the generator's CPU time over the run's. A row under "
+             "the upstream's and the generator's CPU time over the run's; TCP segs/answer: nstat TcpOutSegs (the whole "
+             "host, both directions on loopback) per answer. A row under "
              "99% NOERROR is shown, not compared.", "",
-             "| system | load | answered q/s | NOERROR | p50 ms | p99 ms | CPU µs/answer | CPU 0 busy | CPU 1 busy | up µs "
+             "| system | load | answered q/s | NOERROR | p50 ms | p99 ms | CPU µs/answer | CPU 0 busy | CPU 1 busy | up µs | TCP segs/answer "
              f"| vs {BASELINE} CPU | vs {TARGET_ROW} CPU |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for workload in ("rate", "max"):
         for system in report["systems"]:
             errors = [r[system]["error"] for r in report["rounds"] if "error" in r.get(system, {})]
             if errors and median_of(report, system, workload, "sent") is None:
-                lines.append(f"| {system} | {workload} | failed: {errors[0][:80]} | | | | | | | | | |")
+                lines.append(f"| {system} | {workload} | failed: {errors[0][:80]} | | | | | | | | | | |")
                 continue
             g = lambda key: median_of(report, system, workload, key)  # noqa: E731
             sent, noerror = g("sent") or 0, g("noerror") or 0
@@ -408,6 +409,7 @@ def markdown(report):
             lines.append(f"| {system} | {workload} | {g('noerror_qps') or 0:,.0f} | {share} | "
                          f"{fmt(g('p50_us'), 1e-3, '.3f')} | {fmt(g('p99_us'), 1e-3, '.3f')} | {fmt(cpu, 1, '.1f')} | "
                          f"{fmt(g('cpu_share'), 100, '.0f')}% | {fmt(g('cpu1_share'), 100, '.0f')}% | {fmt(g('upstream_cpu_us_per_answer'), 1, '.1f')} | "
+                         f"{fmt(g('tcp_segments_per_answer'), 1, '.2f')} | "
                          f"{ratios[0]} | {ratios[1]} |")
     return "\n".join(lines)
 
