@@ -3,8 +3,8 @@
 
 One command (from the repository root):
 
-    python3 benches/peers/upstream_tls.py            # ~4 minutes
-    python3 benches/peers/upstream_tls.py --quick    # ~2 minutes
+    python3 benches/peers/upstream_tls.py            # ~3.5 minutes (2 rounds)
+    python3 benches/peers/upstream_tls.py --quick    # ~1.5 minutes (1 round)
 
 The upstream: one kudurru process (`--cores 1`, pinned to CPU 1) serving a wildcard zone,
 `*.miss.bench.example. A 192.0.2.1`, authoritatively over plain DNS, DoT, DoH (HTTP/2), DoQ and
@@ -36,15 +36,16 @@ Systems under test, one at a time, each pinned to CPU 0 with one worker:
 Workloads, per system:
   rate  open loop at --rate q/s for --duration s: server CPU (utime+stime of all its threads,
         /proc/PID/stat) per NOERROR answer, latency p50/p99 (kudurru-bench's service latency)
-  max   closed loop, --concurrency queries outstanding: answered q/s and CPU per answer at the
+  max   closed loop, --concurrency queries outstanding over 4 sockets: answered q/s and CPU per answer at the
         system's capacity on its one core. The CPU 0 and CPU 1 busy columns say how close to it:
         on a shared machine the other sessions' work keeps a share of both cores, so a row at
         70-80% of CPU 0 with CPU 1 not full is as far as that run could push
 
 A row where the system answered under 99% NOERROR, or where the upstream's query counter
 (kudurru_dns_queries_total, by transport, in the JSON) moved by less than the answers, is shown
-but not compared (a kudurru build
-whose encrypted upstream client is still a stub answers SERVFAIL: its row says so). Rounds
+but not compared (a kudurru build whose upstream client for a protocol is still a stub answers
+SERVFAIL: its row says so). TCP segments per answer (nstat TcpOutSegs, the whole host) show how
+well each system gathers its writes. Rounds
 alternate the order of the systems; medians are reported. Needs: unbound, dnsdist, openssl,
 taskset, dig; a release build (built here unless --no-build, into $CARGO_TARGET_DIR or target/).
 The run renices itself and everything it starts, and their scheduler autogroups, to --nice (-15
