@@ -34,7 +34,7 @@ pub struct ServerSection {
     pub identity: String,
     /// `version.server` answer; empty refuses it.
     pub version: String,
-    /// How long shutdown waits for in-flight queries.
+    /// How long shutdown drains connections and in-flight queries before cutting the rest.
     pub shutdown_grace: String,
     /// Client prefixes served (the most specific of `allow` and `deny` decides).
     pub allow: Vec<String>,
@@ -126,7 +126,7 @@ pub(super) const KEYS: &[KeyInfo] = &[
         field: |c| c.server.shutdown_grace,
         parse: parse_string,
         show: show_string,
-        description: "how long SIGTERM/SIGINT waits for in-flight queries before exiting",
+        description: "how long SIGTERM/SIGINT drains after shutdown.drainDelay: listeners close, every transport finishes the queries it has read (TCP/DoT close, DoH GOAWAY, DoQ/DoH3 CONNECTION_CLOSE/GOAWAY), then what is left is cut, logged and counted",
     },
     key! {
         key: "server.allow",
