@@ -8,65 +8,8 @@ use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::str::FromStr;
 
-/// The transport of a target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// DNS over UDP, one datagram per query.
-    Udp,
-    /// DNS over TCP (RFC 7766), pipelined on persistent connections.
-    Tcp,
-    /// DNS over TLS (RFC 7858): TCP's framing and pipelining inside TLS, ALPN `dot`.
-    Tls,
-    /// DNS over HTTPS (RFC 8484) over HTTP/2, ALPN `h2`, one stream per query.
-    Https,
-    /// DNS over QUIC (RFC 9250), ALPN `doq`, one stream per query.
-    Quic,
-    /// DNS over HTTPS over HTTP/3 (RFC 9114), ALPN `h3`, one stream per query.
-    H3,
-}
-
-impl Protocol {
-    /// The URL scheme.
-    pub fn scheme(self) -> &'static str {
-        match self {
-            Self::Udp => "udp",
-            Self::Tcp => "tcp",
-            Self::Tls => "tls",
-            Self::Https => "https",
-            Self::Quic => "quic",
-            Self::H3 => "h3",
-        }
-    }
-
-    /// The port a target without one gets.
-    pub fn default_port(self) -> u16 {
-        match self {
-            Self::Udp | Self::Tcp => 53,
-            Self::Tls | Self::Quic => 853,
-            Self::Https | Self::H3 => 443,
-        }
-    }
-
-    /// Whether the transport runs inside TLS (or QUIC's TLS 1.3).
-    pub fn is_encrypted(self) -> bool {
-        !matches!(self, Self::Udp | Self::Tcp)
-    }
-
-    /// Whether the transport is DNS over HTTPS (a request path, `--method`).
-    pub fn is_http(self) -> bool {
-        matches!(self, Self::Https | Self::H3)
-    }
-
-    /// Whether the transport runs over QUIC.
-    pub fn is_quic(self) -> bool {
-        matches!(self, Self::Quic | Self::H3)
-    }
-
-    /// Whether queries travel over a stream connection (pipelined, `--streams`).
-    pub fn is_stream(self) -> bool {
-        self != Self::Udp
-    }
-}
+/// The transport of a target: the same six as an upstream URL's.
+pub use kudurru_core::UpstreamProtocol as Protocol;
 
 /// A parsed target.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -65,6 +65,16 @@ impl UpstreamProtocol {
     pub fn is_http(self) -> bool {
         matches!(self, Self::Https | Self::H3)
     }
+
+    /// Whether the transport runs over QUIC (DoQ, DoH3).
+    pub fn is_quic(self) -> bool {
+        matches!(self, Self::Quic | Self::H3)
+    }
+
+    /// Whether queries travel over a stream connection (everything but UDP).
+    pub fn is_stream(self) -> bool {
+        self != Self::Udp
+    }
 }
 
 /// One upstream, as given by an URL in `upstreams` or a forward zone: `udp://H:P`, `tcp://H:P`,
