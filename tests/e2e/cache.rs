@@ -36,6 +36,9 @@ fn ask(k: &Kudurru, name: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The least TTL a copy fetched in the last two seconds shows (the test answers carry 300).
+const FRESH: u32 = 298;
+
 #[test]
 fn cache_flush_of_a_name_and_a_subtree_reaches_every_core() {
     let upstream = TestUpstream::start();
@@ -66,16 +69,23 @@ fn cache_flush_of_a_name_and_a_subtree_reaches_every_core() {
             "core {core} took queries"
         );
     }
-    // Two seconds on, every cached copy (shard or L1) shows a TTL under 300.
-    thread::sleep(Duration::from_millis(2100));
-    assert!(ask(&k, &a).iter().all(|&ttl| ttl < 300));
+    // Three seconds on, every cached copy (shard or L1) shows a TTL of 297 or less, whether the
+    // server rounds the remaining time down or up; a fresh copy shows 298 or more for the next
+    // two seconds, which eight digs take even on a loaded machine (`[300; 8]` once failed there
+    // with one 299: the digs crossed a second).
+    thread::sleep(Duration::from_millis(3100));
+    assert!(ask(&k, &a).iter().all(|&ttl| ttl < FRESH));
 
     // One name, in another case: asked upstream again once, and no core serves an old copy.
     let (flushed, out) = cache(&k, &operator, &["flush", &a.to_ascii_uppercase()]);
     assert!(flushed, "{out}");
     assert!(out.contains("removed "), "{out}");
     assert!(!out.contains("removed 0\n"), "{out}");
-    assert_eq!(ask(&k, &a), [300; 8], "a fresh answer on every core");
+    let ttls = ask(&k, &a);
+    assert!(
+        ttls.iter().all(|&ttl| ttl >= FRESH),
+        "a fresh answer on every core: {ttls:?}"
+    );
     assert_eq!(upstream.total(&a), 2);
     ask(&k, &b);
     ask(&k, &zone);
@@ -86,11 +96,12 @@ fn cache_flush_of_a_name_and_a_subtree_reaches_every_core() {
     );
 
     // The subtree: the name and every name below it; nothing else.
-    thread::sleep(Duration::from_millis(1100));
+    thread::sleep(Duration::from_millis(3100));
     let (flushed, out) = cache(&k, &operator, &["flush", &zone, "--subtree"]);
     assert!(flushed, "{out}");
     for name in [&zone, &a, &b] {
-        assert_eq!(ask(&k, name), [300; 8], "{name}");
+        let ttls = ask(&k, name);
+        assert!(ttls.iter().all(|&ttl| ttl >= FRESH), "{name}: {ttls:?}");
     }
     assert_eq!(
         (
