@@ -26,6 +26,7 @@ pub mod noise;
 pub mod objects;
 pub mod openapi;
 pub mod ops;
+pub mod querylog;
 pub mod reload;
 pub mod serve;
 pub mod tokens;

@@ -269,6 +269,7 @@ async fn control(
         lameduck: lameduck.clone(),
         tls,
         inbox: Some(inbox_sender),
+        querylog: None,
     })?;
     for (kind, addr) in server.bound() {
         tracing::info!(%kind, %addr, "listening");

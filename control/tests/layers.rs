@@ -28,6 +28,9 @@ const FLOORS: &[&[&str]] = &[
     // Zones: the Zone and RecordSet manager (on the blocking publisher and status helpers),
     // zone files, the stored transfers, the handle transfers and updates reach it by.
     &["zones"],
+    // The query log: the writer (the cores' batches, summaries, client groups and privacy, the
+    // sinks: redb, dnstap, JSON lines), retention, search and stats for the API.
+    &["querylog"],
     // The ops listener; the API on top of it (counters, readiness); the OpenAPI document of
     // the API's routes.
     &["ops"],

@@ -31,6 +31,7 @@ pub mod limiter;
 pub mod local;
 pub mod pipeline;
 pub mod policy;
+pub mod querylog;
 pub mod scrub;
 pub mod settings;
 pub mod upstream;

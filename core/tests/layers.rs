@@ -38,6 +38,8 @@ const FLOORS: &[&[&str]] = &[
         "doq",
         "policy::matcher",
         "bootstrap",
+        // The query log's record and the summary of its messages.
+        "querylog",
     ],
     // Zones, bottom up: the compiled zone and the zone-file parser (over the wire format and
     // zone data), transfers (streamed from the compiled zone), the set of zones (over them and

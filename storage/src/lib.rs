@@ -27,6 +27,7 @@ mod kind;
 mod list;
 mod memory;
 mod object;
+pub mod querylog;
 mod redb_store;
 mod selector;
 mod store;

@@ -29,6 +29,7 @@ pub mod cache_control;
 mod deadline;
 pub mod inbox;
 pub mod metrics;
+pub mod querylog;
 pub mod settings;
 pub mod steering;
 pub mod tls;

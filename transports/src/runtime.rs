@@ -110,6 +110,9 @@ pub struct ServerSpec {
     pub tls: Option<TlsConfig>,
     /// Where NOTIFY and UPDATE go (the control thread); without, they are answered NOTIMP.
     pub inbox: Option<crate::inbox::InboxSender>,
+    /// Where query-log records go (the control thread's writer); without, cores record
+    /// nothing (`querylog.enabled = false` or `querylog.sink = none`).
+    pub querylog: Option<crate::querylog::QueryLogSender>,
 }
 
 /// Why the data plane did not start.

@@ -93,6 +93,7 @@ fn qps_burst_and_slip_apply_when_the_snapshot_changes() {
         lameduck: Arc::new(AtomicBool::new(false)),
         tls: None,
         inbox: None,
+        querylog: None,
     })
     .expect("data plane starts");
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -23,7 +23,7 @@ const FLOORS: &[&[&str]] = &[
     &["sys", "outbox"],
     // The connection table (per-client limits, longest-idle eviction), then the core context
     // that holds it.
-    &["connections", "inbox"],
+    &["connections", "inbox", "querylog"],
     &["core_context"],
     // quinn on glommio; the upstream waiter table; draining on shutdown (over the connection
     // table and the core context's query counts).
