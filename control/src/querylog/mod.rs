@@ -11,6 +11,19 @@ use std::sync::Arc;
 pub use event::{ClientView, Event};
 pub use kudurru_storage::querylog::{Cursor, Entry, Filter, Page, Stats};
 
+/// Where the writer's events go: the redb database, a dnstap stream, a JSON-lines file. The
+/// writer offers every batch of events without waiting; a sink that cannot keep up drops what
+/// does not fit its bounded buffer and counts it (it never blocks the writer, which never
+/// blocks the cores).
+pub trait EventSink: Send + Sync {
+    /// The sink's name (`redb`, `dnstap`, `jsonl`).
+    fn name(&self) -> &'static str;
+    /// Takes `events` (in time order per core; omitted ones are not offered).
+    fn offer(&self, events: &[Arc<Event>]);
+    /// Events dropped so far because the sink was behind or its peer was away.
+    fn dropped(&self) -> u64;
+}
+
 /// Why a query-log request could not be answered.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryLogError {
