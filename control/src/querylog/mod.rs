@@ -18,7 +18,8 @@ pub use kudurru_storage::querylog::{Cursor, Entry, Filter, Page, Stats};
 pub trait EventSink: Send + Sync {
     /// The sink's name (`redb`, `dnstap`, `jsonl`).
     fn name(&self) -> &'static str;
-    /// Takes `events` (in time order per core; omitted ones are not offered).
+    /// Takes `events` (in time order per core). Events whose privacy is `omit` are offered
+    /// too, for the rollups: a sink that keeps no rollups skips them.
     fn offer(&self, events: &[Arc<Event>]);
     /// Events dropped so far because the sink was behind or its peer was away.
     fn dropped(&self) -> u64;
