@@ -351,3 +351,355 @@ pub async fn run(parts: WriterParts) {
     }
     tracing::info!("query log: the cores' channel closed; the writer stops");
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Mutex;
+
+    use kudurru_core::policy::{ClientGroupSpec, GroupQueryLog};
+    use kudurru_core::querylog::{Source, Transport};
+
+    use super::*;
+    use crate::querylog::{ClientView, Entry};
+
+    /// A query for `name` A and a NOERROR answer with one address.
+    fn messages(name: &str) -> (Vec<u8>, Vec<u8>) {
+        use domain::base::{MessageBuilder, Name, Rtype};
+        use domain::rdata::A;
+        let qname: Name<Vec<u8>> = name.parse().unwrap();
+        let mut query = MessageBuilder::new_vec().question();
+        query.header_mut().set_id(7);
+        query.header_mut().set_rd(true);
+        query.push((&qname, Rtype::A)).unwrap();
+        let query = query.into_message();
+        let mut answer = MessageBuilder::new_vec()
+            .start_answer(&query, domain::base::iana::Rcode::NOERROR)
+            .unwrap();
+        answer
+            .push((&qname, 300, A::new([192, 0, 2, 1].into())))
+            .unwrap();
+        (query.into_octets(), answer.into_message().into_octets())
+    }
+
+    fn batch(clients: &[(&str, &str)], name: &str) -> Batch {
+        let (query, response) = messages(name);
+        let mut bytes = Vec::new();
+        for (i, (client, id)) in clients.iter().enumerate() {
+            let client: SocketAddr = client.parse().unwrap();
+            RecordRef {
+                time_ns: 1_765_000_000_000_000_000 + i as u64,
+                client,
+                transport: Transport::Udp,
+                source: Source::Cache,
+                flags: 0,
+                client_id: id,
+                policy: "",
+                list: "",
+                upstream: "",
+                upstream_latency_us: 0,
+                query: &query,
+                response: &response,
+            }
+            .encode(&mut bytes);
+        }
+        Batch {
+            core: 0,
+            records: clients.len() as u32,
+            bytes,
+        }
+    }
+
+    fn group(client: &str, privacy: Option<Privacy>) -> ClientGroupSpec {
+        ClientGroupSpec {
+            clients: vec![client.parse().unwrap()],
+            client_ids: vec![],
+            query_log: GroupQueryLog {
+                privacy,
+                retention: None,
+            },
+        }
+    }
+
+    fn table(global: Privacy, groups: &[(&str, ClientGroupSpec)]) -> GroupTable {
+        GroupTable::new(
+            groups.iter().map(|(n, s)| (*n, s)),
+            Defaults {
+                privacy: global,
+                retention: Duration::from_secs(86_400),
+            },
+        )
+    }
+
+    fn groups() -> Vec<(&'static str, ClientGroupSpec)> {
+        vec![
+            ("full", group("127.0.0.2", Some(Privacy::Full))),
+            ("cut", group("127.0.0.3", Some(Privacy::Truncate))),
+            ("pseudo", group("127.0.0.4", Some(Privacy::Pseudonymize))),
+            ("anon", group("127.0.0.5", Some(Privacy::None))),
+            ("quiet", group("127.0.0.6", Some(Privacy::Omit))),
+        ]
+    }
+
+    #[test]
+    fn every_record_becomes_an_event_with_its_groups_privacy() {
+        let mut p = Processor::new(table(Privacy::Full, &groups()), Arc::default());
+        let round = p.process(&[batch(
+            &[
+                ("127.0.0.2:5000", ""),
+                ("127.0.0.3:5000", ""),
+                ("127.0.0.4:5000", "kids"),
+                ("127.0.0.5:5000", "kids"),
+                ("127.0.0.6:5000", ""),
+                ("127.0.0.9:5000", ""),
+            ],
+            "www.example.com",
+        )]);
+        assert_eq!(round.undecodable, 0);
+        assert_eq!(round.omitted, 1);
+        let seen: Vec<(String, String, u16, String, Privacy)> = round
+            .events
+            .iter()
+            .map(|e| {
+                (
+                    e.group.clone(),
+                    e.client.render(),
+                    e.port,
+                    e.client_id.clone(),
+                    e.privacy,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen[0],
+            (
+                "full".into(),
+                "127.0.0.2".into(),
+                5000,
+                String::new(),
+                Privacy::Full
+            )
+        );
+        assert_eq!(
+            seen[1],
+            (
+                "cut".into(),
+                "127.0.0.0/24".into(),
+                0,
+                String::new(),
+                Privacy::Truncate
+            )
+        );
+        assert_eq!(seen[2].0, "pseudo");
+        assert!(seen[2].1.starts_with("p-") && seen[2].3.starts_with("p-"));
+        assert_eq!(
+            seen[3],
+            (
+                "anon".into(),
+                String::new(),
+                0,
+                String::new(),
+                Privacy::None
+            )
+        );
+        assert_eq!(
+            seen[4],
+            (
+                "quiet".into(),
+                String::new(),
+                0,
+                String::new(),
+                Privacy::Omit
+            )
+        );
+        assert_eq!(
+            seen[5],
+            (
+                "default".into(),
+                "127.0.0.9".into(),
+                5000,
+                String::new(),
+                Privacy::Full
+            )
+        );
+        let entry = Entry::from(&*round.events[0]);
+        assert_eq!(entry.qname, "www.example.com.");
+        assert_eq!(entry.qtype, 1);
+        assert_eq!(entry.rcode, Some(0));
+        assert!(!entry.omitted);
+        assert!(Entry::from(&*round.events[4]).omitted);
+    }
+
+    #[test]
+    fn a_privacy_change_rotates_the_key_and_other_changes_do_not() {
+        let mut p = Processor::new(table(Privacy::Pseudonymize, &groups()), Arc::default());
+        let one = batch(&[("192.0.2.7:1", "")], "a.example");
+        let before = p.process(std::slice::from_ref(&one)).events[0]
+            .client
+            .clone();
+        assert!(matches!(before, ClientView::Pseudonym(_)));
+        assert_eq!(
+            p.process(std::slice::from_ref(&one)).events[0].client,
+            before
+        );
+        // A retention change is no privacy change: same key.
+        let mut longer = groups();
+        longer[0].1.query_log.retention = Some(Duration::from_secs(60));
+        assert!(!p.set_table(table(Privacy::Pseudonymize, &longer)));
+        assert_eq!(
+            p.process(std::slice::from_ref(&one)).events[0].client,
+            before
+        );
+        // A group's privacy changed: a new key, the same client gets another pseudonym.
+        let mut stricter = longer.clone();
+        stricter[0].1.query_log.privacy = Some(Privacy::Truncate);
+        assert!(p.set_table(table(Privacy::Pseudonymize, &stricter)));
+        let after = p.process(std::slice::from_ref(&one)).events[0]
+            .client
+            .clone();
+        assert!(matches!(after, ClientView::Pseudonym(_)));
+        assert_ne!(after, before);
+        // The schedule's rotation too.
+        p.rotate();
+        assert_ne!(
+            p.process(std::slice::from_ref(&one)).events[0].client,
+            after
+        );
+    }
+
+    #[test]
+    fn a_cut_batch_counts_what_did_not_decode_and_keeps_what_came_before() {
+        let mut p = Processor::new(table(Privacy::Full, &[]), Arc::default());
+        let mut b = batch(&[("192.0.2.7:1", ""), ("192.0.2.8:1", "")], "a.example");
+        let cut = b.bytes.len() - 3;
+        b.bytes.truncate(cut);
+        let round = p.process(&[b]);
+        assert_eq!((round.events.len(), round.undecodable), (1, 1));
+    }
+
+    /// A sink that keeps what it is offered.
+    #[derive(Default)]
+    struct Kept(Mutex<Vec<Arc<Event>>>);
+
+    impl EventSink for Kept {
+        fn name(&self) -> &'static str {
+            "memory"
+        }
+        fn offer(&self, events: &[Arc<Event>]) {
+            self.0.lock().unwrap().extend_from_slice(events);
+        }
+        fn dropped(&self) -> u64 {
+            0
+        }
+    }
+
+    #[tokio::test]
+    async fn the_writer_feeds_the_sink_and_the_tail_and_follows_a_privacy_reload() {
+        let sink = Arc::new(Kept::default());
+        let log = QueryLog::new(crate::querylog::QueryLogParts {
+            sink: "memory",
+            events: Some(sink.clone()),
+            db: None,
+            metrics: Arc::default(),
+        });
+        let mut tail = log.subscribe();
+        let live = LiveSettings {
+            defaults: Defaults {
+                privacy: Privacy::Full,
+                retention: Duration::ZERO,
+            },
+            max_bytes: 0,
+            pseudonym_rotation: Duration::from_secs(3600),
+        };
+        let (settings, receiver_settings) = watch::channel(live);
+        let (mut sender, receiver) = kudurru_transports::querylog::channel(1);
+        let writer = tokio::spawn(run(WriterParts {
+            receiver,
+            sink: Some(sink.clone()),
+            groups: None,
+            settings: receiver_settings,
+            log: log.clone(),
+        }));
+        sender
+            .try_send(batch(&[("192.0.2.7:53000", "")], "a.example"))
+            .unwrap();
+        let first = tail.recv().await.unwrap();
+        assert_eq!(first.client, "192.0.2.7");
+        assert_eq!(first.group, "default");
+        settings.send_replace(LiveSettings {
+            defaults: Defaults {
+                privacy: Privacy::Omit,
+                ..live.defaults
+            },
+            ..live
+        });
+        sender
+            .try_send(batch(&[("192.0.2.7:53000", "")], "b.example"))
+            .unwrap();
+        // The writer reads the settings once a round: let it take the omitted one first.
+        while sink.0.lock().unwrap().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        settings.send_replace(LiveSettings {
+            defaults: Defaults {
+                privacy: Privacy::Truncate,
+                ..live.defaults
+            },
+            ..live
+        });
+        sender
+            .try_send(batch(&[("192.0.2.7:53000", "")], "c.example"))
+            .unwrap();
+        // The omitted entry never reaches the tail.
+        let next = tail.recv().await.unwrap();
+        assert_eq!(next.qname, "c.example.");
+        assert_eq!(next.client, "192.0.2.0/24");
+        drop(sender);
+        writer.await.unwrap();
+        let events = sink.0.lock().unwrap();
+        assert_eq!(events.len(), 3);
+        assert_eq!(events[1].privacy, Privacy::Omit);
+        let m = log.metrics();
+        assert_eq!(m.written.load(Relaxed), 3);
+        assert_eq!(m.omitted.load(Relaxed), 1);
+        assert!(m.rotations.load(Relaxed) >= 1);
+    }
+
+    /// How many records a second one core summarizes and applies privacy to (the writer's
+    /// work per record before the sink).
+    #[test]
+    #[ignore = "a measurement, not a check: cargo test --release -p kudurru-control --lib writer_throughput -- --ignored --nocapture"]
+    fn writer_throughput() {
+        let clients: Vec<String> = (0..256)
+            .map(|i| format!("10.0.{}.{}:5353", i / 16, i % 256))
+            .collect();
+        let pairs: Vec<(&str, &str)> = clients.iter().map(|c| (c.as_str(), "")).collect();
+        let batches: Vec<Batch> = (0..64).map(|_| batch(&pairs, "www.example.com")).collect();
+        let records: usize = batches.iter().map(|b| b.records as usize).sum();
+        for privacy in [
+            Privacy::Full,
+            Privacy::Truncate,
+            Privacy::Pseudonymize,
+            Privacy::Omit,
+        ] {
+            let mut p = Processor::new(table(privacy, &[]), Arc::default());
+            let start = Instant::now();
+            let mut rounds = 0;
+            while start.elapsed() < Duration::from_secs(2) {
+                let round = p.process(&batches);
+                assert_eq!(round.events.len(), records);
+                rounds += 1;
+            }
+            let per_second = (rounds * records) as f64 / start.elapsed().as_secs_f64();
+            let entries = Instant::now();
+            let round = p.process(&batches);
+            let converted: Vec<Entry> = round.events.iter().map(|e| Entry::from(&**e)).collect();
+            let with_entries = records as f64 / entries.elapsed().as_secs_f64();
+            println!(
+                "{:>12}: {per_second:>10.0} records/s (events); {with_entries:>10.0} records/s with Entry conversion ({} entries)",
+                privacy.label(),
+                converted.len()
+            );
+        }
+    }
+}
