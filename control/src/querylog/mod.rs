@@ -5,6 +5,9 @@
 //! (Skeleton: the handle's contract with the API; the writer, sinks and bodies are to come.)
 
 pub mod event;
+// The API's routes and the command line (ql-api).
+pub mod api;
+pub mod cli;
 
 use std::sync::Arc;
 
