@@ -185,7 +185,7 @@ pub fn parse(
             known.extend(["limit", "cursor", "follow"]);
             allow_only(&query, &known)?;
             let filter = parse_filter(&query)?;
-            let follow = query.flag("follow")?;
+            let follow = boolean(&query, "follow")?.unwrap_or(false);
             if follow {
                 for key in ["limit", "cursor"] {
                     if query.get(key).is_some() {
@@ -335,7 +335,8 @@ pub fn format_cursor(cursor: Cursor) -> String {
 
 /// A cursor the API wrote.
 pub fn parse_cursor(text: &str) -> Option<Cursor> {
-    if text.is_empty() || text.len() > 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let lower_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    if text.is_empty() || text.len() > 32 || !text.bytes().all(lower_hex) {
         return None;
     }
     u128::from_str_radix(text, 16).ok().map(Cursor)
@@ -457,17 +458,7 @@ fn parse_filter(query: &Query) -> Result<Filter, HttpError> {
             .transpose()?,
         qtype: query.get("qtype").map(parse_qtype).transpose()?,
         rcode: query.get("rcode").map(parse_rcode).transpose()?,
-        blocked: match query.get("blocked") {
-            None => None,
-            Some("true" | "1") => Some(true),
-            Some("false" | "0") => Some(false),
-            Some(other) => {
-                return Err(invalid(
-                    "blocked",
-                    format!("{other:?}: expected true or false"),
-                ));
-            }
-        },
+        blocked: boolean(query, "blocked")?,
         policy: non_empty(query, "policy")?,
         group: non_empty(query, "group")?,
         transport: query
@@ -489,6 +480,31 @@ fn parse_filter(query: &Query) -> Result<Filter, HttpError> {
     Ok(filter)
 }
 
+/// `key` as `true` or `false` (nothing else: the OpenAPI document says boolean).
+fn boolean(query: &Query, key: &str) -> Result<Option<bool>, HttpError> {
+    match query.get(key) {
+        None => Ok(None),
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        Some(other) => Err(invalid(key, format!("{other:?}: expected true or false"))),
+    }
+}
+
+/// A step: whole minutes, hours or days (`1m`, `5m`, `1h`, `1d`).
+fn parse_step(text: &str) -> Option<u64> {
+    let unit = match text.as_bytes().last()? {
+        b'm' => MINUTE_NS,
+        b'h' => 60 * MINUTE_NS,
+        b'd' => 24 * 60 * MINUTE_NS,
+        _ => return None,
+    };
+    let digits = &text[..text.len() - 1];
+    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(unit)
+}
+
 fn parse_stats(query: &Query, now_ns: u64) -> Result<Call, HttpError> {
     let to_ns = query
         .get("to")
@@ -505,22 +521,12 @@ fn parse_stats(query: &Query, now_ns: u64) -> Result<Call, HttpError> {
     }
     let step_ns = match query.get("step") {
         None => MINUTE_NS,
-        Some(text) => {
-            let step = humantime::parse_duration(text).map_err(|e| {
-                invalid(
-                    "step",
-                    format!("{text:?}: expected a duration such as 1m, 5m or 1h ({e})"),
-                )
-            })?;
-            let ns = u64::try_from(step.as_nanos()).unwrap_or(u64::MAX);
-            if ns < MINUTE_NS || ns % MINUTE_NS != 0 {
-                return Err(invalid(
-                    "step",
-                    format!("{text:?}: steps are whole minutes (the rollups' unit), 1m or more"),
-                ));
-            }
-            ns
-        }
+        Some(text) => parse_step(text).ok_or_else(|| {
+            invalid(
+                "step",
+                format!("{text:?}: expected whole minutes, hours or days (1m, 5m, 1h, 1d)"),
+            )
+        })?,
     };
     if (to_ns - from_ns).div_ceil(step_ns) > MAX_BUCKETS {
         return Err(invalid(
@@ -981,6 +987,7 @@ mod tests {
             ("rcode=FINE", "rcode"),
             ("rcode=5000", "rcode"),
             ("blocked=maybe", "blocked"),
+            ("blocked=1", "blocked"),
             ("policy=", "policy"),
             ("group=", "group"),
             ("transport=carrier-pigeon", "transport"),
@@ -989,6 +996,8 @@ mod tests {
             ("limit=1001", "limit"),
             ("limit=ten", "limit"),
             ("cursor=xyz", "cursor"),
+            ("cursor=ABC", "cursor"),
+            ("follow=1", "follow"),
             ("follow=perhaps", "follow"),
             ("follow=true&limit=5", "limit"),
             ("colour=blue", "colour"),
@@ -997,6 +1006,8 @@ mod tests {
         }
         for (query, key) in [
             ("step=30s", "step"),
+            ("step=60s", "step"),
+            ("step=0m", "step"),
             ("step=1m&from=0&to=1000000000000000", "step"),
             ("top=-1", "top"),
             ("top=1001", "top"),
