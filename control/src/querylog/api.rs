@@ -728,6 +728,10 @@ pub fn error(e: &QueryLogError) -> HttpError {
                 "the query log keeps no database here (querylog.sink is {sink}): search, export, stats and purge need querylog.sink = redb"
             ),
         ),
+        QueryLogError::Storage(kudurru_storage::StorageError::InvalidArgument {
+            argument,
+            reason,
+        }) => invalid(argument, reason.clone()),
         QueryLogError::Storage(e) => {
             tracing::error!(error = %e, "the query-log database failed");
             HttpError::new(500, "storage_error", e.to_string())
