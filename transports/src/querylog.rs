@@ -51,7 +51,13 @@ pub type QueryLogReceiver = mpsc::Receiver<Batch>;
 
 /// A new query-log channel for `cores` cores.
 pub fn channel(cores: usize) -> (QueryLogSender, QueryLogReceiver) {
-    let (sender, receiver) = mpsc::channel(BATCHES_PER_CORE * cores.max(1));
+    channel_with_room(BATCHES_PER_CORE * cores.max(1))
+}
+
+/// A new query-log channel that holds `batches` batches besides one per sender (a test's
+/// small channel fills at once).
+pub fn channel_with_room(batches: usize) -> (QueryLogSender, QueryLogReceiver) {
+    let (sender, receiver) = mpsc::channel(batches);
     (QueryLogSender { sender }, receiver)
 }
 
