@@ -62,15 +62,20 @@ impl Lookup {
         }
     }
 
-    /// The query log's outcome of a miss resolved to `answer` between `started` and `now`:
-    /// from upstream, served stale, or a failure answered here; a rewrite's chase is the
-    /// policy's answer.
-    pub(crate) fn missed(
+    /// The query log's outcome of a miss for `query` resolved to `answer` under `settings`
+    /// between `started` and `now`: from the upstream that answered (its URL and the
+    /// exchange's time), served stale, or a failure answered here (with the miss's wait); a
+    /// rewrite's chase is the policy's answer.
+    pub(crate) fn missed<'s>(
         &self,
+        query: &Query<'_>,
         answer: &CachedAnswer,
+        settings: &'s Settings,
         started: Instant,
         now: Instant,
-    ) -> Outcome<'static> {
+    ) -> Outcome<'s> {
+        let waited =
+            u32::try_from(now.saturating_duration_since(started).as_micros()).unwrap_or(u32::MAX);
         let source = if answer.is_stale() {
             Source::Stale
         } else if answer.kind() == kudurru_core::AnswerKind::Failure {
@@ -78,12 +83,21 @@ impl Lookup {
         } else {
             Source::Upstream
         };
-        let waited = Outcome::of(source).waited(now.saturating_duration_since(started));
+        let mut outcome = Outcome {
+            latency_us: waited,
+            ..Outcome::of(source)
+        };
+        if source == Source::Upstream
+            && let Some((index, rtt_us)) = answer.answered_from()
+            && let Some(spec) = crate::upstream::upstream_at(self.key(query), settings, index)
+        {
+            outcome = outcome.from_upstream(spec, rtt_us);
+        }
         match self {
-            Self::Own => waited,
+            Self::Own => outcome,
             Self::Chase { blocked, .. } => Outcome {
                 source: Source::Policy,
-                ..waited
+                ..outcome
             }
             .blocked(*blocked),
         }
@@ -412,7 +426,7 @@ pub(crate) async fn answer_miss(
             limit: None,
         };
         let written = lookup.write(&to, &query, &answer, now, &mut out);
-        outcome = written.outcome(lookup.missed(&answer, started, now));
+        outcome = written.outcome(lookup.missed(&query, &answer, settings, started, now));
         if !written.sent() {
             worker.context().metrics.dropped();
             origin.record(worker, settings, &client, outcome, message, &[]);

@@ -18,10 +18,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::fmt::Write as _;
+
 use futures_channel::mpsc;
 use kudurru_core::Client;
 use kudurru_core::policy::{Blocked, PolicyIndex};
 use kudurru_core::querylog::{RecordRef, Source, Transport, flags};
+use kudurru_core::upstream::UpstreamSpec;
 
 use crate::metrics::CoreMetrics;
 
@@ -97,7 +100,7 @@ pub(crate) struct Outcome<'a> {
     /// The policy (and list) that blocked or rewrote.
     pub(crate) blocked: Option<Blocked>,
     /// The upstream that answered a miss.
-    pub(crate) upstream: &'a str,
+    pub(crate) upstream: Option<&'a UpstreamSpec>,
     /// How long the miss waited, in microseconds.
     pub(crate) latency_us: u32,
 }
@@ -109,7 +112,7 @@ impl Outcome<'static> {
             source,
             flags: 0,
             blocked: None,
-            upstream: "",
+            upstream: None,
             latency_us: 0,
         }
     }
@@ -156,10 +159,18 @@ impl<'a> Outcome<'a> {
         }
     }
 
-    /// The same outcome, after a miss that waited `latency`.
-    pub(crate) fn waited(self, latency: Duration) -> Self {
-        Self {
-            latency_us: u32::try_from(latency.as_micros()).unwrap_or(u32::MAX),
+    /// The same outcome, answered by `upstream` after an exchange of `latency_us`.
+    pub(crate) fn from_upstream<'u>(
+        self,
+        upstream: &'u UpstreamSpec,
+        latency_us: u32,
+    ) -> Outcome<'u>
+    where
+        'a: 'u,
+    {
+        Outcome {
+            upstream: Some(upstream),
+            latency_us,
             ..self
         }
     }
@@ -174,6 +185,8 @@ pub(crate) struct CoreQueryLog {
     batch: RefCell<Vec<u8>>,
     records: Cell<u32>,
     metrics: Arc<CoreMetrics>,
+    /// Where an upstream's URL is written for its record (kept between records).
+    url: RefCell<String>,
 }
 
 impl CoreQueryLog {
@@ -185,6 +198,7 @@ impl CoreQueryLog {
             batch: RefCell::new(Vec::new()),
             records: Cell::new(0),
             metrics,
+            url: RefCell::new(String::new()),
         }
     }
 
@@ -261,6 +275,11 @@ impl CoreQueryLog {
             ),
             None => ("", ""),
         };
+        let mut url = self.url.borrow_mut();
+        url.clear();
+        if let Some(upstream) = outcome.upstream {
+            let _ = write!(url, "{upstream}");
+        }
         let record = RecordRef {
             time_ns,
             client: peer,
@@ -270,7 +289,7 @@ impl CoreQueryLog {
             client_id,
             policy: policy_name,
             list: list_name,
-            upstream: outcome.upstream,
+            upstream: &url,
             upstream_latency_us: outcome.latency_us,
             query,
             response,
@@ -280,6 +299,7 @@ impl CoreQueryLog {
             record.encode(&mut batch);
             batch.len() >= FLUSH_BYTES
         };
+        drop(url);
         self.records.set(self.records.get() + 1);
         CoreMetrics::bump(&self.metrics.querylog_records);
         if full {

@@ -302,7 +302,8 @@ async fn connection<S>(
                     };
                     // A cloaked RPZ drop sends nothing for this query; the connection goes on.
                     let written = lookup.write(&to, &query, &answer, now, &mut out);
-                    let outcome = written.outcome(lookup.missed(&answer, started, now));
+                    let outcome =
+                        written.outcome(lookup.missed(&query, &answer, &settings, started, now));
                     if !written.sent() {
                         context.metrics.dropped();
                         origin.record(&worker, &settings, &to.client, outcome, &message, &[]);

@@ -348,7 +348,7 @@ async fn resolve_and_reply(
         transport: Transport::Udp,
         peer,
     };
-    let outcome = written.outcome(lookup.missed(&answer, started, now));
+    let outcome = written.outcome(lookup.missed(&query, &answer, &settings, started, now));
     if !written.sent() {
         worker.context().metrics.dropped();
         origin.record(&worker, &settings, &client, outcome, &message, &[]);

@@ -1,7 +1,7 @@
 //! The cores' side of the query log on a running data plane: every answered or dropped query
 //! over UDP and TCP becomes one record in its core's batch, handed to the control thread's
 //! receiver within the flush interval, with the transport, the client, where the answer came
-//! from (cache, upstream, local, dropped), the upstream wait of a miss and the two messages as
+//! from (cache, upstream, local, dropped), the upstream that answered a miss and its time and the two messages as
 //! sent; a channel nobody drains drops batches and counts their records.
 
 use std::io::{Read, Write};
@@ -141,6 +141,7 @@ struct Logged {
     client: SocketAddr,
     qname: String,
     rcode: Option<u16>,
+    upstream: String,
     upstream_latency_us: u32,
     query: Vec<u8>,
     response: Vec<u8>,
@@ -163,6 +164,7 @@ fn collect(receiver: &mut QueryLogReceiver, count: usize) -> Vec<Logged> {
                         client: record.client,
                         qname: summary.qname,
                         rcode: summary.rcode,
+                        upstream: record.upstream.to_string(),
                         upstream_latency_us: record.upstream_latency_us,
                         query: record.query.to_vec(),
                         response: record.response.to_vec(),
@@ -237,11 +239,22 @@ fn every_udp_and_tcp_query_is_one_record_with_its_source_and_messages() {
     assert_eq!(first.qname, "www.example.");
     assert_eq!(first.rcode, Some(0));
     assert_eq!(first.response, miss, "the response as sent");
-    assert!(first.upstream_latency_us > 0, "a miss's wait is recorded");
+    assert_eq!(
+        first.upstream,
+        format!("udp://{upstream}"),
+        "the upstream that answered"
+    );
+    assert!(
+        first.upstream_latency_us > 0,
+        "the exchange's time is recorded"
+    );
     let second = by_id(2);
     assert_eq!(second.source, Source::Cache);
     assert_eq!(second.response, hit);
-    assert_eq!(second.upstream_latency_us, 0);
+    assert_eq!(
+        (second.upstream.as_str(), second.upstream_latency_us),
+        ("", 0)
+    );
     let third = by_id(3);
     assert_eq!(
         (third.source, third.qname.as_str()),
