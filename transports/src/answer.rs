@@ -91,7 +91,7 @@ impl Lookup {
             && let Some((index, rtt_us)) = answer.answered_from()
             && let Some(spec) = crate::upstream::upstream_at(self.key(query), settings, index)
         {
-            outcome = outcome.from_upstream(spec, rtt_us);
+            outcome = outcome.answered_by(spec, rtt_us);
         }
         match self {
             Self::Own => outcome,

@@ -160,11 +160,7 @@ impl<'a> Outcome<'a> {
     }
 
     /// The same outcome, answered by `upstream` after an exchange of `latency_us`.
-    pub(crate) fn from_upstream<'u>(
-        self,
-        upstream: &'u UpstreamSpec,
-        latency_us: u32,
-    ) -> Outcome<'u>
+    pub(crate) fn answered_by<'u>(self, upstream: &'u UpstreamSpec, latency_us: u32) -> Outcome<'u>
     where
         'a: 'u,
     {
