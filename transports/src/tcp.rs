@@ -157,6 +157,7 @@ async fn connection<S>(
             // Zone transfers are not served yet: REFUSED, as before the zones.
             Decision::Transfer { zone, .. } => {
                 let Some(served) = settings.zones.served().get(zone).cloned() else {
+                    log(Outcome::DROPPED, &[]);
                     break;
                 };
                 let (worker, outbox) = (worker.clone(), outbox.clone());
