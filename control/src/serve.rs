@@ -277,7 +277,7 @@ async fn control(
         lameduck: lameduck.clone(),
         tls,
         inbox: Some(inbox_sender),
-        querylog: querylog.sender.clone(),
+        querylog: bench_querylog(validated.cpus.len()).or_else(|| querylog.sender.clone()),
     })?;
     for (kind, addr) in server.bound() {
         tracing::info!(%kind, %addr, "listening");
@@ -463,7 +463,7 @@ async fn control(
         });
         api.zones = Some(zones.clone());
         api.bootstrap = Some(bootstrap.clone());
-        api.querylog = Some(querylog_handle.clone());
+        api.querylog = querylog_handle.clone();
         let api = Arc::new(api);
         crate::files::remove_stale_temporaries(api.tokens.path());
         tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");
@@ -543,4 +543,26 @@ fn signal_name(kind: SignalKind) -> &'static str {
     } else {
         "SIGINT"
     }
+}
+
+/// Until the query-log writer is wired (issue 36), `KUDURRU_BENCH_QUERYLOG=summarize` gives
+/// the cores a query-log channel whose batches this thread decodes, summarizes and drops: the
+/// hot-path benchmark (benches/peers/querylog.py) measures the cores' cost with records
+/// produced. Any other value, or none, leaves the query log off.
+fn bench_querylog(cores: usize) -> Option<kudurru_transports::querylog::QueryLogSender> {
+    if std::env::var("KUDURRU_BENCH_QUERYLOG").ok()? != "summarize" {
+        return None;
+    }
+    let (sender, mut receiver) = kudurru_transports::querylog::channel(cores);
+    tokio::spawn(async move {
+        use futures_lite::StreamExt as _;
+        use kudurru_core::querylog::{Records, summarize};
+        while let Some(batch) = receiver.next().await {
+            for record in Records::new(&batch.bytes).flatten() {
+                std::hint::black_box(summarize(record.query, record.response));
+            }
+        }
+    });
+    tracing::warn!("KUDURRU_BENCH_QUERYLOG: query-log records are summarized and dropped");
+    Some(sender)
 }

@@ -10,6 +10,9 @@
 //! ```
 
 pub mod event;
+// The API's routes and the command line (ql-api).
+pub mod api;
+pub mod cli;
 pub mod privacy;
 pub mod redb;
 pub mod writer;
@@ -106,7 +109,9 @@ impl Setup {
             SinkKind::None => (None, None),
         };
         let (sender, receiver) = if settings.enabled {
-            let (s, r) = kudurru_transports::querylog::channel_with(cores, settings.buffer_batches);
+            let (s, r) = kudurru_transports::querylog::channel_with_room(
+                settings.buffer_batches.saturating_mul(cores.max(1)),
+            );
             (Some(s), Some(r))
         } else {
             (None, None)
