@@ -267,7 +267,8 @@ async fn control(
     };
     // The query log: the sink (querylog.db opened here: a file that will not open stops the
     // start) and the cores' channel; the writer starts below, once the client groups are read.
-    let querylog = crate::querylog::Setup::open(&validated.querylog, validated.cpus.len()).await?;
+    let querylog =
+        crate::querylog::Setup::open(&validated.querylog, validated.cpus.len(), ephemeral).await?;
     let querylog_handle = querylog.log.clone();
     let (inbox_sender, inbox_receiver) = kudurru_transports::inbox::inbox();
     let server = kudurru_transports::start(ServerSpec {

@@ -72,15 +72,23 @@ pub struct Setup {
 
 impl Setup {
     /// Opens the sink `settings` choose and the channel of `cores` cores (the database on
-    /// the blocking pool).
+    /// the blocking pool). `ephemeral` (`serve --ephemeral`, which keeps nothing on disk)
+    /// opens no database: records still reach the live tails.
     pub async fn open(
         settings: &crate::config::QueryLogSettings,
         cores: usize,
+        ephemeral: bool,
     ) -> Result<Self, StartError> {
         use crate::config::SinkKind;
         let (live, _) = tokio::sync::watch::channel(writer::LiveSettings::of(settings));
         let metrics = Arc::new(QueryLogMetrics::default());
-        let kind = settings.effective_sink();
+        let mut kind = settings.effective_sink();
+        if ephemeral && kind == SinkKind::Redb {
+            tracing::warn!(
+                "--ephemeral: the query log keeps no database (querylog.db is not opened); live tails still see every entry"
+            );
+            kind = SinkKind::None;
+        }
         let (events, db): (Option<Arc<dyn EventSink>>, _) = match kind {
             SinkKind::Redb => {
                 let path = settings.db_path.clone();
