@@ -4,7 +4,9 @@
 //!
 //! (Skeleton: the handle's contract with the API; the writer, sinks and bodies are to come.)
 
+pub mod dnstap;
 pub mod event;
+pub mod jsonl;
 
 use std::sync::Arc;
 
