@@ -9,8 +9,8 @@
 //! ```
 //!
 //! The thread is a plain thread, not a tokio blocking task: it lives as long as the sink and
-//! would hold one of the blocking pool's threads forever. The field names are the API's
-//! (`GET /api/v1/querylog` entries).
+//! would hold one of the blocking pool's threads forever. A line is what the API shows for an
+//! entry (`GET /api/v1/querylog`, its NDJSON export): the same names and values.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -171,66 +171,64 @@ pub fn write_line(event: &Event, out: &mut Vec<u8>) {
     out.push(b'\n');
 }
 
-/// The object of one event, with the API's field names.
+/// The object of one event, as the API shows an entry (`GET /api/v1/querylog`).
 pub fn to_json(event: &Event) -> serde_json::Value {
     let summary = &event.summary;
-    let time = i128::from(event.time_ns);
-    let time = jiff::Timestamp::from_nanosecond(time)
-        .map(|t| t.to_string())
-        .unwrap_or_default();
-    let mut flag_names = Vec::new();
-    for (set, name) in [
-        (event.record_flags & flags::BLOCKED != 0, "blocked"),
-        (event.record_flags & flags::CLOAKED != 0, "cloaked"),
-        (summary.dnssec_ok, "do"),
-        (summary.truncated, "tc"),
-        (summary.recursion_desired, "rd"),
-        (event.record_flags & flags::CLIPPED != 0, "clipped"),
-    ] {
-        if set {
-            flag_names.push(name);
-        }
-    }
+    let flag = |bit: u8| event.record_flags & bit != 0;
     let mut answer = summary.answers.join(", ");
     if summary.more_answers > 0 {
         answer.push_str(&format!(", +{} more", summary.more_answers));
     }
+    let time = jiff::Timestamp::from_nanosecond(i128::from(event.time_ns))
+        .map_or_else(|_| event.time_ns.to_string(), |at| format!("{at:.9}"));
     serde_json::json!({
         "time": time,
-        "timeNs": event.time_ns,
-        "client": event.client.render(),
-        "clientId": event.client_id,
+        "timeUnixNs": event.time_ns,
+        "client": text_or_null(&event.client.render()),
+        "clientId": text_or_null(&event.client_id),
         "group": event.group,
         "transport": event.transport.label(),
         "source": event.source.label(),
         "qname": summary.qname,
-        "qtype": rtype_name(summary.qtype),
-        "rcode": summary.rcode.map_or_else(|| "none".to_string(), rcode_name),
-        "flags": flag_names,
+        "qtype": domain::base::iana::Rtype::from_int(summary.qtype).to_string(),
+        "rcode": summary.rcode.map(rcode_name),
+        "flags": {
+            "dnssecOk": summary.dnssec_ok,
+            "truncated": summary.truncated,
+            "recursionDesired": summary.recursion_desired,
+            "blocked": flag(flags::BLOCKED),
+            "cloaked": flag(flags::CLOAKED),
+            "clipped": flag(flags::CLIPPED),
+        },
         "answer": answer,
-        "upstream": event.upstream,
-        "upstreamLatencyMs": f64::from(event.upstream_latency_us) / 1000.0,
-        "policy": event.policy,
-        "list": event.list,
-        "rule": event.rule,
+        "upstream": text_or_null(&event.upstream),
+        "upstreamLatencyMs": if event.upstream.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::json!(f64::from(event.upstream_latency_us) / 1000.0)
+        },
+        "policy": text_or_null(&event.policy),
+        "list": text_or_null(&event.list),
+        "rule": text_or_null(&event.rule),
         "ede": summary.ede,
     })
 }
 
-/// `A`, `AAAA`, `TYPE65280`.
-fn rtype_name(qtype: u16) -> String {
-    domain::base::iana::Rtype::from_int(qtype).to_string()
+fn text_or_null(text: &str) -> serde_json::Value {
+    if text.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::Value::from(text)
+    }
 }
 
-/// `NOERROR`, `NXDOMAIN`, `BADVERS`, `RCODE3841`.
+/// `NOERROR`, `NXDOMAIN`, `BADVERS`; a number past 4095.
 fn rcode_name(rcode: u16) -> String {
-    // (`OptRcode::checked_from_int` of domain 0.12.3 tests the wrong bits: not used.)
-    let mnemonic = (rcode < 0x1000)
-        .then(|| domain::base::iana::OptRcode::masked_from_int(rcode).to_mnemonic_str())
-        .flatten();
-    match mnemonic {
-        Some(mnemonic) => mnemonic.to_string(),
-        None => format!("RCODE{rcode}"),
+    // Not `OptRcode::checked_from_int`: domain 0.12.3 inverts its check.
+    if rcode < 0x1000 {
+        domain::base::iana::OptRcode::masked_from_int(rcode).to_string()
+    } else {
+        rcode.to_string()
     }
 }
 
@@ -276,14 +274,18 @@ mod tests {
         assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
         let value: serde_json::Value = serde_json::from_slice(&line).expect("JSON");
         assert_eq!(value["time"], "2025-12-06T05:46:40.123456789Z");
-        assert_eq!(value["timeNs"], 1_765_000_000_123_456_789u64);
+        assert_eq!(value["timeUnixNs"], 1_765_000_000_123_456_789u64);
         assert_eq!(value["client"], "192.0.2.0/24");
         assert_eq!(value["transport"], "udp");
         assert_eq!(value["source"], "policy");
         assert_eq!(value["qname"], "ads.example.");
         assert_eq!(value["qtype"], "AAAA");
         assert_eq!(value["rcode"], "NXDOMAIN");
-        assert_eq!(value["flags"], serde_json::json!(["blocked", "rd"]));
+        assert_eq!(value["flags"]["blocked"], true);
+        assert_eq!(value["flags"]["recursionDesired"], true);
+        assert_eq!(value["flags"]["dnssecOk"], false);
+        assert_eq!(value["upstreamLatencyMs"], serde_json::Value::Null);
+        assert_eq!(value["clientId"], serde_json::Value::Null);
         assert_eq!(value["answer"], "A 0.0.0.0, +2 more");
         assert_eq!(value["policy"], "family");
         assert_eq!(value["rule"], "||ads.example^");
@@ -292,8 +294,8 @@ mod tests {
         dropped.source = Source::Dropped;
         dropped.transport = Transport::Doq;
         let value = to_json(&dropped);
-        assert_eq!(value["rcode"], "none");
-        assert_eq!(value["client"], "");
+        assert_eq!(value["rcode"], serde_json::Value::Null);
+        assert_eq!(value["client"], serde_json::Value::Null);
         assert_eq!(value["ede"], serde_json::Value::Null);
     }
 
