@@ -175,6 +175,9 @@ pub struct Api {
     /// Host names in upstream URLs and their addresses (doctor); `None` when no bootstrap
     /// resolver runs (tests).
     pub bootstrap: Option<Arc<crate::bootstrap::Bootstrap>>,
+    /// The query log (`/api/v1/querylog`, `/api/v1/stats`, doctor); `None` when none runs
+    /// (tests).
+    pub querylog: Option<crate::querylog::QueryLog>,
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.
     writes: Mutex<()>,
@@ -216,6 +219,7 @@ impl Api {
             blocking: None,
             zones: None,
             bootstrap: None,
+            querylog: None,
             writes: Mutex::new(()),
         }
     }
@@ -844,6 +848,10 @@ impl Api {
                     .join("; "),
             ),
             Err(e) => check("databases", "warn", e.to_string()),
+        }
+        if let Some(querylog) = &self.querylog {
+            let (status, message) = querylog.health();
+            check("querylog", status, message);
         }
         let messages = self.messages();
         let worst = messages
@@ -1521,6 +1529,7 @@ mod tests {
             http: Vec::new(),
             blocking: blocking.clone(),
             zones: None,
+            querylog: None,
         });
         let store = crate::objects::open_store(Path::new("/nonexistent"), true).unwrap();
         let (_stop, stopping) = tokio::sync::watch::channel(false);

@@ -40,7 +40,13 @@ pub type QueryLogReceiver = mpsc::Receiver<Batch>;
 
 /// A new query-log channel for `cores` cores.
 pub fn channel(cores: usize) -> (QueryLogSender, QueryLogReceiver) {
-    let (sender, receiver) = mpsc::channel(BATCHES_PER_CORE * cores.max(1));
+    channel_with(cores, BATCHES_PER_CORE)
+}
+
+/// A new query-log channel for `cores` cores with room for `per_core` batches each
+/// (`querylog.bufferBatches`).
+pub fn channel_with(cores: usize, per_core: usize) -> (QueryLogSender, QueryLogReceiver) {
+    let (sender, receiver) = mpsc::channel(per_core.max(1).saturating_mul(cores.max(1)));
     (QueryLogSender { sender }, receiver)
 }
 

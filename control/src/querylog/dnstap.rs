@@ -28,12 +28,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::{ClientView, Event, EventSink};
+use crate::config::DnstapAddress;
 
 /// The Frame Streams content type of dnstap.
 pub const CONTENT_TYPE: &[u8] = b"protobuf:dnstap.Dnstap";
-
-/// Events the queue holds by default (`querylog.dnstap.bufferEvents`).
-pub const DEFAULT_BUFFER_EVENTS: usize = 10_000;
 
 /// The first wait before reconnecting; it doubles up to [`BACKOFF_MAX`].
 pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
@@ -47,66 +45,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most bytes of a control frame read from the collector (its content types are short).
 const CONTROL_MAX: usize = 512;
 
-/// Where the collector listens (`querylog.dnstap.address`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// A unix stream socket (`unix:/run/dnstap.sock`).
-    Unix(std::path::PathBuf),
-    /// A TCP address (`tcp:127.0.0.1:6000`, `tcp:collector.example:6000`).
-    Tcp(String),
-}
-
-/// Why a `querylog.dnstap.address` does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TargetError {
-    /// Neither `unix:` nor `tcp:`.
-    #[error("dnstap address {0:?}: expected unix:/path or tcp:host:port")]
-    Scheme(String),
-    /// `unix:` without an absolute path.
-    #[error("dnstap address {0:?}: the unix socket path must be absolute")]
-    Path(String),
-    /// `tcp:` without `host:port`.
-    #[error("dnstap address {0:?}: expected tcp:host:port with a port number")]
-    HostPort(String),
-}
-
-impl std::str::FromStr for Target {
-    type Err = TargetError;
-
-    fn from_str(text: &str) -> Result<Self, TargetError> {
-        if let Some(path) = text.strip_prefix("unix:") {
-            if !path.starts_with('/') {
-                return Err(TargetError::Path(text.to_string()));
-            }
-            return Ok(Self::Unix(path.into()));
-        }
-        if let Some(address) = text.strip_prefix("tcp:") {
-            let port = address
-                .rsplit_once(':')
-                .map(|(host, port)| (host, port.parse::<u16>()));
-            return match port {
-                Some((host, Ok(_))) if !host.is_empty() => Ok(Self::Tcp(address.to_string())),
-                _ => Err(TargetError::HostPort(text.to_string())),
-            };
-        }
-        Err(TargetError::Scheme(text.to_string()))
-    }
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Unix(path) => write!(f, "unix:{}", path.display()),
-            Self::Tcp(address) => write!(f, "tcp:{address}"),
-        }
-    }
-}
-
 /// How the sink is set up.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Where the collector listens.
-    pub target: Target,
+    /// Where the collector listens (`querylog.dnstap.address`).
+    pub target: DnstapAddress,
     /// Events the queue holds while the collector is slow (`bufferEvents`).
     pub buffer_events: usize,
     /// The `identity` of every message (the node's name); empty leaves it out.
@@ -116,12 +59,12 @@ pub struct Options {
 }
 
 impl Options {
-    /// The defaults for `target`: a [`DEFAULT_BUFFER_EVENTS`] queue, no identity, and
+    /// The defaults for `target`: a `querylog.dnstap.bufferEvents` default queue, no identity, and
     /// `kudurru <version>`.
-    pub fn new(target: Target) -> Self {
+    pub fn new(target: DnstapAddress) -> Self {
         Self {
             target,
-            buffer_events: DEFAULT_BUFFER_EVENTS,
+            buffer_events: crate::config::DEFAULT_DNSTAP_BUFFER_EVENTS,
             identity: String::new(),
             version: format!("kudurru {}", env!("CARGO_PKG_VERSION")),
         }
@@ -230,7 +173,7 @@ impl EventSink for DnstapSink {
 
 /// The task: connect, handshake, write until the collector goes away, wait, again.
 async fn run(
-    target: Target,
+    target: DnstapAddress,
     mut queue: mpsc::Receiver<Vec<u8>>,
     state: Arc<State>,
     closing: Arc<tokio::sync::Notify>,
@@ -239,12 +182,12 @@ async fn run(
     loop {
         let attempt = async {
             match &target {
-                Target::Unix(path) => {
+                DnstapAddress::Unix(path) => {
                     let stream = tokio::net::UnixStream::connect(path).await?;
                     session(stream, &mut queue, &state, &closing).await
                 }
-                Target::Tcp(address) => {
-                    let stream = tokio::net::TcpStream::connect(address.as_str()).await?;
+                DnstapAddress::Tcp(address) => {
+                    let stream = tokio::net::TcpStream::connect(address).await?;
                     let _ = stream.set_nodelay(true);
                     session(stream, &mut queue, &state, &closing).await
                 }
@@ -258,11 +201,11 @@ async fn run(
         match outcome {
             Ok(Ended::Closing) => return,
             Ok(Ended::Collector) => {
-                tracing::warn!(target = %target, "dnstap collector ended the stream; reconnecting");
+                tracing::warn!(target = ?target, "dnstap collector ended the stream; reconnecting");
                 backoff = BACKOFF_MIN;
             }
             Err(error) => {
-                tracing::warn!(target = %target, %error, retry_in = ?backoff, "dnstap collector unreachable");
+                tracing::warn!(target = ?target, %error, retry_in = ?backoff, "dnstap collector unreachable");
             }
         }
         tokio::select! {
@@ -737,34 +680,6 @@ mod tests {
     }
 
     #[test]
-    fn targets_parse_and_bad_ones_say_why() {
-        assert_eq!(
-            "unix:/run/dnstap.sock".parse(),
-            Ok(Target::Unix("/run/dnstap.sock".into()))
-        );
-        assert_eq!(
-            "tcp:[::1]:6000".parse(),
-            Ok(Target::Tcp("[::1]:6000".into()))
-        );
-        assert!(matches!(
-            "unix:run.sock".parse::<Target>(),
-            Err(TargetError::Path(_))
-        ));
-        assert!(matches!(
-            "tcp:host".parse::<Target>(),
-            Err(TargetError::HostPort(_))
-        ));
-        assert!(matches!(
-            "tcp::6000".parse::<Target>(),
-            Err(TargetError::HostPort(_))
-        ));
-        assert!(matches!(
-            "udp:1.2.3.4:6000".parse::<Target>(),
-            Err(TargetError::Scheme(_))
-        ));
-    }
-
-    #[test]
     fn control_frames_round_trip_and_bad_ones_are_errors() {
         let ready = control_frame(Control::Ready);
         assert_eq!(&ready[..4], &[0, 0, 0, 0]);
@@ -829,7 +744,7 @@ mod tests {
         let path = dir.join("collector.sock");
         let _ = std::fs::remove_file(&path);
         let listener = tokio::net::UnixListener::bind(&path).expect("bind");
-        let mut options = Options::new(Target::Unix(path.clone()));
+        let mut options = Options::new(DnstapAddress::Unix(path.clone()));
         options.version = "kudurru test".into();
         options.buffer_events = 4;
         let sink = DnstapSink::start(options);
