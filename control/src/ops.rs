@@ -366,6 +366,23 @@ pub fn render_metrics(state: &OpsState) -> String {
         head(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {}", sum(m, get));
     }
+    // The query log's cores' side (issue 36).
+    let querylog: [(&str, &str, Counter); 2] = [
+        (
+            "kudurru_querylog_records_total",
+            "Query-log records written by the cores (one per answered or dropped query while the query log is on).",
+            |c| c.querylog_records.load(Relaxed),
+        ),
+        (
+            "kudurru_querylog_dropped_total",
+            "Query-log records dropped on a core because the channel to the control thread was full (the core never waits).",
+            |c| c.querylog_dropped.load(Relaxed),
+        ),
+    ];
+    for (name, help, get) in querylog {
+        head(&mut out, name, "counter", help);
+        let _ = writeln!(out, "{name} {}", sum(m, get));
+    }
     labelled(
         &mut out,
         "kudurru_doh_connections_total",

@@ -278,7 +278,11 @@ async fn control(
         lameduck: lameduck.clone(),
         tls,
         inbox: Some(inbox_sender),
-        querylog: querylog.sender.clone(),
+        // (merge of ql-writer and ql-core: the writer's channel; the bench hook without it.)
+        querylog: querylog
+            .sender
+            .clone()
+            .or_else(|| bench_querylog(validated.cpus.len())),
     })?;
     for (kind, addr) in server.bound() {
         tracing::info!(%kind, %addr, "listening");
@@ -544,4 +548,26 @@ fn signal_name(kind: SignalKind) -> &'static str {
     } else {
         "SIGINT"
     }
+}
+
+/// Until the query-log writer is wired (issue 36), `KUDURRU_BENCH_QUERYLOG=summarize` gives
+/// the cores a query-log channel whose batches this thread decodes, summarizes and drops: the
+/// hot-path benchmark (benches/peers/querylog.py) measures the cores' cost with records
+/// produced. Any other value, or none, leaves the query log off.
+fn bench_querylog(cores: usize) -> Option<kudurru_transports::querylog::QueryLogSender> {
+    if std::env::var("KUDURRU_BENCH_QUERYLOG").ok()? != "summarize" {
+        return None;
+    }
+    let (sender, mut receiver) = kudurru_transports::querylog::channel(cores);
+    tokio::spawn(async move {
+        use futures_lite::StreamExt as _;
+        use kudurru_core::querylog::{Records, summarize};
+        while let Some(batch) = receiver.next().await {
+            for record in Records::new(&batch.bytes).flatten() {
+                std::hint::black_box(summarize(record.query, record.response));
+            }
+        }
+    });
+    tracing::warn!("KUDURRU_BENCH_QUERYLOG: query-log records are summarized and dropped");
+    Some(sender)
 }

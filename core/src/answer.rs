@@ -107,6 +107,10 @@ pub struct CachedAnswer {
     refresh_at: Instant,
     /// The Extended DNS Error (RFC 8914) a client with EDNS gets with this answer; 0: none.
     ede: u16,
+    /// The upstream that answered, as its index in the query's upstream set plus one (0:
+    /// none, or past 254), and how long the exchange took: for the query log.
+    upstream: u8,
+    upstream_rtt_us: u32,
 }
 
 /// The instant nine tenths of `lifetime` seconds after `stored` (Unbound's prefetch point).
@@ -210,6 +214,8 @@ impl CachedAnswer {
             expires: now + Duration::from_secs(u64::from(lifetime)),
             refresh_at: refresh_point(now, lifetime),
             ede: 0,
+            upstream: 0,
+            upstream_rtt_us: 0,
         })
     }
 
@@ -231,6 +237,8 @@ impl CachedAnswer {
             expires: now + Duration::from_secs(u64::from(policy.servfail_ttl)),
             refresh_at: now + Duration::from_secs(u64::from(policy.servfail_ttl)),
             ede: wire::ede::NO_REACHABLE_AUTHORITY,
+            upstream: 0,
+            upstream_rtt_us: 0,
         }
     }
 
@@ -256,7 +264,30 @@ impl CachedAnswer {
             expires,
             refresh_at: expires,
             ede: wire::ede::STALE_ANSWER,
+            upstream: 0,
+            upstream_rtt_us: 0,
         }
+    }
+
+    /// This answer, noted as coming from the upstream at `index` in its query's upstream set
+    /// after an exchange of `rtt` (for the query log; an index past 253 is not noted).
+    pub fn answered_by(self, index: usize, rtt: Duration) -> Self {
+        Self {
+            upstream: u8::try_from(index + 1)
+                .ok()
+                .filter(|&i| i < u8::MAX)
+                .unwrap_or(0),
+            upstream_rtt_us: u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX),
+            ..self
+        }
+    }
+
+    /// The upstream that answered (its index in the query's upstream set) and the exchange's
+    /// time in microseconds, when [`Self::answered_by`] noted them.
+    pub fn answered_from(&self) -> Option<(usize, u32)> {
+        usize::from(self.upstream)
+            .checked_sub(1)
+            .map(|index| (index, self.upstream_rtt_us))
     }
 
     /// Whether this is a stale copy ([`Self::stale_copy`]), which no cache tier keeps.

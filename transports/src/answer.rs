@@ -10,17 +10,21 @@
 //! The settings snapshot is loaded once per query, before ingress: a hit reads it through the
 //! `arc-swap` guard (no reference count), a miss takes it on as an `Arc` to resolve under.
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Instant;
 
-use kudurru_core::policy::PolicyDecision;
+use kudurru_core::policy::{Blocked, PolicyDecision};
 use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{CacheKey, CachedAnswer, Client, Decision, Settings, Stage, ingress, policy};
 
 use crate::core_context::Active;
+use crate::metrics::Transport;
+use crate::querylog::Outcome;
 use crate::worker::Worker;
+use kudurru_core::querylog::Source;
 
 /// What a query is answered from: its own key, or the target of a policy's CNAME rewrite
 /// (the answer is then the CNAME and the target's records, `policy::answer::write_chased`).
@@ -36,6 +40,8 @@ pub(crate) enum Lookup {
         target: Box<CacheKey>,
         /// The CNAME's TTL.
         ttl: u32,
+        /// The policy (and list) that rewrote the name, for the query log.
+        blocked: Blocked,
     },
 }
 
@@ -48,9 +54,59 @@ impl Lookup {
         }
     }
 
+    /// The query log's outcome of a hit on this core: the cache's answer, or a rewrite's.
+    pub(crate) fn hit(&self) -> Outcome<'static> {
+        match self {
+            Self::Own => Outcome::CACHE,
+            Self::Chase { blocked, .. } => Outcome::policy(*blocked, true),
+        }
+    }
+
+    /// The query log's outcome of a miss for `query` resolved to `answer` under `settings`
+    /// between `started` and `now`: from the upstream that answered (its URL and the
+    /// exchange's time), served stale, or a failure answered here (with the miss's wait); a
+    /// rewrite's chase is the policy's answer.
+    pub(crate) fn missed<'s>(
+        &self,
+        query: &Query<'_>,
+        answer: &CachedAnswer,
+        settings: &'s Settings,
+        started: Instant,
+        now: Instant,
+    ) -> Outcome<'s> {
+        let waited =
+            u32::try_from(now.saturating_duration_since(started).as_micros()).unwrap_or(u32::MAX);
+        let source = if answer.is_stale() {
+            Source::Stale
+        } else if answer.kind() == kudurru_core::AnswerKind::Failure {
+            Source::Local
+        } else {
+            Source::Upstream
+        };
+        let mut outcome = Outcome {
+            latency_us: waited,
+            ..Outcome::of(source)
+        };
+        if source == Source::Upstream
+            && let Some((index, rtt_us)) = answer.answered_from()
+            && let Some(spec) = crate::upstream::upstream_at(self.key(query), settings, index)
+        {
+            outcome = outcome.answered_by(spec, rtt_us);
+        }
+        match self {
+            Self::Own => outcome,
+            Self::Chase { blocked, .. } => Outcome {
+                source: Source::Policy,
+                ..outcome
+            }
+            .blocked(*blocked),
+        }
+    }
+
     /// Writes the answer to `query` from `answer`, the cached answer for [`Self::key`], as
     /// `to` says; unless CNAME cloaking blocks it for the client, when the block answer is
-    /// written instead (and counted). `false`: send nothing (an RPZ drop, counted).
+    /// written instead (and counted). [`Written::Dropped`]: send nothing (an RPZ drop,
+    /// counted).
     pub(crate) fn write(
         &self,
         to: &Answering<'_>,
@@ -58,7 +114,7 @@ impl Lookup {
         answer: &CachedAnswer,
         now: Instant,
         out: &mut Vec<u8>,
-    ) -> bool {
+    ) -> Written {
         match self {
             Self::Own => {
                 match kudurru_core::cloaked(
@@ -72,16 +128,19 @@ impl Lookup {
                     PolicyDecision::Pass => {
                         answer.write_response(query, now, to.limit, to.options, out);
                     }
-                    PolicyDecision::Answer(blocked) => to.settings.policy.count(to.shard, blocked),
+                    PolicyDecision::Answer(blocked) => {
+                        to.settings.policy.count(to.shard, blocked);
+                        return Written::Cloaked(blocked);
+                    }
                     PolicyDecision::Drop(blocked) | PolicyDecision::Chase { blocked, .. } => {
                         // A cloaked name that a rule rewrites is blocked like a dropped one:
                         // the client asked for the name, not for the rule's target.
                         to.settings.policy.count(to.shard, blocked);
-                        return false;
+                        return Written::Dropped(blocked);
                     }
                 }
             }
-            Self::Chase { target, ttl } => {
+            Self::Chase { target, ttl, .. } => {
                 policy::answer::write_chased(
                     query,
                     target.qname(),
@@ -97,7 +156,35 @@ impl Lookup {
                 }
             }
         }
-        true
+        Written::Answer
+    }
+}
+
+/// What [`Lookup::write`] wrote.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Written {
+    /// The answer (or a rewrite's chased answer).
+    Answer,
+    /// CNAME cloaking blocked the answer: the block answer is written instead.
+    Cloaked(Blocked),
+    /// CNAME cloaking blocked the answer with a drop: send nothing.
+    Dropped(Blocked),
+}
+
+impl Written {
+    /// Whether something is to be sent.
+    pub(crate) fn sent(self) -> bool {
+        !matches!(self, Self::Dropped(_))
+    }
+
+    /// The query log's outcome of a query that would have been `base` had cloaking not
+    /// blocked it.
+    pub(crate) fn outcome(self, base: Outcome<'_>) -> Outcome<'_> {
+        match self {
+            Self::Answer => base,
+            Self::Cloaked(blocked) => base.cloaked(blocked, true),
+            Self::Dropped(blocked) => base.cloaked(blocked, false),
+        }
     }
 }
 
@@ -122,20 +209,60 @@ pub(crate) struct Answering<'a> {
 /// core's metrics.
 pub(crate) async fn answer(
     worker: &Rc<Worker>,
+    origin: Origin,
     message: &[u8],
     client: Client<'_>,
 ) -> Option<Vec<u8>> {
     let _active = Active::enter(worker.context());
     let mut out = Vec::with_capacity(512);
     let settings = worker.context().settings();
-    match answer_now(worker, &settings, message, client, &mut out) {
+    match answer_now(worker, &settings, origin, message, client, &mut out) {
         Now::Answered => Some(out),
         Now::Dropped => None,
         Now::Miss(lookup) => {
             let settings = arc_swap::Guard::into_inner(settings);
             // Boxed: a miss's state (the upstream exchange, a cross-core lookup) would otherwise
             // widen every request's future, hits included, past the allocator's thread cache.
-            Box::pin(answer_miss(worker, &settings, message, lookup, client)).await
+            Box::pin(answer_miss(
+                worker, &settings, origin, message, lookup, client,
+            ))
+            .await
+        }
+    }
+}
+
+/// Where a one-message query came from, for the query log: its transport and peer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Origin {
+    /// The transport it arrived on.
+    pub(crate) transport: Transport,
+    /// The client's address and port.
+    pub(crate) peer: SocketAddr,
+}
+
+impl Origin {
+    /// Records the query's end in the core's query log (a branch when it is off).
+    pub(crate) fn record(
+        self,
+        worker: &Worker,
+        settings: &Settings,
+        client: &Client<'_>,
+        outcome: Outcome<'_>,
+        query: &[u8],
+        response: &[u8],
+    ) {
+        let log = &worker.context().querylog;
+        if log.on() {
+            log.record(
+                crate::querylog::now_ns(),
+                self.transport,
+                self.peer,
+                client,
+                outcome,
+                &settings.policy,
+                query,
+                response,
+            );
         }
     }
 }
@@ -167,6 +294,7 @@ pub(crate) enum Now {
 pub(crate) fn answer_now(
     worker: &Worker,
     settings: &Settings,
+    origin: Origin,
     message: &[u8],
     client: Client<'_>,
     out: &mut Vec<u8>,
@@ -190,36 +318,45 @@ pub(crate) fn answer_now(
         options,
         limit: None,
     };
-    match decision {
-        Decision::Respond => {}
+    let outcome = match decision {
+        Decision::Respond => Outcome::LOCAL,
         // Transfers are served on TCP and DoT only (tcp.rs); refuse them here.
         Decision::Transfer { query, .. } => {
             wire::write_error(&query, wire::rcode::REFUSED, options, out);
+            Outcome::LOCAL
         }
         Decision::Drop => {
             context.metrics.dropped();
+            origin.record(worker, settings, &client, Outcome::DROPPED, message, &[]);
             return Now::Dropped;
         }
         Decision::Refused { answered } => {
             context.metrics.acl_refused(answered);
             if !answered {
+                origin.record(worker, settings, &client, Outcome::DROPPED, message, &[]);
                 return Now::Dropped;
             }
+            Outcome::LOCAL
         }
         Decision::Blocked { blocked, answered } => {
             settings.policy.count(context.shard(), blocked);
             if !answered {
                 context.metrics.dropped();
+                let outcome = Outcome::policy(blocked, false);
+                origin.record(worker, settings, &client, outcome, message, &[]);
                 return Now::Dropped;
             }
+            Outcome::policy(blocked, true)
         }
         Decision::Resolve(query) => {
             match worker.serve_local(query.key(), now, |answer| {
                 Lookup::Own.write(&to, &query, answer, now, out)
             }) {
-                Some(true) => {}
-                Some(false) => {
+                Some(written) if written.sent() => written.outcome(Outcome::CACHE),
+                Some(written) => {
                     context.metrics.dropped();
+                    let outcome = written.outcome(Outcome::CACHE);
+                    origin.record(worker, settings, &client, outcome, message, &[]);
                     return Now::Dropped;
                 }
                 None => return Now::Miss(Lookup::Own),
@@ -229,8 +366,10 @@ pub(crate) fn answer_now(
         Decision::Control(_) => {
             if !wire::write_header_error(message, wire::rcode::NOTIMP, out) {
                 context.metrics.dropped();
+                origin.record(worker, settings, &client, Outcome::DROPPED, message, &[]);
                 return Now::Dropped;
             }
+            Outcome::LOCAL
         }
         Decision::Chase {
             query,
@@ -242,6 +381,7 @@ pub(crate) fn answer_now(
             let lookup = Lookup::Chase {
                 target: Box::new(target),
                 ttl,
+                blocked,
             };
             let hit = worker.serve_local(&target, now, |answer| {
                 lookup.write(&to, &query, answer, now, out)
@@ -249,11 +389,13 @@ pub(crate) fn answer_now(
             if hit.is_none() {
                 return Now::Miss(lookup);
             }
+            Outcome::policy(blocked, true)
         }
-    }
+    };
     context
         .metrics
         .response(wire::header_rcode(out).unwrap_or(0));
+    origin.record(worker, settings, &client, outcome, message, out);
     Now::Answered
 }
 
@@ -263,14 +405,18 @@ pub(crate) fn answer_now(
 pub(crate) async fn answer_miss(
     worker: &Rc<Worker>,
     settings: &Arc<Settings>,
+    origin: Origin,
     message: &[u8],
     lookup: Lookup,
     client: Client<'_>,
 ) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(512);
+    let mut outcome = Outcome::LOCAL;
     // Ingress accepted this message, so it parses.
     if let Ok(query) = Query::parse(message) {
+        let started = Instant::now();
         let answer = worker.resolve(lookup.key(&query), settings).await;
+        let now = Instant::now();
         let options = reply_options(settings);
         let to = Answering {
             settings,
@@ -279,8 +425,11 @@ pub(crate) async fn answer_miss(
             options: &options,
             limit: None,
         };
-        if !lookup.write(&to, &query, &answer, Instant::now(), &mut out) {
+        let written = lookup.write(&to, &query, &answer, now, &mut out);
+        outcome = written.outcome(lookup.missed(&query, &answer, settings, started, now));
+        if !written.sent() {
             worker.context().metrics.dropped();
+            origin.record(worker, settings, &client, outcome, message, &[]);
             return None;
         }
     }
@@ -288,6 +437,7 @@ pub(crate) async fn answer_miss(
         .context()
         .metrics
         .response(wire::header_rcode(&out).unwrap_or(0));
+    origin.record(worker, settings, &client, outcome, message, &out);
     Some(out)
 }
 

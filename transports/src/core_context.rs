@@ -39,6 +39,8 @@ pub(crate) struct CoreContext {
     active: Cell<usize>,
     /// NOTIFY and UPDATE to the control thread.
     pub(crate) inbox: crate::inbox::CoreInbox,
+    /// This core's query-log batch (off unless the server has a query log).
+    pub(crate) querylog: crate::querylog::CoreQueryLog,
 }
 
 impl CoreContext {
@@ -56,6 +58,7 @@ impl CoreContext {
             Instant::now(),
         );
         Self {
+            querylog: crate::querylog::CoreQueryLog::new(shard, metrics.clone()),
             settings,
             metrics,
             limiter: RefCell::new(limiter),

@@ -24,7 +24,7 @@ use kudurru_core::doq::{self, ErrorCode};
 use quinn::VarInt;
 
 use crate::accept::{self, NextStream};
-use crate::answer::{answer, inline_or_queued};
+use crate::answer::{Origin, answer, inline_or_queued};
 use crate::connections::Admission;
 use crate::core_context::CoreContext;
 use crate::deadline::within;
@@ -122,7 +122,11 @@ async fn stream(
         Err(e) => return protocol_error(worker.context(), connection, e),
     };
     worker.context().metrics.query(Transport::Doq);
-    match answer(worker, message, client).await {
+    let origin = Origin {
+        transport: Transport::Doq,
+        peer: connection.remote_address(),
+    };
+    match answer(worker, origin, message, client).await {
         Some(out) => {
             // Handed to quinn as it is (`write_all` would copy it into a buffer of its own).
             // Errors mean the client reset the stream or the connection is gone.

@@ -24,6 +24,19 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// The query log's spelling of the transport.
+    pub fn querylog(self) -> kudurru_core::querylog::Transport {
+        use kudurru_core::querylog::Transport as Log;
+        match self {
+            Self::Udp => Log::Udp,
+            Self::Tcp => Log::Tcp,
+            Self::Dot => Log::Dot,
+            Self::Doh => Log::Doh,
+            Self::Doq => Log::Doq,
+            Self::Doh3 => Log::Doh3,
+        }
+    }
+
     /// All transports, in metric order.
     pub const ALL: [Self; 6] = [
         Self::Udp,
@@ -253,6 +266,11 @@ pub struct CoreMetrics {
     pub shutdown_connections_cut: AtomicU64,
     /// Client queries still being resolved when `server.shutdownGrace` ran out, abandoned.
     pub shutdown_queries_abandoned: AtomicU64,
+    /// Query-log records written by the core (`kudurru_querylog_records_total`).
+    pub querylog_records: AtomicU64,
+    /// Query-log records dropped because the channel to the control thread was full
+    /// (`kudurru_querylog_dropped_total`).
+    pub querylog_dropped: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {

@@ -330,6 +330,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
         let setup = CoreSetup {
             tls: spec.tls.clone(),
             inbox: spec.inbox.clone(),
+            querylog: spec.querylog.clone(),
             settings: spec.settings.clone(),
             metrics: metrics[index].clone(),
             ownership: ownership.clone(),
@@ -444,6 +445,7 @@ struct CoreSetup {
     cores: usize,
     tls: Option<TlsConfig>,
     inbox: Option<crate::inbox::InboxSender>,
+    querylog: Option<crate::querylog::QueryLogSender>,
 }
 
 /// The request to stop, raised once by the control thread and awaited by every core.
@@ -513,6 +515,7 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
         cores,
         tls,
         inbox,
+        querylog,
     } = setup;
     let (shard, senders, receivers) = match mesh {
         None => (0, None, None),
@@ -535,6 +538,9 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
     ));
     if let Some(inbox) = inbox {
         worker.context().inbox.connect(inbox);
+    }
+    if let Some(querylog) = querylog {
+        worker.context().querylog.connect(querylog);
     }
     let mut tasks = Vec::new();
     if let Some(mut receivers) = receivers {
@@ -632,6 +638,11 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
             }
         })
     };
+    // The query log's timer: hands over a partial batch every 100 ms (none when off).
+    let querylog_flushes = {
+        let worker = worker.clone();
+        glommio::spawn_local(async move { worker.context().querylog.run_flushes().await })
+    };
     // Upstream health probes (issue 37): dropped with the maintenance task.
     let health = {
         let worker = worker.clone();
@@ -666,6 +677,9 @@ async fn run_core(setup: CoreSetup, sockets: CoreStart) {
         let _ = deadline::within(QUIC_CLOSE_WAIT, endpoint.wait_idle()).await;
     }
     worker.maintain(Instant::now());
+    // What the last queries wrote goes to the control thread before the core exits.
+    drop(querylog_flushes);
+    worker.context().querylog.flush();
     drop(maintenance);
     drop(health);
     drop(tasks);

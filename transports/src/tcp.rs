@@ -31,13 +31,14 @@ use kudurru_core::zone::set::ServedZone;
 use kudurru_core::{Client, Decision, FrameBuffer, Stage, ingress};
 
 use crate::accept;
-use crate::answer::{Answering, Lookup};
+use crate::answer::{Answering, Lookup, Origin};
 use crate::connections::Admission;
 use crate::core_context::{Active, CoreContext};
 use crate::deadline::within;
 use crate::inbox::InboxTransport;
 use crate::metrics::{CoreMetrics, Transport};
 use crate::outbox::Outbox;
+use crate::querylog::Outcome;
 use crate::tls::TlsConfig;
 use crate::worker::Worker;
 
@@ -92,6 +93,7 @@ async fn connection<S>(
     let permits = Rc::new(Semaphore::new(pipelined));
     let mut frames = FrameReader::new();
     let mut out = Vec::with_capacity(1024);
+    let origin = Origin { transport, peer };
     loop {
         let message = match frames.buffered() {
             Some(message) => message,
@@ -144,40 +146,52 @@ async fn connection<S>(
             Instant::now(),
             &mut out,
         );
+        let log = |outcome, response: &[u8]| {
+            origin.record(worker, &settings, &client, outcome, &message, response);
+        };
         match decision {
-            Decision::Respond => outbox.push(&context.metrics, &out),
+            Decision::Respond => {
+                outbox.push(&context.metrics, &out);
+                log(Outcome::LOCAL, &out);
+            }
             // Zone transfers are not served yet: REFUSED, as before the zones.
             Decision::Transfer { zone, .. } => {
                 let Some(served) = settings.zones.served().get(zone).cloned() else {
+                    log(Outcome::DROPPED, &[]);
                     break;
                 };
                 let (worker, outbox) = (worker.clone(), outbox.clone());
                 glommio::spawn_local(async move {
                     let _active = Active::enter(worker.context());
                     let _permit = permit;
-                    serve_transfer(&worker, &outbox, &served, &message, peer).await;
+                    serve_transfer(&worker, &outbox, &served, &message, origin).await;
                 })
                 .detach();
             }
             Decision::Drop => {
                 context.metrics.dropped();
+                log(Outcome::DROPPED, &[]);
                 break;
             }
             Decision::Refused { answered: true } => {
                 context.metrics.acl_refused(true);
                 outbox.push(&context.metrics, &out);
+                log(Outcome::LOCAL, &out);
             }
             Decision::Refused { answered: false } => {
                 context.metrics.acl_refused(false);
+                log(Outcome::DROPPED, &[]);
                 break;
             }
             Decision::Blocked { blocked, answered } => {
                 settings.policy.count(context.shard(), blocked);
                 if !answered {
                     context.metrics.dropped();
+                    log(Outcome::policy(blocked, false), &[]);
                     break;
                 }
                 outbox.push(&context.metrics, &out);
+                log(Outcome::policy(blocked, true), &out);
             }
             Decision::Control(_) if transport != Transport::Tcp => {
                 // Over DoT these opcodes are not served (crate::inbox).
@@ -186,9 +200,11 @@ async fn connection<S>(
                     kudurru_core::wire::rcode::NOTIMP,
                     &mut out,
                 ) {
+                    log(Outcome::DROPPED, &[]);
                     break;
                 }
                 outbox.push(&context.metrics, &out);
+                log(Outcome::LOCAL, &out);
             }
             Decision::Control(_) => {
                 let (worker, outbox) = (worker.clone(), outbox.clone());
@@ -196,12 +212,21 @@ async fn connection<S>(
                     let _active = Active::enter(worker.context());
                     let _permit = permit;
                     let context = worker.context();
-                    let Some(out) = context.inbox.ask(&message, peer, InboxTransport::Tcp).await
-                    else {
+                    let answer = context.inbox.ask(&message, peer, InboxTransport::Tcp).await;
+                    let settings = context.settings();
+                    let client = Client {
+                        addr: peer.ip(),
+                        datagram: false,
+                        id: None,
+                        sni: None,
+                    };
+                    let Some(out) = answer else {
                         context.metrics.dropped();
+                        origin.record(&worker, &settings, &client, Outcome::DROPPED, &message, &[]);
                         return;
                     };
                     outbox.push(&context.metrics, &out);
+                    origin.record(&worker, &settings, &client, Outcome::LOCAL, &message, &out);
                     Outbox::flush(&outbox, &context.metrics, &context.settings);
                 })
                 .detach();
@@ -216,7 +241,14 @@ async fn connection<S>(
                     } => {
                         settings.policy.count(context.shard(), blocked);
                         let target = Box::new(target);
-                        (query, Lookup::Chase { target, ttl })
+                        (
+                            query,
+                            Lookup::Chase {
+                                target,
+                                ttl,
+                                blocked,
+                            },
+                        )
                     }
                     Decision::Resolve(query) => (query, Lookup::Own),
                     _ => unreachable!("matched above"),
@@ -232,12 +264,14 @@ async fn connection<S>(
                 match worker.serve_local(lookup.key(&query), now, |answer| {
                     lookup.write(&to, &query, answer, now, &mut out)
                 }) {
-                    Some(true) => {
+                    Some(written) if written.sent() => {
                         outbox.push(&context.metrics, &out);
+                        log(written.outcome(lookup.hit()), &out);
                         continue;
                     }
-                    Some(false) => {
+                    Some(written) => {
                         context.metrics.dropped();
+                        log(written.outcome(lookup.hit()), &[]);
                         break;
                     }
                     None => {}
@@ -250,7 +284,9 @@ async fn connection<S>(
                     let Ok(query) = Query::parse(&message) else {
                         return;
                     };
+                    let started = Instant::now();
                     let answer = worker.resolve(lookup.key(&query), &settings).await;
+                    let now = Instant::now();
                     let mut out = Vec::with_capacity(1024);
                     let context = worker.context();
                     let to = Answering {
@@ -266,11 +302,16 @@ async fn connection<S>(
                         limit: None,
                     };
                     // A cloaked RPZ drop sends nothing for this query; the connection goes on.
-                    if !lookup.write(&to, &query, &answer, Instant::now(), &mut out) {
+                    let written = lookup.write(&to, &query, &answer, now, &mut out);
+                    let outcome =
+                        written.outcome(lookup.missed(&query, &answer, &settings, started, now));
+                    if !written.sent() {
                         context.metrics.dropped();
+                        origin.record(&worker, &settings, &to.client, outcome, &message, &[]);
                         return;
                     }
                     outbox.push(&context.metrics, &out);
+                    origin.record(&worker, &settings, &to.client, outcome, &message, &out);
                     Outbox::flush(&outbox, &context.metrics, &context.settings);
                 })
                 .detach();
@@ -297,9 +338,28 @@ async fn serve_transfer<W: AsyncWrite + Unpin + 'static>(
     outbox: &Rc<Outbox<W>>,
     zone: &ServedZone,
     request: &[u8],
-    peer: SocketAddr,
+    origin: Origin,
 ) {
+    let peer = origin.peer;
     let context = worker.context();
+    // One query-log record per transfer: the request and its first message (or refusal).
+    let log = |response: &[u8]| {
+        let client = Client {
+            addr: peer.ip(),
+            datagram: false,
+            id: None,
+            sni: None,
+        };
+        let settings = context.settings();
+        origin.record(
+            worker,
+            &settings,
+            &client,
+            Outcome::LOCAL,
+            request,
+            response,
+        );
+    };
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -308,12 +368,17 @@ async fn serve_transfer<W: AsyncWrite + Unpin + 'static>(
         Err(answer) => {
             CoreMetrics::bump(&context.metrics.transfers_refused);
             outbox.push(&context.metrics, &answer);
+            log(&answer);
             Outbox::flush(outbox, &context.metrics, &context.settings);
             return;
         }
     };
+    let mut first = true;
     while let Some(message) = transfer.next_message() {
         outbox.push_frame(&message);
+        if std::mem::take(&mut first) {
+            log(&message);
+        }
         Outbox::flush(outbox, &context.metrics, &context.settings);
         if !outbox.room().await {
             return; // the client stopped reading, or a write failed

@@ -16,10 +16,11 @@ use glommio::net::{Readiness, UdpSocket};
 use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 
-use crate::answer::{Answering, Lookup};
+use crate::answer::{Answering, Lookup, Origin, Written};
 use crate::core_context::Active;
 use crate::inbox::InboxTransport;
 use crate::metrics::Transport;
+use crate::querylog::Outcome;
 use crate::sys::{self, MmsgBatch};
 use crate::worker::Worker;
 
@@ -70,9 +71,28 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
             let stage = Stage::new(&settings, &options, context.lameduck());
             let now = Instant::now();
             let mut limiter = context.limiter.borrow_mut();
+            // One clock read per receive batch for the query log's records, none when it is off.
+            let time_ns = if context.querylog.on() {
+                crate::querylog::now_ns()
+            } else {
+                0
+            };
+            let log = |peer, client: &Client<'_>, outcome, query: &[u8], response: &[u8]| {
+                context.querylog.record(
+                    time_ns,
+                    Transport::Udp,
+                    peer,
+                    client,
+                    outcome,
+                    &settings.policy,
+                    query,
+                    response,
+                );
+            };
             for i in 0..n {
                 context.metrics.query(Transport::Udp);
                 let (Some(message), Some(peer)) = incoming.datagram(i) else {
+                    // Nothing to log: no message, or no peer to name.
                     context.metrics.dropped();
                     continue;
                 };
@@ -82,32 +102,41 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                     id: None,
                     sni: None,
                 };
-                match ingress(message, &stage, client, &mut limiter, now, &mut out) {
-                    Decision::Respond => {}
+                let outcome = match ingress(message, &stage, client, &mut limiter, now, &mut out) {
+                    Decision::Respond => Outcome::LOCAL,
                     // The zone stage asks for transfers over streams only; refuse anyway.
-                    Decision::Transfer { query, zone } => match settings.zones.served().get(zone) {
-                        Some(served) => {
-                            let now = std::time::SystemTime::now()
-                                .duration_since(std::time::UNIX_EPOCH)
-                                .map_or(0, |d| d.as_secs());
-                            out = served.transfer_datagram(message, peer.ip(), now);
+                    Decision::Transfer { query, zone } => {
+                        match settings.zones.served().get(zone) {
+                            Some(served) => {
+                                let now = std::time::SystemTime::now()
+                                    .duration_since(std::time::UNIX_EPOCH)
+                                    .map_or(0, |d| d.as_secs());
+                                out = served.transfer_datagram(message, peer.ip(), now);
+                            }
+                            None => {
+                                wire::write_error(&query, wire::rcode::REFUSED, &options, &mut out)
+                            }
                         }
-                        None => wire::write_error(&query, wire::rcode::REFUSED, &options, &mut out),
-                    },
+                        Outcome::LOCAL
+                    }
                     Decision::Drop => {
                         context.metrics.dropped();
+                        log(peer, &client, Outcome::DROPPED, message, &[]);
                         continue;
                     }
                     Decision::Refused { answered } => {
                         context.metrics.acl_refused(answered);
                         if !answered {
+                            log(peer, &client, Outcome::DROPPED, message, &[]);
                             continue;
                         }
+                        Outcome::LOCAL
                     }
                     Decision::Blocked { blocked, answered } => {
                         settings.policy.count(context.shard(), blocked);
                         if !answered {
                             context.metrics.dropped();
+                            log(peer, &client, Outcome::policy(blocked, false), message, &[]);
                             continue;
                         }
                         // RPZ local data can outgrow the client's UDP limit: TC=1 then, so it
@@ -117,6 +146,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                         {
                             wire::write_truncated(&query, &options, &mut out);
                         }
+                        Outcome::policy(blocked, true)
                     }
                     Decision::Resolve(query) => {
                         let to = Answering {
@@ -129,9 +159,11 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                         match worker.serve_local(query.key(), now, |answer| {
                             Lookup::Own.write(&to, &query, answer, now, &mut out)
                         }) {
-                            Some(true) => {}
-                            Some(false) => {
+                            Some(Written::Answer) => Outcome::CACHE,
+                            Some(written) if written.sent() => written.outcome(Outcome::CACHE),
+                            Some(written) => {
                                 context.metrics.dropped();
+                                log(peer, &client, written.outcome(Outcome::CACHE), message, &[]);
                                 continue;
                             }
                             None => {
@@ -168,6 +200,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                         let lookup = Lookup::Chase {
                             target: Box::new(target),
                             ttl,
+                            blocked,
                         };
                         let to = Answering {
                             settings: &settings,
@@ -191,11 +224,13 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                             glommio::spawn_local(task).detach();
                             continue;
                         }
+                        Outcome::policy(blocked, true)
                     }
-                }
+                };
                 context
                     .metrics
                     .response(wire::header_rcode(&out).unwrap_or(0));
+                log(peer, &client, outcome, message, &out);
                 replies.push(&out, peer);
             }
         }
@@ -290,29 +325,40 @@ async fn resolve_and_reply(
     let Ok(query) = Query::parse(&message) else {
         return;
     };
+    let started = Instant::now();
     let answer = worker.resolve(lookup.key(&query), &settings).await;
+    let now = Instant::now();
     let mut out = Vec::with_capacity(1232);
     let options = ReplyOptions::udp(settings.edns_payload);
+    let client = Client {
+        addr: peer.ip(),
+        datagram: true,
+        id: None,
+        sni: None,
+    };
     let to = Answering {
         settings: &settings,
         shard: worker.context().shard(),
-        client: Client {
-            addr: peer.ip(),
-            datagram: true,
-            id: None,
-            sni: None,
-        },
+        client,
         options: &options,
         limit: Some(query.udp_limit(settings.edns_payload)),
     };
-    if !lookup.write(&to, &query, &answer, Instant::now(), &mut out) {
+    let written = lookup.write(&to, &query, &answer, now, &mut out);
+    let origin = Origin {
+        transport: Transport::Udp,
+        peer,
+    };
+    let outcome = written.outcome(lookup.missed(&query, &answer, &settings, started, now));
+    if !written.sent() {
         worker.context().metrics.dropped();
+        origin.record(&worker, &settings, &client, outcome, &message, &[]);
         return;
     }
     worker
         .context()
         .metrics
         .response(wire::header_rcode(&out).unwrap_or(0));
+    origin.record(&worker, &settings, &client, outcome, &message, &out);
     let sent = match sys::try_send(socket.as_raw_fd(), &out, Some(peer)) {
         Ok(Some(_)) => Ok(()),
         // Socket buffer full: wait for room. Boxed, as it is rare and its future is large.
@@ -336,13 +382,27 @@ async fn control_and_reply(
 ) {
     let _active = Active::enter(worker.context());
     let context = worker.context();
-    let Some(out) = context.inbox.ask(&message, peer, InboxTransport::Udp).await else {
+    let origin = Origin {
+        transport: Transport::Udp,
+        peer,
+    };
+    let client = Client {
+        addr: peer.ip(),
+        datagram: true,
+        id: None,
+        sni: None,
+    };
+    let answer = context.inbox.ask(&message, peer, InboxTransport::Udp).await;
+    let settings = context.settings();
+    let Some(out) = answer else {
         context.metrics.dropped();
+        origin.record(&worker, &settings, &client, Outcome::DROPPED, &message, &[]);
         return;
     };
     context
         .metrics
         .response(wire::header_rcode(&out).unwrap_or(0));
+    origin.record(&worker, &settings, &client, Outcome::LOCAL, &message, &out);
     if let Err(e) = socket.send_to(&out, peer).await {
         tracing::debug!(%peer, error = %e, "udp send failed");
     }

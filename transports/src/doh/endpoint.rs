@@ -13,7 +13,7 @@ use kudurru_core::doh::{self, ClientId, Request, RequestError, Status};
 use kudurru_core::http::{BodyError, Method};
 use kudurru_core::{Client, Settings};
 
-use crate::answer::{Lookup, Now, answer, answer_now};
+use crate::answer::{Lookup, Now, Origin, answer, answer_now};
 use crate::connections::Admission;
 use crate::metrics::Transport;
 use crate::worker::Worker;
@@ -82,13 +82,28 @@ impl Endpoint {
         }
     }
 
+    /// Where this connection's queries come from, for the query log.
+    pub(crate) fn origin(&self, transport: Transport) -> Origin {
+        Origin {
+            transport,
+            peer: self.peer,
+        }
+    }
+
     /// Answers one DNS message that a valid request carried, its path's client ID `path_id`.
     pub(crate) async fn resolve(&self, message: &[u8], path_id: Option<ClientId>) -> Reply {
         self.admission.touch(std::time::Instant::now());
         if let Err(e) = doh::check_message(message) {
             return Reply::Error(e.into());
         }
-        match answer(&self.worker, message, self.client(path_id.as_ref())).await {
+        match answer(
+            &self.worker,
+            self.origin(Transport::Doh),
+            message,
+            self.client(path_id.as_ref()),
+        )
+        .await
+        {
             Some(out) => Reply::Answer(out),
             None => Reply::Abort,
         }
@@ -164,6 +179,7 @@ pub(crate) fn classify(
     match answer_now(
         &endpoint.worker,
         &settings,
+        endpoint.origin(transport),
         &message,
         endpoint.client(path_id.as_ref()),
         &mut out,

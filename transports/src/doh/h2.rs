@@ -274,10 +274,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http2Driver<S> {
                     spawn_queued(async move {
                         let _active = Active::enter(endpoint.worker.context());
                         let client = endpoint.client(path_id.as_ref());
-                        let reply =
-                            answer_miss(&endpoint.worker, &settings, &message, lookup, client)
-                                .await
-                                .map_or(Reply::Abort, Reply::Answer);
+                        let reply = answer_miss(
+                            &endpoint.worker,
+                            &settings,
+                            endpoint.origin(Transport::Doh),
+                            &message,
+                            lookup,
+                            client,
+                        )
+                        .await
+                        .map_or(Reply::Abort, Reply::Answer);
                         let mut connection = shared.connection.borrow_mut();
                         h2_respond(&mut connection, &endpoint, stream, reply);
                         drop(connection);

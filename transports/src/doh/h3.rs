@@ -277,6 +277,7 @@ async fn request(
             Box::pin(answer_miss(
                 &endpoint.worker,
                 &settings,
+                endpoint.origin(Transport::Doh3),
                 &message,
                 lookup,
                 client,

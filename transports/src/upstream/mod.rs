@@ -147,6 +147,16 @@ impl<'s> UpstreamSet<'s> {
     }
 }
 
+/// The upstream at `index` in the set a miss for `key` goes to under `settings` (what
+/// `CachedAnswer::answered_from` names), for the query log.
+pub(crate) fn upstream_at<'s>(
+    key: &CacheKey,
+    settings: &'s Settings,
+    index: usize,
+) -> Option<&'s UpstreamSpec> {
+    UpstreamSet::of(key, settings).upstreams.get(index)
+}
+
 static NO_UPSTREAMS: std::sync::LazyLock<Arc<[UpstreamSpec]>> =
     std::sync::LazyLock::new(|| Arc::from(Vec::new()));
 
@@ -298,7 +308,7 @@ impl Upstreams {
                         selector.on_success(done.index, rtt);
                     });
                     counters.observe(rtt);
-                    return (answer, ended);
+                    return (answer.answered_by(done.index, rtt), ended);
                 }
                 // Already counted when its timeout passed.
                 Err(UpstreamError::Timeout) if done.timed_out => {}
