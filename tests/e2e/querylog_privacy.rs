@@ -273,7 +273,7 @@ fn querylog_db_opens_and_searches_after_a_kill_9_during_heavy_logging() {
     let stop = Arc::new(AtomicBool::new(false));
     let flooding = flood(k.addr, stop.clone());
     eventually("entries committed under the flood", || {
-        (k.metric("kudurru_querylog_committed_total").unwrap_or(0.0) >= 2000.0).then_some(())
+        (k.metric("kudurru_querylog_committed_total").unwrap_or(0.0) >= 500.0).then_some(())
     });
     let status = k.kill();
     stop.store(true, Ordering::Relaxed);
@@ -295,7 +295,7 @@ fn querylog_db_opens_and_searches_after_a_kill_9_during_heavy_logging() {
     let (status, stats) = call(&k, "GET", "/api/v1/stats", &admin, None);
     assert_eq!(status, 200);
     assert!(
-        stats["totals"]["queries"].as_u64().unwrap_or(0) >= 2000,
+        stats["totals"]["queries"].as_u64().unwrap_or(0) >= 500,
         "{stats}"
     );
     assert_eq!(mode(&d.join("querylog.db")), 0o600);
