@@ -334,7 +334,9 @@ impl QueryLogDb {
     pub fn open_with(path: &Path, options: QueryLogOptions) -> Result<Self, StorageError> {
         let file = files::open_data_file(path)?;
         let database = Builder::new()
-            .set_concurrency_mode(ConcurrencyMode::SingleWriter)
+            // Exclusive: no other process opens the query log (the CLI goes through the API),
+            // and only an exclusive writer may commit without fsync (`sync_every` > 1).
+            .set_concurrency_mode(ConcurrencyMode::ExclusiveWriter)
             .set_cache_size(options.cache_bytes)
             .create_with_backend(redb::backends::FileBackend::new(file))?;
         write::initialize(&database)?;
@@ -365,6 +367,20 @@ impl QueryLogDb {
         let transaction = self.database.begin_read()?;
         let meta = transaction.open_table(META)?;
         Ok(write::State::read(&meta)?.used_bytes())
+    }
+
+    /// redb's exact page accounting: (bytes in allocated pages, bytes of the stored keys and
+    /// values as this database counts them). Walks every page of every table while holding
+    /// the writer's place, so it is for benchmarks and maintenance, not for retention.
+    pub fn measure_pages(&self) -> Result<(u64, u64), StorageError> {
+        let transaction = self.database.begin_write()?;
+        let stats = transaction.stats()?;
+        let stored = {
+            let meta = transaction.open_table(META)?;
+            write::State::read(&meta)?.stored_bytes
+        };
+        transaction.abort()?;
+        Ok((stats.allocated_pages() * stats.page_size() as u64, stored))
     }
 
     /// The number of facts stored.
