@@ -60,6 +60,10 @@ struct Args {
     /// Keep the file afterwards.
     #[arg(long)]
     keep: bool,
+    /// After the searches, purge the facts of the first this many hours (in transactions of
+    /// `--batch`) and time it.
+    #[arg(long, default_value_t = 0)]
+    purge_hours: u64,
     /// Search an existing file instead of appending (with the same generator settings).
     #[arg(long)]
     search_only: bool,
@@ -477,6 +481,18 @@ fn main() -> anyhow::Result<()> {
             step / SECOND,
             stats.series.len(),
             started.elapsed().as_secs_f64() * 1000.0
+        );
+    }
+    if args.purge_hours > 0 {
+        let started = Instant::now();
+        let purged = db.purge(T0 + args.purge_hours * 3600 * SECOND, args.batch)?;
+        let took = started.elapsed().as_secs_f64();
+        println!(
+            "purge of the first {} h: {purged} facts in {took:.1} s = {:.0} facts/s, {:.1} ms per transaction of {}",
+            args.purge_hours,
+            purged as f64 / took,
+            took * 1000.0 / (purged as f64 / args.batch as f64).max(1.0),
+            args.batch
         );
     }
     let (rss, peak) = rss_kib();
