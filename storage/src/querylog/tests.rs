@@ -717,7 +717,7 @@ const KILL_BATCH: usize = 200;
 
 /// Run as a child process by the kill test: appends batches forever, printing each commit.
 fn append_until_killed(file: &str) -> ! {
-    let db = QueryLogDb::open(std::path::Path::new(file)).expect("child opens");
+    let db = QueryLogDb::open(Path::new(file)).expect("child opens");
     for round in 0u64.. {
         db.append(&generated(KILL_BATCH, round))
             .expect("child appends");
@@ -783,12 +783,12 @@ fn fixture_entries() -> Vec<Entry> {
     let entry = |n: u64, qname: &str, client: &str, blocked: bool| Entry {
         time_ns: T0 + n * 61 * SECOND,
         client: client.into(),
-        client_id: if n % 2 == 0 {
+        client_id: if n.is_multiple_of(2) {
             "laptop".into()
         } else {
             String::new()
         },
-        group: if n % 3 == 0 {
+        group: if n.is_multiple_of(3) {
             "kids".into()
         } else {
             "default".into()
@@ -796,7 +796,7 @@ fn fixture_entries() -> Vec<Entry> {
         transport: (n % 6) as u8,
         source: if blocked { 4 } else { (n % 3) as u8 },
         qname: qname.into(),
-        qtype: if n % 2 == 0 { 1 } else { 28 },
+        qtype: if n.is_multiple_of(2) { 1 } else { 28 },
         rcode: if n == 5 { None } else { Some(0) },
         flags: if blocked { entry_flags::BLOCKED } else { 0 },
         answer: if blocked {
