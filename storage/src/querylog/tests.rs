@@ -865,3 +865,9 @@ fn format_v1_fixture_opens_and_reads() {
     db.append(&generated(5, 1)).unwrap();
     assert_eq!(db.len().unwrap(), 6 + 5);
 }
+
+#[test]
+fn the_database_is_send_and_sync() {
+    fn shared<T: Send + Sync>() {}
+    shared::<QueryLogDb>();
+}
