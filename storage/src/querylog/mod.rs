@@ -186,7 +186,7 @@ pub const HOUR_NS: u64 = 60 * MINUTE_NS;
 const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
 /// `facts`: [`Cursor`] (time ns << 64 | seq) → a [`codec::Fact`].
 const FACTS: TableDefinition<'_, u128, &[u8]> = TableDefinition::new("facts");
-/// `index`: index kind, dictionary id or code (u32 BE), cursor (u128 BE) → nothing.
+/// `index`: (index kind << 32 | dictionary id or code, cursor) → nothing.
 const INDEX: TableDefinition<'_, IndexKey, ()> = TableDefinition::new("index");
 /// `dict`: dictionary kind byte + the string → its id.
 const DICT: TableDefinition<'_, &[u8], u32> = TableDefinition::new("dict");
@@ -198,7 +198,8 @@ const NAMES: TableDefinition<'_, &[u8], u32> = TableDefinition::new("names");
 const MINUTES: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("minutes");
 const HOURS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("hours");
 
-type IndexKey = [u8; 21];
+/// (index kind << 32 | id or code, cursor): two integers compare faster than a byte array.
+type IndexKey = (u64, u128);
 
 /// The dictionaries: one id space, each string keyed under its kind.
 mod dict_kind {
@@ -229,17 +230,11 @@ mod index_kind {
 const CACHE_SOURCES: [u8; 2] = [0, 2];
 
 fn index_key(kind: u8, id: u32, cursor: u128) -> IndexKey {
-    let mut key = [0u8; 21];
-    key[0] = kind;
-    key[1..5].copy_from_slice(&id.to_be_bytes());
-    key[5..].copy_from_slice(&cursor.to_be_bytes());
-    key
+    ((u64::from(kind) << 32) | u64::from(id), cursor)
 }
 
 fn index_cursor(key: &IndexKey) -> u128 {
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&key[5..]);
-    u128::from_be_bytes(bytes)
+    key.1
 }
 
 /// The rcode as an index id and rollup code: 0 for none, `rcode + 1` otherwise.

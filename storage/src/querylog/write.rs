@@ -18,7 +18,7 @@ const META_FORMAT: &str = "format";
 const META_STATE: &str = "state";
 
 /// The bytes of one index entry (its key; the value is empty).
-pub(super) const INDEX_ENTRY_BYTES: u64 = 21;
+pub(super) const INDEX_ENTRY_BYTES: u64 = 24;
 /// The bytes of a fact besides its value: the key.
 const FACT_KEY_BYTES: u64 = 16;
 /// Used bytes per stored byte: redb's page headers, per-entry offsets, branch pages and the
