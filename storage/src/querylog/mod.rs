@@ -186,7 +186,7 @@ pub const HOUR_NS: u64 = 60 * MINUTE_NS;
 const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
 /// `facts`: [`Cursor`] (time ns << 64 | seq) → a [`codec::Fact`].
 const FACTS: TableDefinition<'_, u128, &[u8]> = TableDefinition::new("facts");
-/// `index`: index kind, dictionary id or code (u32 BE), cursor (u128 BE) → nothing.
+/// `index`: (index kind << 32 | dictionary id or code, cursor) → nothing.
 const INDEX: TableDefinition<'_, IndexKey, ()> = TableDefinition::new("index");
 /// `dict`: dictionary kind byte + the string → its id.
 const DICT: TableDefinition<'_, &[u8], u32> = TableDefinition::new("dict");
@@ -198,7 +198,8 @@ const NAMES: TableDefinition<'_, &[u8], u32> = TableDefinition::new("names");
 const MINUTES: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("minutes");
 const HOURS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("hours");
 
-type IndexKey = [u8; 21];
+/// (index kind << 32 | id or code, cursor): two integers compare faster than a byte array.
+type IndexKey = (u64, u128);
 
 /// The dictionaries: one id space, each string keyed under its kind.
 mod dict_kind {
@@ -229,17 +230,11 @@ mod index_kind {
 const CACHE_SOURCES: [u8; 2] = [0, 2];
 
 fn index_key(kind: u8, id: u32, cursor: u128) -> IndexKey {
-    let mut key = [0u8; 21];
-    key[0] = kind;
-    key[1..5].copy_from_slice(&id.to_be_bytes());
-    key[5..].copy_from_slice(&cursor.to_be_bytes());
-    key
+    ((u64::from(kind) << 32) | u64::from(id), cursor)
 }
 
 fn index_cursor(key: &IndexKey) -> u128 {
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&key[5..]);
-    u128::from_be_bytes(bytes)
+    key.1
 }
 
 /// The rcode as an index id and rollup code: 0 for none, `rcode + 1` otherwise.
@@ -334,7 +329,9 @@ impl QueryLogDb {
     pub fn open_with(path: &Path, options: QueryLogOptions) -> Result<Self, StorageError> {
         let file = files::open_data_file(path)?;
         let database = Builder::new()
-            .set_concurrency_mode(ConcurrencyMode::SingleWriter)
+            // Exclusive: no other process opens the query log (the CLI goes through the API),
+            // and only an exclusive writer may commit without fsync (`sync_every` > 1).
+            .set_concurrency_mode(ConcurrencyMode::ExclusiveWriter)
             .set_cache_size(options.cache_bytes)
             .create_with_backend(redb::backends::FileBackend::new(file))?;
         write::initialize(&database)?;
@@ -365,6 +362,20 @@ impl QueryLogDb {
         let transaction = self.database.begin_read()?;
         let meta = transaction.open_table(META)?;
         Ok(write::State::read(&meta)?.used_bytes())
+    }
+
+    /// redb's exact page accounting: (bytes in allocated pages, bytes of the stored keys and
+    /// values as this database counts them). Walks every page of every table while holding
+    /// the writer's place, so it is for benchmarks and maintenance, not for retention.
+    pub fn measure_pages(&self) -> Result<(u64, u64), StorageError> {
+        let transaction = self.database.begin_write()?;
+        let stats = transaction.stats()?;
+        let stored = {
+            let meta = transaction.open_table(META)?;
+            write::State::read(&meta)?.stored_bytes
+        };
+        transaction.abort()?;
+        Ok((stats.allocated_pages() * stats.page_size() as u64, stored))
     }
 
     /// The number of facts stored.

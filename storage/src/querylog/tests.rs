@@ -711,3 +711,163 @@ fn a_newer_format_is_refused() {
         Err(StorageError::UnsupportedFormat { .. })
     ));
 }
+
+const CHILD_ENV: &str = "KUDURRU_QUERYLOG_KILL_CHILD";
+const KILL_BATCH: usize = 200;
+
+/// Run as a child process by the kill test: appends batches forever, printing each commit.
+fn append_until_killed(file: &str) -> ! {
+    let db = QueryLogDb::open(Path::new(file)).expect("child opens");
+    for round in 0u64.. {
+        db.append(&generated(KILL_BATCH, round))
+            .expect("child appends");
+        println!("committed {}", round + 1);
+    }
+    unreachable!("the loop only ends when the parent kills the process")
+}
+
+#[test]
+fn a_kill_during_appends_loses_only_uncommitted_batches() {
+    use std::io::BufRead;
+    if let Ok(file) = std::env::var(CHILD_ENV) {
+        append_until_killed(&file);
+    }
+    let dir = TempDir::new("kill");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "querylog::tests::a_kill_during_appends_loses_only_uncommitted_batches",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, dir.file())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the test binary runs itself");
+    let stdout = child.stdout.take().unwrap();
+    let mut committed = 0u64;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.expect("child output is text");
+        if let Some(count) = line.strip_prefix("committed ") {
+            committed = count.parse().unwrap();
+            if committed >= 25 {
+                break;
+            }
+        }
+    }
+    assert_eq!(committed, 25, "the child stopped before 25 commits");
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    let db = QueryLogDb::open(&dir.file()).expect("reopens after kill -9");
+    let facts = db.len().unwrap();
+    assert!(
+        facts >= committed * KILL_BATCH as u64,
+        "a committed batch was lost"
+    );
+    assert_eq!(facts % KILL_BATCH as u64, 0, "a batch is all or nothing");
+    assert_eq!(all_pages(&db, &Filter::default(), 2000).len() as u64, facts);
+    let queries: u64 = db
+        .stats(T0, T0 + 4 * HOUR_NS, HOUR_NS, 1)
+        .unwrap()
+        .series
+        .iter()
+        .map(|bucket| bucket.queries)
+        .sum();
+    assert_eq!(queries, facts, "rollups commit with their facts");
+    db.append(&generated(10, 999))
+        .expect("appends after the crash");
+}
+
+/// The entries of `tests/fixtures/querylog-v1.db`, written by the first version of format 1.
+fn fixture_entries() -> Vec<Entry> {
+    let entry = |n: u64, qname: &str, client: &str, blocked: bool| Entry {
+        time_ns: T0 + n * 61 * SECOND,
+        client: client.into(),
+        client_id: if n.is_multiple_of(2) {
+            "laptop".into()
+        } else {
+            String::new()
+        },
+        group: if n.is_multiple_of(3) {
+            "kids".into()
+        } else {
+            "default".into()
+        },
+        transport: (n % 6) as u8,
+        source: if blocked { 4 } else { (n % 3) as u8 },
+        qname: qname.into(),
+        qtype: if n.is_multiple_of(2) { 1 } else { 28 },
+        rcode: if n == 5 { None } else { Some(0) },
+        flags: if blocked { entry_flags::BLOCKED } else { 0 },
+        answer: if blocked {
+            "A 0.0.0.0".into()
+        } else {
+            format!("A 192.0.2.{n}")
+        },
+        upstream: if n % 3 == 1 {
+            "192.0.2.53:53".into()
+        } else {
+            String::new()
+        },
+        upstream_latency_us: (n * 1000) as u32,
+        policy: if blocked { "ads".into() } else { String::new() },
+        list: if blocked {
+            "easylist".into()
+        } else {
+            String::new()
+        },
+        rule: if blocked {
+            "||tracker.example^".into()
+        } else {
+            String::new()
+        },
+        ede: if blocked { Some(15) } else { None },
+        omitted: n == 6,
+    };
+    vec![
+        entry(0, "www.example.com.", "192.0.2.1", false),
+        entry(1, "ads.tracker.example.", "192.0.2.1", true),
+        entry(2, "example.net.", "2001:db8::1", false),
+        entry(3, "a.b.example.com.", "192.0.2.2", false),
+        entry(4, "cdn.tracker.example.", "", true),
+        entry(5, "www.example.com.", "192.0.2.2", false),
+        entry(6, "secret.example.", "192.0.2.9", false),
+    ]
+}
+
+fn fixture_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/querylog-v1.db")
+}
+
+#[test]
+#[ignore = "rewrites the committed fixture; run once per new format, never for an old one"]
+fn write_querylog_v1_fixture() {
+    let _ = std::fs::remove_file(fixture_path());
+    let db = QueryLogDb::open(&fixture_path()).unwrap();
+    db.append(&fixture_entries()).unwrap();
+}
+
+#[test]
+fn format_v1_fixture_opens_and_reads() {
+    let dir = TempDir::new("fixture");
+    std::fs::copy(fixture_path(), dir.file()).expect("the fixture is committed");
+    let db = QueryLogDb::open(&dir.file()).unwrap();
+    let entries = fixture_entries();
+    for filter in filters() {
+        assert!(
+            all_pages(&db, &filter, 3) == expected(&entries, &filter),
+            "{filter:?}"
+        );
+    }
+    let stats = db.stats(T0, T0 + HOUR_NS, MINUTE_NS, 2).unwrap();
+    assert_eq!(stats.series.iter().map(|b| b.queries).sum::<u64>(), 7);
+    assert_eq!(stats.top_names[0], ("www.example.com.".to_owned(), 2));
+    db.append(&generated(5, 1)).unwrap();
+    assert_eq!(db.len().unwrap(), 6 + 5);
+}
+
+#[test]
+fn the_database_is_send_and_sync() {
+    fn shared<T: Send + Sync>() {}
+    shared::<QueryLogDb>();
+}

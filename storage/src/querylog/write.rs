@@ -18,13 +18,13 @@ const META_FORMAT: &str = "format";
 const META_STATE: &str = "state";
 
 /// The bytes of one index entry (its key; the value is empty).
-pub(super) const INDEX_ENTRY_BYTES: u64 = 21;
+pub(super) const INDEX_ENTRY_BYTES: u64 = 24;
 /// The bytes of a fact besides its value: the key.
 const FACT_KEY_BYTES: u64 = 16;
 /// Used bytes per stored byte: redb's page headers, per-entry offsets, branch pages and the
 /// free space of half-split leaves. Measured with `kudurru-bench querylog` (file size over
 /// stored bytes after appending 1M records; see docs/benchmarks.md).
-const OVERHEAD_PERCENT: u64 = 160;
+const OVERHEAD_PERCENT: u64 = 165;
 
 /// The writer's counters, one `meta` value: the last seq, the next dictionary id, the bytes
 /// of keys and values stored, the number of facts.
