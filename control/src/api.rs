@@ -181,8 +181,9 @@ pub struct Api {
     /// Host names in upstream URLs and their addresses (doctor); `None` when no bootstrap
     /// resolver runs (tests).
     pub bootstrap: Option<Arc<crate::bootstrap::Bootstrap>>,
-    /// The query log (`/api/v1/querylog`, `/api/v1/stats`); disabled unless serve sets it.
-    pub querylog: crate::querylog::QueryLog,
+    /// The query log (`/api/v1/querylog`, `/api/v1/stats`, doctor); `None` when none runs
+    /// (tests): its routes answer as a disabled log does.
+    pub querylog: Option<crate::querylog::QueryLog>,
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.
     writes: Mutex<()>,
@@ -226,7 +227,7 @@ impl Api {
             blocking: None,
             zones: None,
             bootstrap: None,
-            querylog: crate::querylog::QueryLog::disabled(),
+            querylog: None,
             writes: Mutex::new(()),
         }
     }
@@ -869,6 +870,10 @@ impl Api {
             ),
             Err(e) => check("databases", "warn", e.to_string()),
         }
+        if let Some(querylog) = &self.querylog {
+            let (status, message) = querylog.health();
+            check("querylog", status, message);
+        }
         let messages = self.messages();
         let worst = messages
             .first()
@@ -1462,7 +1467,10 @@ async fn serve_one(api: Arc<Api>, request: HttpRequest, body_timeout: Duration) 
         }
     }
     let stopping = api.stopping.clone();
-    let querylog = api.querylog.clone();
+    let querylog = api
+        .querylog
+        .clone()
+        .unwrap_or_else(crate::querylog::QueryLog::disabled);
     match blocking(move || api.dispatch(&parsed, &authorized)).await {
         Ok(Outcome::Json(reply)) => reply.into_response(),
         Ok(Outcome::Watch(watch)) => watch_response(watch, stopping),
@@ -1550,6 +1558,7 @@ mod tests {
             http: Vec::new(),
             blocking: blocking.clone(),
             zones: None,
+            querylog: None,
         });
         let store = crate::objects::open_store(Path::new("/nonexistent"), true).unwrap();
         let (_stop, stopping) = tokio::sync::watch::channel(false);

@@ -732,6 +732,11 @@ pub fn error(e: &QueryLogError) -> HttpError {
             argument,
             reason,
         }) => invalid(argument, reason.clone()),
+        QueryLogError::Stopped(why) => HttpError::new(
+            503,
+            "unavailable",
+            format!("the query log could not answer (the server is stopping?): {why}"),
+        ),
         QueryLogError::Storage(e) => {
             tracing::error!(error = %e, "the query-log database failed");
             HttpError::new(500, "storage_error", e.to_string())
