@@ -9,7 +9,9 @@
 //! API ─▶ QueryLog::search / stats / purge ─▶ blocking pool ─▶ QueryLogDb
 //! ```
 
+pub mod dnstap;
 pub mod event;
+pub mod jsonl;
 pub mod privacy;
 pub mod redb;
 pub mod writer;
