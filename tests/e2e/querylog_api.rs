@@ -731,3 +731,47 @@ fn stats_survive_a_purge(k: &Kudurru, admin: &str, viewer: &str, sent: &Sent) {
         "{text}"
     );
 }
+
+#[test]
+fn without_a_database_search_stats_and_purge_are_409_naming_the_sink_and_the_tail_follows() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__SINK", "jsonl")
+        .start();
+    let admin = k.token("admin", None);
+    for (method, path) in [
+        ("GET", "/api/v1/querylog"),
+        ("GET", "/api/v1/stats"),
+        ("DELETE", "/api/v1/querylog?before=0"),
+    ] {
+        let (status, body) = api(&k, method, path, &admin);
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (409, Some("not_searchable")),
+            "{path}: {body}"
+        );
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("querylog.sink is jsonl"),
+            "{body}"
+        );
+    }
+    let (status, _) = get_text(&k, "/api/v1/querylog", &admin, "text/csv");
+    assert_eq!(status, 409, "an export is refused before it starts");
+    let search = cli(&k, &admin, &["querylog", "search"]).output().unwrap();
+    let err = String::from_utf8_lossy(&search.stderr);
+    assert!(!search.status.success() && err.contains("409"), "{err}");
+    // The tail reads the writer's events, whatever the sink.
+    let tail = Lines::spawn(cli(&k, &admin, &["querylog", "tail", "--json"]));
+    let mut n = 0;
+    let lines = eventually("the tail to follow a jsonl-sink server", || {
+        n += 1;
+        let name = format!("tail-{n}.ql-jsonl.kudurru-e2e.example.");
+        assert_eq!(dig(k.addr, &[&name, "A"]).status, "NOERROR");
+        tail.until(&name, Duration::from_secs(1))
+    });
+    let entry: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(entry["transport"], "udp", "{entry}");
+}
