@@ -126,6 +126,13 @@ impl Lines {
     }
 }
 
+impl Lines {
+    /// Waits up to `limit` for the process to end by itself.
+    fn exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        kudurru_e2e::wait_timeout(&mut self.child, limit)
+    }
+}
+
 impl Drop for Lines {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -764,7 +771,7 @@ fn without_a_database_search_stats_and_purge_are_409_naming_the_sink_and_the_tai
     let err = String::from_utf8_lossy(&search.stderr);
     assert!(!search.status.success() && err.contains("409"), "{err}");
     // The tail reads the writer's events, whatever the sink.
-    let tail = Lines::spawn(cli(&k, &admin, &["querylog", "tail", "--json"]));
+    let mut tail = Lines::spawn(cli(&k, &admin, &["querylog", "tail", "--json"]));
     let mut n = 0;
     let lines = eventually("the tail to follow a jsonl-sink server", || {
         n += 1;
@@ -774,4 +781,11 @@ fn without_a_database_search_stats_and_purge_are_409_naming_the_sink_and_the_tai
     });
     let entry: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
     assert_eq!(entry["transport"], "udp", "{entry}");
+    // A stopping server ends the stream (it does not wait for the tail), and the CLI exits 0.
+    let mut k = k;
+    assert!(k.terminate().success());
+    let status = tail
+        .exit(Duration::from_secs(10))
+        .expect("the tail ends with the server");
+    assert!(status.success(), "{status}");
 }
