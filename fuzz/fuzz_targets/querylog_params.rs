@@ -68,7 +68,15 @@ fuzz_target!(|data: &[u8]| {
         }
         Ok(_) => {}
         Err(e) if e.status == 400 => assert!(e.key.is_some(), "{e}"),
-        Err(e) => assert_eq!((e.status, method), (404, "POST"), "{e}"),
+        // The API's router answers 405 for these before the parser sees them.
+        Err(e) => assert!(
+            e.status == 404
+                && !matches!(
+                    (method, path),
+                    ("GET", _) | ("DELETE", "/api/v1/querylog")
+                ),
+            "{e}"
+        ),
     }
     let entry = Entry {
         time_ns,
