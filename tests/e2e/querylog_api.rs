@@ -350,6 +350,8 @@ fn the_query_log_api_and_cli_end_to_end() {
     assert_eq!(blocked["list"], "ads", "{blocked}");
     assert_eq!(blocked["rule"], ads, "{blocked}");
     assert_eq!(blocked["rcode"], sent.blocked_rcode, "{blocked}");
+    // dig sends EDNS: the block answer carries Extended DNS Error 15, Blocked (RFC 8914).
+    assert_eq!(blocked["ede"], 15, "{blocked}");
 
     filters_narrow(&k, &viewer, &sent, &all);
     pages_have_no_gaps_or_repeats(&k, &viewer, &sent, &all);
