@@ -484,7 +484,11 @@ impl From<&Event> for Entry {
             qtype: s.qtype,
             rcode: s.rcode,
             flags: flag_bits,
-            answer: s.answers.join(", "),
+            answer: if s.more_answers > 0 {
+                format!("{}, +{} more", s.answers.join(", "), s.more_answers)
+            } else {
+                s.answers.join(", ")
+            },
             upstream: event.upstream.clone(),
             upstream_latency_us: event.upstream_latency_us,
             policy: event.policy.clone(),
