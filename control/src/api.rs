@@ -181,7 +181,8 @@ pub struct Api {
     /// Host names in upstream URLs and their addresses (doctor); `None` when no bootstrap
     /// resolver runs (tests).
     pub bootstrap: Option<Arc<crate::bootstrap::Bootstrap>>,
-    /// The query log (`/api/v1/querylog`, `/api/v1/stats`); disabled unless serve sets it.
+    /// The query log (`/api/v1/querylog`, `/api/v1/stats`, doctor); a disabled one unless
+    /// serve sets it (tests): its routes answer as a disabled log does.
     pub querylog: crate::querylog::QueryLog,
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.

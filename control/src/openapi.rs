@@ -693,6 +693,7 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             "not_searchable: the query log keeps no database here (querylog.sink is not redb, or the log is off); the message names the sink",
         );
         responses["500"] = error_response("The query-log database failed");
+        responses["503"] = error_response("The request could not finish: the server is stopping");
     }
     if path == "/api/v1/blocking/check" {
         responses["503"] =

@@ -126,6 +126,13 @@ impl Lines {
     }
 }
 
+impl Lines {
+    /// Waits up to `limit` for the process to end by itself.
+    fn exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        kudurru_e2e::wait_timeout(&mut self.child, limit)
+    }
+}
+
 impl Drop for Lines {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -343,6 +350,8 @@ fn the_query_log_api_and_cli_end_to_end() {
     assert_eq!(blocked["list"], "ads", "{blocked}");
     assert_eq!(blocked["rule"], ads, "{blocked}");
     assert_eq!(blocked["rcode"], sent.blocked_rcode, "{blocked}");
+    // dig sends EDNS: the block answer carries Extended DNS Error 15, Blocked (RFC 8914).
+    assert_eq!(blocked["ede"], 15, "{blocked}");
 
     filters_narrow(&k, &viewer, &sent, &all);
     pages_have_no_gaps_or_repeats(&k, &viewer, &sent, &all);
@@ -373,13 +382,16 @@ fn filters_narrow(k: &Kudurru, token: &str, sent: &Sent, all: &[Value]) {
         set(&[&sent.tcp])
     );
     assert_eq!(
-        only(&format!("suffix={}", sent.sub)),
+        names(&search(k, token, &format!("suffix={}", sent.sub)))
+            .into_iter()
+            .collect::<BTreeSet<_>>(),
         set(&[&sent.udp, &sent.aaaa])
     );
     assert_eq!(only("qtype=AAAA"), set(&[&sent.aaaa]));
     assert_eq!(only("qtype=28"), set(&[&sent.aaaa]));
-    assert_eq!(only("rcode=NXDOMAIN"), set(&[&sent.nx]));
-    assert_eq!(only("rcode=3"), set(&[&sent.nx]));
+    assert_eq!(only("rcode=NXDOMAIN"), set(&[&sent.nx, &sent.blocked]));
+    assert_eq!(only("rcode=3"), set(&[&sent.nx, &sent.blocked]));
+    // The block answer is NXDOMAIN (the policy's default blockResponse).
     assert_eq!(only("rcode=none"), BTreeSet::new());
     assert_eq!(only("blocked=true"), set(&[&sent.blocked]));
     assert_eq!(only("blocked=false"), without(&[&sent.blocked]));
@@ -499,6 +511,10 @@ fn bad_parameters_are_named(k: &Kudurru, token: &str) {
         ("/api/v1/querylog?cursor=zz", "cursor"),
         ("/api/v1/querylog?blocked=maybe", "blocked"),
         ("/api/v1/querylog?colour=blue", "colour"),
+        (
+            "/api/v1/querylog?suffix=a.example&suffix=b.example",
+            "suffix",
+        ),
         ("/api/v1/stats?step=30s", "step"),
         ("/api/v1/stats?top=5000", "top"),
     ] {
@@ -656,8 +672,15 @@ fn tails_see_what_comes_after(k: &Kudurru, token: &str, sent: &Sent) {
 }
 
 fn stats_survive_a_purge(k: &Kudurru, admin: &str, viewer: &str, sent: &Sent) {
+    // From an hour before the test: every query it sent, in a few hour buckets.
+    let from = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        - 3_600_000_000_000;
     let stats = |token: &str| {
-        let (status, body) = api(k, "GET", "/api/v1/stats?from=0&step=1d&top=100", token);
+        let path = format!("/api/v1/stats?from={from}&step=1h&top=100");
+        let (status, body) = api(k, "GET", &path, token);
         assert_eq!(status, 200, "{body}");
         body
     };
@@ -707,9 +730,64 @@ fn stats_survive_a_purge(k: &Kudurru, admin: &str, viewer: &str, sent: &Sent) {
     let after = stats(viewer);
     assert_eq!(after["totals"], before["totals"]);
     assert_eq!(after["topNames"], before["topNames"]);
-    let text = run(cli(k, viewer, &["stats", "--from", "0", "--step", "1d"]));
+    let text = run(cli(
+        k,
+        viewer,
+        &["stats", "--from", &from.to_string(), "--step", "1h"],
+    ));
     assert!(
         text.contains(&format!("{} queries, {blocked} blocked", entries.len())),
         "{text}"
     );
+}
+
+#[test]
+fn without_a_database_search_stats_and_purge_are_409_naming_the_sink_and_the_tail_follows() {
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__SINK", "jsonl")
+        .start();
+    let admin = k.token("admin", None);
+    for (method, path) in [
+        ("GET", "/api/v1/querylog"),
+        ("GET", "/api/v1/stats"),
+        ("DELETE", "/api/v1/querylog?before=0"),
+    ] {
+        let (status, body) = api(&k, method, path, &admin);
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (409, Some("not_searchable")),
+            "{path}: {body}"
+        );
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("querylog.sink is jsonl"),
+            "{body}"
+        );
+    }
+    let (status, _) = get_text(&k, "/api/v1/querylog", &admin, "text/csv");
+    assert_eq!(status, 409, "an export is refused before it starts");
+    let search = cli(&k, &admin, &["querylog", "search"]).output().unwrap();
+    let err = String::from_utf8_lossy(&search.stderr);
+    assert!(!search.status.success() && err.contains("409"), "{err}");
+    // The tail reads the writer's events, whatever the sink.
+    let mut tail = Lines::spawn(cli(&k, &admin, &["querylog", "tail", "--json"]));
+    let mut n = 0;
+    let lines = eventually("the tail to follow a jsonl-sink server", || {
+        n += 1;
+        let name = format!("tail-{n}.ql-jsonl.kudurru-e2e.example.");
+        assert_eq!(dig(k.addr, &[&name, "A"]).status, "NOERROR");
+        tail.until(&name, Duration::from_secs(1))
+    });
+    let entry: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(entry["transport"], "udp", "{entry}");
+    // A stopping server ends the stream (it does not wait for the tail), and the CLI exits 0.
+    let mut k = k;
+    assert!(k.terminate().success());
+    let status = tail
+        .exit(Duration::from_secs(10))
+        .expect("the tail ends with the server");
+    assert!(status.success(), "{status}");
 }

@@ -489,6 +489,8 @@ impl Query {
                         "invalid_query",
                         format!("{part:?} is not percent-encoded UTF-8"),
                     )
+                    // The parameter as written: its decoded name may be what failed.
+                    .with_key(key)
                 })
             };
             pairs.push((decode(key)?, decode(value)?));

@@ -262,16 +262,24 @@ pub const FILTERS: &[&str] = &[
     "source",
 ];
 
+/// Refuses a parameter not in `known`, and one given twice (which value was meant?).
 fn allow_only(query: &Query, known: &[&str]) -> Result<(), HttpError> {
-    match query.keys().find(|k| !known.contains(k)) {
-        Some(key) => Err(HttpError::new(
-            400,
-            "unknown_parameter",
-            format!("no parameter {key:?}; expected one of {}", known.join(", ")),
-        )
-        .with_key(key)),
-        None => Ok(()),
+    let mut seen = Vec::new();
+    for key in query.keys() {
+        if !known.contains(&key) {
+            return Err(HttpError::new(
+                400,
+                "unknown_parameter",
+                format!("no parameter {key:?}; expected one of {}", known.join(", ")),
+            )
+            .with_key(key));
+        }
+        if seen.contains(&key) {
+            return Err(invalid(key, format!("{key} is given more than once")));
+        }
+        seen.push(key);
     }
+    Ok(())
 }
 
 /// The export format an `Accept` header asks for; `None` for JSON (absent, `*/*`,
@@ -732,11 +740,15 @@ pub fn error(e: &QueryLogError) -> HttpError {
             argument,
             reason,
         }) => invalid(argument, reason.clone()),
+        QueryLogError::Stopped(why) => HttpError::new(
+            503,
+            "unavailable",
+            format!("the query log could not answer (the server is stopping?): {why}"),
+        ),
         QueryLogError::Storage(e) => {
             tracing::error!(error = %e, "the query-log database failed");
             HttpError::new(500, "storage_error", e.to_string())
         }
-        QueryLogError::Stopped(_) => HttpError::new(503, "stopping", e.to_string()),
     }
 }
 
@@ -1006,6 +1018,7 @@ mod tests {
             ("follow=perhaps", "follow"),
             ("follow=true&limit=5", "limit"),
             ("colour=blue", "colour"),
+            ("qtype=A&qtype=AAAA", "qtype"),
         ] {
             assert_eq!(bad_key(q, query), key, "{query}");
         }

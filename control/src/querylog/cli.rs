@@ -79,7 +79,7 @@ fn with(query: &str, extra: &str) -> String {
 /// The table's header line.
 pub fn table_header() -> String {
     format!(
-        "{:<23} {:<18} {:<5} {:<8} {:<6} {:<8} {:<32} {}\n",
+        "{:<24} {:<18} {:<5} {:<8} {:<6} {:<8} {:<32} {}\n",
         "TIME", "CLIENT", "VIA", "SOURCE", "QTYPE", "RCODE", "QNAME", "DETAIL"
     )
 }
@@ -117,7 +117,7 @@ pub fn table_line(entry: &Value) -> String {
         None => text("client"),
     };
     format!(
-        "{time:<23} {client:<18} {:<5} {:<8} {:<6} {:<8} {:<32} {}\n",
+        "{time:<24} {client:<18} {:<5} {:<8} {:<6} {:<8} {:<32} {}\n",
         text("transport"),
         text("source"),
         text("qtype"),
@@ -305,7 +305,9 @@ pub fn stats(
         "{:<20} {:>10} {:>10} {:>10}  {}\n",
         "START", "QUERIES", "BLOCKED", "CACHED", "RCODES"
     ));
-    for bucket in body["series"].as_array().into_iter().flatten() {
+    let series = body["series"].as_array().cloned().unwrap_or_default();
+    let empty = series.iter().filter(|b| int(&b["queries"]) == 0).count();
+    for bucket in series.iter().filter(|b| int(&b["queries"]) > 0) {
         let rcodes: Vec<String> = bucket["byRcode"]
             .as_object()
             .into_iter()
@@ -323,6 +325,9 @@ pub fn stats(
             int(&bucket["cacheHits"]),
             rcodes.join(" ")
         ));
+    }
+    if empty > 0 {
+        out.push_str(&format!("({empty} steps without queries not shown)\n"));
     }
     for (title, key, field) in [
         ("top names", "topNames", "name"),

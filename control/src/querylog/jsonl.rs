@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use kudurru_core::querylog::{Privacy, flags};
+use kudurru_core::querylog::Privacy;
 
 use super::{Event, EventSink};
 
@@ -171,72 +171,17 @@ pub fn write_line(event: &Event, out: &mut Vec<u8>) {
     out.push(b'\n');
 }
 
-/// The object of one event, as the API shows an entry (`GET /api/v1/querylog`).
+/// The object of one event, as the API shows an entry (`GET /api/v1/querylog`, the tail):
+/// one writer of that shape, `querylog::api::entry_json`.
 pub fn to_json(event: &Event) -> serde_json::Value {
-    let summary = &event.summary;
-    let flag = |bit: u8| event.record_flags & bit != 0;
-    let mut answer = summary.answers.join(", ");
-    if summary.more_answers > 0 {
-        answer.push_str(&format!(", +{} more", summary.more_answers));
-    }
-    let time = jiff::Timestamp::from_nanosecond(i128::from(event.time_ns))
-        .map_or_else(|_| event.time_ns.to_string(), |at| format!("{at:.9}"));
-    serde_json::json!({
-        "time": time,
-        "timeUnixNs": event.time_ns,
-        "client": text_or_null(&event.client.render()),
-        "clientId": text_or_null(&event.client_id),
-        "group": event.group,
-        "transport": event.transport.label(),
-        "source": event.source.label(),
-        "qname": summary.qname,
-        "qtype": domain::base::iana::Rtype::from_int(summary.qtype).to_string(),
-        "rcode": summary.rcode.map(rcode_name),
-        "flags": {
-            "dnssecOk": summary.dnssec_ok,
-            "truncated": summary.truncated,
-            "recursionDesired": summary.recursion_desired,
-            "blocked": flag(flags::BLOCKED),
-            "cloaked": flag(flags::CLOAKED),
-            "clipped": flag(flags::CLIPPED),
-        },
-        "answer": answer,
-        "upstream": text_or_null(&event.upstream),
-        "upstreamLatencyMs": if event.upstream.is_empty() {
-            serde_json::Value::Null
-        } else {
-            serde_json::json!(f64::from(event.upstream_latency_us) / 1000.0)
-        },
-        "policy": text_or_null(&event.policy),
-        "list": text_or_null(&event.list),
-        "rule": text_or_null(&event.rule),
-        "ede": summary.ede,
-    })
-}
-
-fn text_or_null(text: &str) -> serde_json::Value {
-    if text.is_empty() {
-        serde_json::Value::Null
-    } else {
-        serde_json::Value::from(text)
-    }
-}
-
-/// `NOERROR`, `NXDOMAIN`, `BADVERS`; a number past 4095.
-fn rcode_name(rcode: u16) -> String {
-    // Not `OptRcode::checked_from_int`: domain 0.12.3 inverts its check.
-    if rcode < 0x1000 {
-        domain::base::iana::OptRcode::masked_from_int(rcode).to_string()
-    } else {
-        rcode.to_string()
-    }
+    super::api::entry_json(None, &super::Entry::from(event))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::querylog::ClientView;
-    use kudurru_core::querylog::{Source, Transport};
+    use kudurru_core::querylog::{Source, Transport, flags};
 
     fn dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("kudurru-jsonl-{name}-{}", std::process::id()));

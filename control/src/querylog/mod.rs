@@ -11,13 +11,13 @@
 
 pub mod dnstap;
 pub mod event;
-// The API's routes and the command line (ql-api).
-pub mod api;
-pub mod cli;
 pub mod jsonl;
 pub mod privacy;
 pub mod redb;
 pub mod writer;
+// The API's routes and the command line (ql-api).
+pub mod api;
+pub mod cli;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -518,7 +518,11 @@ impl From<&Event> for Entry {
             qtype: s.qtype,
             rcode: s.rcode,
             flags: flag_bits,
-            answer: s.answers.join(", "),
+            answer: if s.more_answers > 0 {
+                format!("{}, +{} more", s.answers.join(", "), s.more_answers)
+            } else {
+                s.answers.join(", ")
+            },
             upstream: event.upstream.clone(),
             upstream_latency_us: event.upstream_latency_us,
             policy: event.policy.clone(),
