@@ -17,6 +17,7 @@ mod fairness;
 mod http2;
 mod lifecycle;
 mod objects;
+mod querylog_dnstap;
 mod quic;
 mod ratelimit;
 mod reload;

@@ -39,6 +39,15 @@ pub trait EventSink: Send + Sync {
     fn offer(&self, events: &[Arc<Event>]);
     /// Events dropped so far because the sink was behind or its peer was away.
     fn dropped(&self) -> u64;
+    /// Events that reached the sink's peer so far (dnstap: written to the collector; jsonl:
+    /// lines written), for sinks that hand events on asynchronously.
+    fn delivered(&self) -> Option<u64> {
+        None
+    }
+    /// Whether the sink's peer is connected now (dnstap's collector), for sinks with one.
+    fn connected(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// Why the query log could not start.
@@ -442,6 +451,24 @@ impl QueryLog {
                 let _ = writeln!(out, "{name}{{sink=\"{sink}\"}} {value}");
             } else {
                 let _ = writeln!(out, "{name} {value}");
+            }
+        }
+        // The sinks that hand events on (dnstap, jsonl): delivered, and the collector's state.
+        if let Some(events) = &self.shared.events {
+            if let Some(delivered) = events.delivered() {
+                let name = "kudurru_querylog_sink_delivered_total";
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} Query-log events the sink handed on: written to the dnstap collector or to querylog.file.\n# TYPE {name} counter\n{name}{{sink=\"{sink}\"}} {delivered}"
+                );
+            }
+            if let Some(connected) = events.connected() {
+                let name = "kudurru_querylog_dnstap_connected";
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} 1 while the dnstap collector is connected (handshake done), else 0.\n# TYPE {name} gauge\n{name} {}",
+                    u8::from(connected)
+                );
             }
         }
         let undecodable = m.undecodable.load(Relaxed);
