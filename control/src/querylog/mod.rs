@@ -455,19 +455,26 @@ impl QueryLog {
         }
         // The sinks that hand events on (dnstap, jsonl): delivered, and the collector's state.
         if let Some(events) = &self.shared.events {
-            if let Some(delivered) = events.delivered() {
-                let name = "kudurru_querylog_sink_delivered_total";
+            let delivered = events.delivered().map(|n| {
+                (
+                    "kudurru_querylog_sink_delivered_total",
+                    "counter",
+                    "Query-log events the sink handed on: written to the dnstap collector or to querylog.file.",
+                    format!("{{sink=\"{sink}\"}} {n}"),
+                )
+            });
+            let connected = events.connected().map(|up| {
+                (
+                    "kudurru_querylog_dnstap_connected",
+                    "gauge",
+                    "1 while the dnstap collector is connected (handshake done), else 0.",
+                    format!(" {}", u8::from(up)),
+                )
+            });
+            for (name, kind, help, series) in delivered.into_iter().chain(connected) {
                 let _ = writeln!(
                     out,
-                    "# HELP {name} Query-log events the sink handed on: written to the dnstap collector or to querylog.file.\n# TYPE {name} counter\n{name}{{sink=\"{sink}\"}} {delivered}"
-                );
-            }
-            if let Some(connected) = events.connected() {
-                let name = "kudurru_querylog_dnstap_connected";
-                let _ = writeln!(
-                    out,
-                    "# HELP {name} 1 while the dnstap collector is connected (handshake done), else 0.\n# TYPE {name} gauge\n{name} {}",
-                    u8::from(connected)
+                    "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{series}"
                 );
             }
         }
