@@ -694,16 +694,22 @@ mod tests {
         additional.into_message().into_octets()
     }
 
+    /// The start of a response to `query` with `rcode`.
+    fn answer_to(
+        query: &[u8],
+        rcode: Rcode,
+    ) -> domain::base::message_builder::AnswerBuilder<Vec<u8>> {
+        let query = domain::base::Message::from_octets(query.to_vec()).expect("query");
+        MessageBuilder::new_vec()
+            .start_answer(&query, rcode)
+            .expect("answer")
+    }
+
     #[test]
     fn summarize_reads_the_question_flags_and_a_cname_chain_answer() {
         let qname = name("WWW.Example.COM");
         let q = query(&qname, Rtype::A, Some(true));
-        let mut builder = MessageBuilder::new_vec()
-            .start_answer(
-                &domain::base::Message::from_octets(q.clone()).expect("query"),
-                Rcode::NOERROR,
-            )
-            .expect("answer");
+        let mut builder = answer_to(&q, Rcode::NOERROR);
         builder.header_mut().set_tc(true);
         let target = name("cdn.example.net");
         builder
@@ -745,12 +751,7 @@ mod tests {
     fn summarize_keeps_eight_answers_and_counts_the_rest() {
         let qname = name("many.example");
         let q = query(&qname, Rtype::TXT, None);
-        let mut builder = MessageBuilder::new_vec()
-            .start_answer(
-                &domain::base::Message::from_octets(q.clone()).expect("query"),
-                Rcode::NOERROR,
-            )
-            .expect("answer");
+        let mut builder = answer_to(&q, Rcode::NOERROR);
         for i in 0..11u8 {
             builder
                 .push((
@@ -772,12 +773,7 @@ mod tests {
         assert_eq!(summary.answers[0], "TXT \"x\"");
         // Long record data is cut with an ellipsis.
         let long = Txt::<Vec<u8>>::build_from_slice(&[b'y'; 200]).expect("txt");
-        let mut builder = MessageBuilder::new_vec()
-            .start_answer(
-                &domain::base::Message::from_octets(q.clone()).expect("query"),
-                Rcode::NOERROR,
-            )
-            .expect("answer");
+        let mut builder = answer_to(&q, Rcode::NOERROR);
         builder.push((&qname, 60, long)).expect("txt");
         builder
             .push((&qname, 60, Mx::new(10, name("Mail.Example"))))
@@ -792,12 +788,7 @@ mod tests {
     fn summarize_reads_the_extended_rcode_and_the_rfc8914_ede_from_the_response_opt() {
         let qname = name("blocked.example");
         let q = query(&qname, Rtype::AAAA, Some(false));
-        let builder = MessageBuilder::new_vec()
-            .start_answer(
-                &domain::base::Message::from_octets(q.clone()).expect("query"),
-                Rcode::NXDOMAIN,
-            )
-            .expect("answer");
+        let builder = answer_to(&q, Rcode::NXDOMAIN);
         let mut additional = builder.additional();
         additional
             .opt(|opt| {
@@ -815,12 +806,7 @@ mod tests {
         assert_eq!(summary.ede, Some(15));
         assert!(summary.answers.is_empty());
 
-        let builder = MessageBuilder::new_vec()
-            .start_answer(
-                &domain::base::Message::from_octets(q.clone()).expect("query"),
-                Rcode::NOERROR,
-            )
-            .expect("answer");
+        let builder = answer_to(&q, Rcode::NOERROR);
         let mut additional = builder.additional();
         additional
             .opt(|opt| {
@@ -847,12 +833,7 @@ mod tests {
     fn summarize_is_total_on_garbage_and_cut_messages() {
         let qname = name("www.example.com");
         let q = query(&qname, Rtype::A, Some(true));
-        let mut builder = MessageBuilder::new_vec()
-            .start_answer(
-                &domain::base::Message::from_octets(q.clone()).expect("query"),
-                Rcode::NOERROR,
-            )
-            .expect("answer");
+        let mut builder = answer_to(&q, Rcode::NOERROR);
         builder
             .push((&qname, 60, A::from_octets(192, 0, 2, 1)))
             .expect("a");

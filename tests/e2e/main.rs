@@ -17,6 +17,7 @@ mod fairness;
 mod http2;
 mod lifecycle;
 mod objects;
+mod querylog_dnstap;
 mod quic;
 // The query log's API and CLI (ql-api).
 mod querylog_api;

@@ -265,7 +265,7 @@ fn a_restart_bound_key_in_the_settings_file_waits_for_a_restart() {
 }
 
 /// Sends SIGHUP to the server.
-fn hangup(k: &Kudurru) {
+pub(crate) fn hangup(k: &Kudurru) {
     let status = std::process::Command::new("kill")
         .args(["-HUP", &k.pid().to_string()])
         .status()
@@ -274,7 +274,7 @@ fn hangup(k: &Kudurru) {
 }
 
 /// Waits (at most 5 s) until the log holds `text` `count` times.
-fn logged(log: &Path, text: &str, count: usize) {
+pub(crate) fn logged(log: &Path, text: &str, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let seen = std::fs::read_to_string(log)

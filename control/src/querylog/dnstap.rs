@@ -114,7 +114,7 @@ impl DnstapSink {
     }
 
     /// Whether a collector is connected (handshake done) now.
-    pub fn connected(&self) -> bool {
+    pub fn is_connected(&self) -> bool {
         self.state.connected.load(Ordering::Relaxed)
     }
 
@@ -150,12 +150,20 @@ impl EventSink for DnstapSink {
         "dnstap"
     }
 
+    fn delivered(&self) -> Option<u64> {
+        Some(self.sent())
+    }
+
+    fn connected(&self) -> Option<bool> {
+        Some(self.is_connected())
+    }
+
     fn offer(&self, events: &[Arc<Event>]) {
         for event in events {
             if event.privacy == kudurru_core::querylog::Privacy::Omit {
                 continue;
             }
-            if !self.connected() {
+            if !self.is_connected() {
                 self.state.dropped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -764,7 +772,7 @@ mod tests {
             sink.offer(std::slice::from_ref(&full));
             let stream_data = tokio::select! {
                 done = &mut accepted => Some(done),
-                () = until(|| sink.connected()) => None,
+                () = until(|| sink.is_connected()) => None,
             };
             assert_eq!(sink.dropped(), 1);
             sink.offer(&[Arc::clone(&omitted), Arc::clone(&full)]);
@@ -780,7 +788,7 @@ mod tests {
 
         // The collector goes away: the sink notices, drops while away, and comes back.
         drop(stream);
-        until(|| !sink.connected()).await;
+        until(|| !sink.is_connected()).await;
         sink.offer(std::slice::from_ref(&full));
         assert_eq!(sink.dropped(), 2);
         let (_stream, data) = {
@@ -788,7 +796,7 @@ mod tests {
             tokio::pin!(accepted);
             let early = tokio::select! {
                 done = &mut accepted => Some(done),
-                () = until(|| sink.connected()) => None,
+                () = until(|| sink.is_connected()) => None,
             };
             sink.offer(std::slice::from_ref(&full));
             match early {

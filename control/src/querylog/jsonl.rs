@@ -70,7 +70,7 @@ impl JsonlSink {
         self.shared.reopen.store(true, Ordering::Relaxed);
     }
 
-    /// Lines written so far.
+    /// Lines written and flushed so far.
     pub fn written(&self) -> u64 {
         self.shared.written.load(Ordering::Relaxed)
     }
@@ -89,6 +89,10 @@ impl Drop for JsonlSink {
 impl EventSink for JsonlSink {
     fn name(&self) -> &'static str {
         "jsonl"
+    }
+
+    fn delivered(&self) -> Option<u64> {
+        Some(self.written())
     }
 
     fn offer(&self, events: &[Arc<Event>]) {
@@ -122,7 +126,14 @@ fn open_append(path: &Path) -> io::Result<File> {
 fn write_loop(path: PathBuf, file: File, queue: &mpsc::Receiver<Arc<Event>>, shared: &Shared) {
     let mut out = Some(BufWriter::with_capacity(64 * 1024, file));
     let mut line = Vec::with_capacity(512);
+    let mut pending = 0u64;
     loop {
+        let event = match queue.recv_timeout(TICK) {
+            Ok(event) => Some(event),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        // Looked at after the wait, so an event that comes after SIGHUP goes to the new file.
         if shared.reopen.swap(false, Ordering::Relaxed) {
             if let Some(mut old) = out.take() {
                 let _ = old.flush();
@@ -132,11 +143,7 @@ fn write_loop(path: PathBuf, file: File, queue: &mpsc::Receiver<Arc<Event>>, sha
                 Err(error) => tracing::warn!(%error, "query log file not reopened"),
             }
         }
-        let event = match queue.recv_timeout(TICK) {
-            Ok(event) => event,
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        };
+        let Some(event) = event else { continue };
         let mut next = Some(event);
         while let Some(event) = next.take() {
             line.clear();
@@ -146,17 +153,22 @@ fn write_loop(path: PathBuf, file: File, queue: &mpsc::Receiver<Arc<Event>>, sha
                 None => false,
             };
             if written {
-                shared.written.fetch_add(1, Ordering::Relaxed);
+                pending += 1;
             } else {
                 shared.dropped.fetch_add(1, Ordering::Relaxed);
             }
             next = queue.try_recv().ok();
         }
-        if let Some(writer) = &mut out
-            && let Err(error) = writer.flush()
-        {
-            tracing::warn!(%error, file = %path.display(), "query log file write failed");
-        }
+        // Counted once flushed: `written` says what a reader of the file finds.
+        match out.as_mut().map(Write::flush) {
+            Some(Ok(())) => shared.written.fetch_add(pending, Ordering::Relaxed),
+            Some(Err(error)) => {
+                tracing::warn!(%error, file = %path.display(), "query log file write failed");
+                shared.dropped.fetch_add(pending, Ordering::Relaxed)
+            }
+            None => 0,
+        };
+        pending = 0;
     }
     if let Some(mut out) = out {
         let _ = out.flush();

@@ -42,6 +42,15 @@ pub trait EventSink: Send + Sync {
     fn offer(&self, events: &[Arc<Event>]);
     /// Events dropped so far because the sink was behind or its peer was away.
     fn dropped(&self) -> u64;
+    /// Events that reached the sink's peer so far (dnstap: written to the collector; jsonl:
+    /// lines written), for sinks that hand events on asynchronously.
+    fn delivered(&self) -> Option<u64> {
+        None
+    }
+    /// Whether the sink's peer is connected now (dnstap's collector), for sinks with one.
+    fn connected(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// Why the query log could not start.
@@ -455,6 +464,31 @@ impl QueryLog {
                 let _ = writeln!(out, "{name}{{sink=\"{sink}\"}} {value}");
             } else {
                 let _ = writeln!(out, "{name} {value}");
+            }
+        }
+        // The sinks that hand events on (dnstap, jsonl): delivered, and the collector's state.
+        if let Some(events) = &self.shared.events {
+            let delivered = events.delivered().map(|n| {
+                (
+                    "kudurru_querylog_sink_delivered_total",
+                    "counter",
+                    "Query-log events the sink handed on: written to the dnstap collector or to querylog.file.",
+                    format!("{{sink=\"{sink}\"}} {n}"),
+                )
+            });
+            let connected = events.connected().map(|up| {
+                (
+                    "kudurru_querylog_dnstap_connected",
+                    "gauge",
+                    "1 while the dnstap collector is connected (handshake done), else 0.",
+                    format!(" {}", u8::from(up)),
+                )
+            });
+            for (name, kind, help, series) in delivered.into_iter().chain(connected) {
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{series}"
+                );
             }
         }
         let undecodable = m.undecodable.load(Relaxed);
