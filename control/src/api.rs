@@ -63,6 +63,10 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
         "/api/v1/zones/{name}/records",
         Permission::ObjectsRead,
     ),
+    ("GET", "/api/v1/querylog", Permission::QuerylogRead),
+    ("DELETE", "/api/v1/querylog", Permission::QuerylogDelete),
+    ("GET", "/api/v1/querylog/tail", Permission::QuerylogRead),
+    ("GET", "/api/v1/stats", Permission::QuerylogRead),
 ];
 
 /// Whether `path` is the route `pattern`, whose `{name}` segments match one non-empty segment.
@@ -139,6 +143,8 @@ pub enum Outcome {
     Json(Reply),
     /// A watch, streamed as newline-delimited JSON.
     Watch(Watch),
+    /// A query-log request, checked: answered on the control thread (it may stream).
+    QueryLog(crate::querylog::api::Call),
 }
 
 impl From<HttpError> for Reply {
@@ -175,6 +181,8 @@ pub struct Api {
     /// Host names in upstream URLs and their addresses (doctor); `None` when no bootstrap
     /// resolver runs (tests).
     pub bootstrap: Option<Arc<crate::bootstrap::Bootstrap>>,
+    /// The query log (`/api/v1/querylog`, `/api/v1/stats`); disabled unless serve sets it.
+    pub querylog: crate::querylog::QueryLog,
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.
     writes: Mutex<()>,
@@ -193,6 +201,8 @@ pub struct Request {
     pub authorization: Option<String>,
     /// `Content-Type` header.
     pub content_type: Option<String>,
+    /// `Accept` header (the query-log export's format).
+    pub accept: Option<String>,
     /// The body; `None` when it was longer than [`MAX_BODY`].
     pub body: Option<Vec<u8>>,
 }
@@ -216,6 +226,7 @@ impl Api {
             blocking: None,
             zones: None,
             bootstrap: None,
+            querylog: crate::querylog::QueryLog::disabled(),
             writes: Mutex::new(()),
         }
     }
@@ -302,6 +313,19 @@ impl Api {
     /// Answers a request [`Api::authorize`] let through.
     pub fn dispatch(&self, request: &Request, authorized: &Authorized) -> Outcome {
         let Route::Objects(target) = &authorized.route else {
+            if crate::querylog::api::is_route(&request.path) {
+                return match crate::querylog::api::parse(
+                    &request.method,
+                    &request.path,
+                    &request.query,
+                    request.accept.as_deref(),
+                    &authorized.principal,
+                    crate::querylog::api::now_ns(),
+                ) {
+                    Ok(call) => Outcome::QueryLog(call),
+                    Err(e) => Outcome::Json(e.into()),
+                };
+            }
             return Outcome::Json(self.dispatch_fixed(request));
         };
         if Target::takes_body(&request.method) {
@@ -845,6 +869,8 @@ impl Api {
             ),
             Err(e) => check("databases", "warn", e.to_string()),
         }
+        let (status, message) = self.querylog.health();
+        check("querylog", status, message);
         let messages = self.messages();
         let worst = messages
             .first()
@@ -1408,6 +1434,7 @@ async fn serve_one(api: Arc<Api>, request: HttpRequest, body_timeout: Duration) 
         query: request.uri().query().unwrap_or("").to_owned(),
         authorization: header(http::header::AUTHORIZATION),
         content_type: header(http::header::CONTENT_TYPE),
+        accept: header(http::header::ACCEPT),
         body: None,
     };
     let (api, parsed_back, checked) = match blocking(move || {
@@ -1437,9 +1464,13 @@ async fn serve_one(api: Arc<Api>, request: HttpRequest, body_timeout: Duration) 
         }
     }
     let stopping = api.stopping.clone();
+    let querylog = api.querylog.clone();
     match blocking(move || api.dispatch(&parsed, &authorized)).await {
         Ok(Outcome::Json(reply)) => reply.into_response(),
         Ok(Outcome::Watch(watch)) => watch_response(watch, stopping),
+        Ok(Outcome::QueryLog(call)) => {
+            crate::querylog::api::respond(&querylog, call, stopping).await
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -1521,6 +1552,7 @@ mod tests {
             http: Vec::new(),
             blocking: blocking.clone(),
             zones: None,
+            querylog: None,
         });
         let store = crate::objects::open_store(Path::new("/nonexistent"), true).unwrap();
         let (_stop, stopping) = tokio::sync::watch::channel(false);
@@ -1554,6 +1586,7 @@ mod tests {
         match api.dispatch(&request, &authorized) {
             Outcome::Json(reply) => reply,
             Outcome::Watch(_) => panic!("a watch"),
+            Outcome::QueryLog(call) => panic!("a query-log call: {call:?}"),
         }
     }
 

@@ -141,6 +141,34 @@ pub enum Command {
         #[command(subcommand)]
         command: BlockingCommand,
     },
+    /// The query log of a running server: search, tail, purge (through the API).
+    Querylog {
+        /// What to do.
+        #[command(subcommand)]
+        command: QuerylogCommand,
+    },
+    /// Query-log rollups of a running server: queries, blocked, cache hits and rcodes per
+    /// step, top names, top blocked names, top clients (GET /api/v1/stats).
+    Stats {
+        /// From (RFC 3339 or unix ns; default: an hour before --to).
+        #[arg(long, value_name = "TIME")]
+        from: Option<String>,
+        /// To (RFC 3339 or unix ns; default: now).
+        #[arg(long, value_name = "TIME")]
+        to: Option<String>,
+        /// Bucket width, whole minutes (1m, 5m, 1h; default 1m).
+        #[arg(long, value_name = "DURATION")]
+        step: Option<String>,
+        /// Length of each top list (default 10).
+        #[arg(long, value_name = "N")]
+        top: Option<usize>,
+        /// Print the API's JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Effective settings and where they come from.
     Settings {
         /// What to do.
@@ -201,6 +229,101 @@ pub enum CacheCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+}
+
+/// `kudurru querylog …`.
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
+pub enum QuerylogCommand {
+    /// Logged queries matching the filters, newest first, as a table (GET /api/v1/querylog,
+    /// streamed as an export).
+    Search {
+        /// What to show.
+        #[command(flatten)]
+        filters: QuerylogFilters,
+        /// Most entries shown (default 100).
+        #[arg(long, value_name = "N", conflicts_with = "all")]
+        limit: Option<usize>,
+        /// Every matching entry, however many.
+        #[arg(long)]
+        all: bool,
+        /// One JSON object per entry and line (the API's NDJSON export).
+        #[arg(long, conflicts_with = "csv")]
+        json: bool,
+        /// CSV with a header row (the API's CSV export).
+        #[arg(long)]
+        csv: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Queries as they are logged, one line each, until interrupted or the server stops (GET
+    /// /api/v1/querylog/tail).
+    Tail {
+        /// What to show.
+        #[command(flatten)]
+        filters: QuerylogFilters,
+        /// One JSON object per entry and line.
+        #[arg(long)]
+        json: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete logged queries older than --before, keeping the rollups (DELETE
+    /// /api/v1/querylog; needs an admin token).
+    Purge {
+        /// RFC 3339 time or unix ns; 0 deletes every entry.
+        #[arg(long, value_name = "TIME")]
+        before: String,
+        /// How to reach the API.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// The query-log filters: each narrows, and each is the API parameter of the same name.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct QuerylogFilters {
+    /// At or after (RFC 3339 or unix ns).
+    #[arg(long, value_name = "TIME")]
+    pub from: Option<String>,
+    /// Before (RFC 3339 or unix ns).
+    #[arg(long, value_name = "TIME")]
+    pub to: Option<String>,
+    /// The client as logged (address, prefix or pseudonym, as privacy keeps it).
+    #[arg(long = "client", value_name = "CLIENT")]
+    pub client_address: Option<String>,
+    /// The client ID (DoH path segment or TLS SNI label).
+    #[arg(long, value_name = "ID")]
+    pub client_id: Option<String>,
+    /// The query name exactly.
+    #[arg(long, value_name = "NAME")]
+    pub qname: Option<String>,
+    /// The name or any name below it.
+    #[arg(long, value_name = "NAME")]
+    pub suffix: Option<String>,
+    /// The query type (A, AAAA, TYPE65 or a number).
+    #[arg(long, value_name = "TYPE")]
+    pub qtype: Option<String>,
+    /// The response code (NOERROR, NXDOMAIN, …, a number, or none for dropped queries).
+    #[arg(long, value_name = "RCODE")]
+    pub rcode: Option<String>,
+    /// Blocked (or rewritten) by a policy, or not.
+    #[arg(long, value_name = "BOOL")]
+    pub blocked: Option<bool>,
+    /// The deciding policy.
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+    /// The client group.
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+    /// udp, tcp, dot, doh, doq or doh3.
+    #[arg(long, value_name = "TRANSPORT")]
+    pub transport: Option<String>,
+    /// cache, upstream, stale, local, policy or dropped.
+    #[arg(long, value_name = "SOURCE")]
+    pub source: Option<String>,
 }
 
 /// `kudurru blocklist …`.

@@ -134,11 +134,62 @@ impl ApiClient {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<Answer, ClientError> {
+        let response = self.head(method, path, body, None).await?;
+        self.answer(response).await
+    }
+
+    /// A streamed GET of `path` asking for `accept`: each chunk of a 200 body goes to
+    /// `on_chunk` as it arrives, until the body ends or `on_chunk` returns false; `None` then.
+    /// Any other status is read whole and returned. Only connecting and the response head are
+    /// bounded in time: a stream (a tail) may last as long as the server keeps it open.
+    pub fn stream(
+        &self,
+        path: &str,
+        accept: &str,
+        on_chunk: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Option<Answer>, ClientError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| self.connect_error(e))?;
+        runtime.block_on(async {
+            let head = tokio::time::timeout(TIMEOUT, self.head("GET", path, None, Some(accept)))
+                .await
+                .unwrap_or_else(|_| Err(self.connect_error("timed out")))?;
+            if head.status() != http::StatusCode::OK {
+                return self.answer(head).await.map(Some);
+            }
+            let mut body = head.into_body();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| self.connect_error(e))?;
+                if let Some(data) = frame.data_ref()
+                    && !on_chunk(data)
+                {
+                    break;
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    /// Connects, sends the request (with `body` as JSON, `accept` as `Accept`) and reads the
+    /// response head.
+    async fn head(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        accept: Option<&str>,
+    ) -> Result<http::Response<hyper::body::Incoming>, ClientError> {
         let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
             .map_err(|e| self.connect_error(e))?;
-        let request = self.request(method, path, body)?;
-        let response = match &self.tls {
+        let mut request = self.request(method, path, body)?;
+        if let Some(accept) = accept {
+            let value = http::HeaderValue::from_str(accept).map_err(|e| self.connect_error(e))?;
+            request.headers_mut().insert(http::header::ACCEPT, value);
+        }
+        match &self.tls {
             None => send(TokioIo::new(stream), request).await,
             Some(config) => {
                 let name =
@@ -151,7 +202,14 @@ impl ApiClient {
                 send(TokioIo::new(stream), request).await
             }
         }
-        .map_err(|e| self.connect_error(e))?;
+        .map_err(|e| self.connect_error(e))
+    }
+
+    /// A whole response as an [`Answer`].
+    async fn answer(
+        &self,
+        response: http::Response<hyper::body::Incoming>,
+    ) -> Result<Answer, ClientError> {
         let status = response.status().as_u16();
         let bytes = Limited::new(response.into_body(), MAX_RESPONSE)
             .collect()
@@ -278,6 +336,18 @@ pub fn token(
         .find(|l| !l.is_empty())
         .map(str::to_owned)
         .ok_or(ClientError::NoToken)
+}
+
+/// `text` with every byte but unreserved ones (RFC 3986 §2.3) as `%XX`, for a query string.
+pub fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 #[cfg(test)]

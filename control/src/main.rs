@@ -5,10 +5,12 @@
 use clap::{CommandFactory, Parser};
 use kudurru_control::cli::{
     ApiCommand, AuditCommand, BlockingCommand, BlocklistCommand, CacheCommand, CertCommand, Cli,
-    ClientArgs, Command, ConfigCommand, ServeArgs, SettingsCommand, TokenCommand, ZoneCommand,
+    ClientArgs, Command, ConfigCommand, QuerylogCommand, ServeArgs, SettingsCommand, TokenCommand,
+    ZoneCommand,
 };
+use kudurru_control::client::percent_encode;
 use kudurru_control::{
-    certs, check, client, config, lameduck, layers, objects, openapi, serve, tokens,
+    certs, check, client, config, lameduck, layers, objects, openapi, querylog, serve, tokens,
 };
 
 fn main() {
@@ -103,6 +105,27 @@ fn main() {
                 serve::exit::CONFIG
             }
         },
+        Command::Querylog { command } => querylog_command(command),
+        Command::Stats {
+            from,
+            to,
+            step,
+            top,
+            json,
+            client,
+        } => report(
+            "stats",
+            api_client(&client).and_then(|c| {
+                Ok(querylog::cli::stats(
+                    &c,
+                    from.as_deref(),
+                    to.as_deref(),
+                    step.as_deref(),
+                    top,
+                    json,
+                )?)
+            }),
+        ),
         Command::Config {
             command:
                 ConfigCommand::Check {
@@ -307,6 +330,49 @@ fn api_client(args: &ClientArgs) -> Result<client::ApiClient, Failure> {
         args.token_file.as_deref(),
     )?;
     Ok(client::ApiClient::new(&url, token, args.ca.as_deref())?)
+}
+
+/// `kudurru querylog search | tail | purge`: the exit code.
+fn querylog_command(command: QuerylogCommand) -> i32 {
+    use querylog::cli::SearchOutput;
+    let (stdout, stderr) = (std::io::stdout(), std::io::stderr());
+    let result: Result<String, Failure> = match command {
+        QuerylogCommand::Search {
+            filters,
+            limit,
+            all,
+            json,
+            csv,
+            client,
+        } => {
+            let output = match (json, csv) {
+                (true, _) => SearchOutput::Json,
+                (_, true) => SearchOutput::Csv,
+                _ => SearchOutput::Table,
+            };
+            let limit = if all {
+                None
+            } else {
+                Some(limit.unwrap_or(100))
+            };
+            api_client(&client).and_then(|c| {
+                querylog::cli::search(&c, &filters, limit, output, &mut stdout.lock())?;
+                Ok(String::new())
+            })
+        }
+        QuerylogCommand::Tail {
+            filters,
+            json,
+            client,
+        } => api_client(&client).and_then(|c| {
+            querylog::cli::tail(&c, &filters, json, &mut stdout.lock(), &mut stderr.lock())?;
+            Ok(String::new())
+        }),
+        QuerylogCommand::Purge { before, client } => {
+            api_client(&client).and_then(|c| Ok(querylog::cli::purge(&c, &before)?))
+        }
+    };
+    report("querylog", result)
 }
 
 /// `kudurru audit verify`: the chain of the configured data directory's store.
@@ -596,18 +662,6 @@ fn blocking(command: &BlockingCommand) -> Result<String, Failure> {
         text(&body["list"]),
         text(&body["rule"]),
     ))
-}
-
-/// `text` with every byte but unreserved ones (RFC 3986 §2.3) as `%XX`, for a query string.
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                char::from(b).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// Writes a self-signed pair: the key with mode 0600, created fresh (never through a link).

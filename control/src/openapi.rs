@@ -307,8 +307,185 @@ fn parameters(method: &str, path: &str) -> Vec<(&'static str, Value, &'static st
                 "the previous page's continue token",
             ),
         ],
+        ("GET", "/api/v1/querylog") => {
+            let mut all = querylog_filters();
+            all.extend([
+                (
+                    "limit",
+                    json!({ "type": "integer", "minimum": 1 }),
+                    "most entries in this page: 1 to 1000, default 100 (an export has no cap and no default)",
+                ),
+                (
+                    "cursor",
+                    json!({ "type": "string", "pattern": "^[0-9a-f]{1,32}$" }),
+                    "the previous page's `next`",
+                ),
+                (
+                    "follow",
+                    json!({ "type": "boolean" }),
+                    "true: a live NDJSON stream of entries as they are logged (as /api/v1/querylog/tail; no limit or cursor)",
+                ),
+            ]);
+            all
+        }
+        ("GET", "/api/v1/querylog/tail") => querylog_filters(),
+        ("DELETE", "/api/v1/querylog") => vec![(
+            "before",
+            json!({ "type": "string" }),
+            "required: delete entries logged before this RFC 3339 time or unix ns; 0 deletes all",
+        )],
+        ("GET", "/api/v1/stats") => vec![
+            (
+                "from",
+                json!({ "type": "string" }),
+                "RFC 3339 or unix ns (default: an hour before `to`)",
+            ),
+            (
+                "to",
+                json!({ "type": "string" }),
+                "RFC 3339 or unix ns (default: now)",
+            ),
+            (
+                "step",
+                json!({ "type": "string", "pattern": "^[1-9][0-9]*(m|h|d)$" }),
+                "bucket width in whole minutes (default 1m; at most 10000 buckets)",
+            ),
+            (
+                "top",
+                json!({ "type": "integer", "minimum": 0, "maximum": 1000 }),
+                "length of each top list (default 10)",
+            ),
+        ],
         _ => Vec::new(),
     }
+}
+
+/// The filters of a query-log search, export or tail: each narrows.
+fn querylog_filters() -> Vec<(&'static str, Value, &'static str)> {
+    let string = json!({ "type": "string" });
+    vec![
+        ("from", string.clone(), "at or after: RFC 3339 or unix ns"),
+        ("to", string.clone(), "before: RFC 3339 or unix ns"),
+        (
+            "client",
+            string.clone(),
+            "the client as logged (address, prefix or pseudonym, as privacy keeps it)",
+        ),
+        (
+            "clientId",
+            string.clone(),
+            "the client ID (DoH path segment or TLS SNI label)",
+        ),
+        ("qname", string.clone(), "the query name exactly (any case)"),
+        ("suffix", string.clone(), "the name or any name below it"),
+        (
+            "qtype",
+            string.clone(),
+            "record type: mnemonic (AAAA, TYPE65) or number",
+        ),
+        (
+            "rcode",
+            string.clone(),
+            "response code: mnemonic (NXDOMAIN), number, or none (dropped)",
+        ),
+        (
+            "blocked",
+            json!({ "type": "boolean" }),
+            "blocked or rewritten by a policy",
+        ),
+        ("policy", string.clone(), "the deciding policy"),
+        ("group", string.clone(), "the client group"),
+        (
+            "transport",
+            json!({ "type": "string", "enum": ["udp", "tcp", "dot", "doh", "doq", "doh3"] }),
+            "how the query arrived",
+        ),
+        (
+            "source",
+            json!({ "type": "string", "enum": ["cache", "upstream", "stale", "local", "policy", "dropped"] }),
+            "where the answer came from",
+        ),
+    ]
+}
+
+/// One query-log entry as search pages, exports and the tail show it.
+fn querylog_entry_schema() -> Value {
+    let string = json!({ "type": "string" });
+    let nullable = json!({ "type": "string", "nullable": true });
+    let flag = json!({ "type": "boolean" });
+    json!({
+        "type": "object",
+        "required": ["time", "timeUnixNs", "client", "clientId", "group", "transport", "source", "qname", "qtype", "rcode", "flags", "answer", "upstream", "upstreamLatencyMs", "policy", "list", "rule", "ede"],
+        "properties": {
+            "cursor": { "type": "string", "description": "the entry's position (search and export, not the tail)" },
+            "time": { "type": "string", "format": "date-time", "description": "RFC 3339, UTC, nanoseconds" },
+            "timeUnixNs": { "type": "integer" },
+            "client": nullable.clone(),
+            "clientId": nullable.clone(),
+            "group": string.clone(),
+            "transport": { "type": "string", "enum": ["udp", "tcp", "dot", "doh", "doq", "doh3"] },
+            "source": { "type": "string", "enum": ["cache", "upstream", "stale", "local", "policy", "dropped"] },
+            "qname": string.clone(),
+            "qtype": string.clone(),
+            "rcode": { "type": "string", "nullable": true, "description": "null: nothing was sent (dropped)" },
+            "flags": {
+                "type": "object",
+                "required": ["dnssecOk", "truncated", "recursionDesired", "blocked", "cloaked", "clipped"],
+                "properties": {
+                    "dnssecOk": flag.clone(), "truncated": flag.clone(),
+                    "recursionDesired": flag.clone(), "blocked": flag.clone(),
+                    "cloaked": flag.clone(), "clipped": flag.clone()
+                }
+            },
+            "answer": string,
+            "upstream": nullable.clone(),
+            "upstreamLatencyMs": { "type": "number", "nullable": true },
+            "policy": nullable.clone(),
+            "list": nullable.clone(),
+            "rule": nullable,
+            "ede": { "type": "integer", "nullable": true }
+        }
+    })
+}
+
+fn querylog_stats_schema() -> Value {
+    let count = json!({ "type": "integer" });
+    let top = |key: &str| {
+        json!({ "type": "array", "items": {
+            "type": "object",
+            "required": [key, "count"],
+            "properties": { key: { "type": "string" }, "count": count.clone() }
+        } })
+    };
+    json!({
+        "type": "object",
+        "required": ["from", "to", "stepSeconds", "totals", "series", "topNames", "topBlocked", "topClients"],
+        "properties": {
+            "from": { "type": "string", "format": "date-time" },
+            "to": { "type": "string", "format": "date-time" },
+            "stepSeconds": count.clone(),
+            "totals": {
+                "type": "object",
+                "required": ["queries", "blocked", "cacheHits"],
+                "properties": { "queries": count.clone(), "blocked": count.clone(), "cacheHits": count.clone() }
+            },
+            "series": { "type": "array", "items": {
+                "type": "object",
+                "required": ["start", "startUnixNs", "queries", "blocked", "cacheHits", "byRcode"],
+                "properties": {
+                    "start": { "type": "string", "format": "date-time" },
+                    "startUnixNs": count.clone(),
+                    "queries": count.clone(),
+                    "blocked": count.clone(),
+                    "cacheHits": count.clone(),
+                    "byRcode": { "type": "object", "additionalProperties": count.clone(), "description": "by rcode mnemonic; none: dropped" }
+                }
+            } },
+            "topNames": top("name"),
+            "topBlocked": top("name"),
+            "topClients": top("client")
+        }
+    })
 }
 
 fn operation(method: &str, path: &str, permission: &str) -> Value {
@@ -418,6 +595,37 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             }),
             None,
         ),
+        ("GET", "/api/v1/querylog") => (
+            "Logged queries matching the filters, newest first, a page at a time (cursor paging); with Accept: application/x-ndjson or text/csv, a streamed export of every match",
+            json!({
+                "type": "object",
+                "required": ["entries", "next"],
+                "properties": {
+                    "entries": { "type": "array", "items": querylog_entry_schema() },
+                    "next": { "type": "string", "nullable": true, "description": "the cursor of the next page; null on the last" }
+                }
+            }),
+            None,
+        ),
+        ("GET", "/api/v1/querylog/tail") => (
+            "Entries as they are logged, filtered, as newline-delimited JSON until the client leaves or the server stops; a line {\"lost\": n} says n entries were dropped because the client fell behind",
+            querylog_entry_schema(),
+            None,
+        ),
+        ("DELETE", "/api/v1/querylog") => (
+            "Delete logged queries older than `before` (0: all), in batches; rollups and dictionaries are kept",
+            json!({
+                "type": "object",
+                "required": ["deleted"],
+                "properties": { "deleted": { "type": "integer" } }
+            }),
+            None,
+        ),
+        ("GET", "/api/v1/stats") => (
+            "Query-log rollups: a time series (queries, blocked, cache hits, by rcode) and the top names, blocked names and clients over the range",
+            querylog_stats_schema(),
+            None,
+        ),
         _ => ("", json!({}), None),
     };
     let mut responses = json!({
@@ -436,7 +644,9 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         op["parameters"] = parameters
             .into_iter()
             .map(|(name, schema, description)| {
-                json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": description })
+                // `before` is the one required query parameter: a purge names its bound.
+                let required = method == "DELETE" && path == "/api/v1/querylog";
+                json!({ "name": name, "in": "query", "required": required, "schema": schema, "description": description })
             })
             .collect();
     }
@@ -466,6 +676,23 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         responses["409"] =
             error_response("The BlockList is disabled (kudurru.io/enabled: \"false\")");
         responses["503"] = error_response("No list manager runs");
+    }
+    if path == "/api/v1/querylog" && method == "GET" {
+        let entry = querylog_entry_schema();
+        responses["200"]["content"]["application/x-ndjson"] = json!({ "schema": entry });
+        responses["200"]["content"]["text/csv"] = json!({ "schema": { "type": "string" } });
+        responses["200"]["description"] =
+            "A page (JSON), or the export: one entry per line (NDJSON) or CSV with a header row (RFC 4180)".into();
+    }
+    if path == "/api/v1/querylog/tail" {
+        let entry = responses["200"]["content"]["application/json"]["schema"].take();
+        responses["200"]["content"] = json!({ "application/x-ndjson": { "schema": entry } });
+    }
+    if path.starts_with("/api/v1/querylog") || path == "/api/v1/stats" {
+        responses["409"] = error_response(
+            "not_searchable: the query log keeps no database here (querylog.sink is not redb, or the log is off); the message names the sink",
+        );
+        responses["500"] = error_response("The query-log database failed");
     }
     if path == "/api/v1/blocking/check" {
         responses["503"] =

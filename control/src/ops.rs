@@ -37,6 +37,8 @@ pub struct OpsState {
     /// Zones: `/internal/zones` and metrics; `None` when no zone manager runs (the route
     /// then answers 404, as on a node without zones).
     pub zones: Option<Arc<crate::zones::Shared>>,
+    /// The query log: its counters; `None` in tests.
+    pub querylog: Option<crate::querylog::QueryLog>,
 }
 
 /// Whether a peer may change lameduck: loopback only, since the ops listener has no
@@ -626,6 +628,9 @@ pub fn render_metrics(state: &OpsState) -> String {
     if let Some(zones) = &state.zones {
         zones.render_metrics(&mut out);
     }
+    if let Some(querylog) = &state.querylog {
+        querylog.render_metrics(&mut out);
+    }
     out
 }
 
@@ -655,6 +660,7 @@ mod tests {
             http: vec![("ops", Arc::default())],
             blocking: synced_blocking(),
             zones: None,
+            querylog: None,
         }
     }
 

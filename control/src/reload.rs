@@ -54,6 +54,10 @@ pub const HOT_KEYS: &[&str] = &[
     "blocking.fetchTimeout",
     "zones.journalSize",
     "zones.maxRecords",
+    "querylog.privacy",
+    "querylog.retention",
+    "querylog.maxBytes",
+    "querylog.pseudonymRotation",
     "log.level",
 ];
 

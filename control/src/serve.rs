@@ -60,6 +60,9 @@ pub enum ServeError {
     /// The object store could not be opened.
     #[error("cannot open the object store: {0}")]
     Store(#[from] kudurru_storage::StoreError),
+    /// The query log could not start (`querylog.db` would not open).
+    #[error(transparent)]
+    QueryLog(#[from] crate::querylog::StartError),
     /// The TSIG key file (`zones.tsigKeyFile`) could not be read or parsed.
     #[error("cannot load the TSIG keys: {0}")]
     TsigKeys(#[from] crate::zones::keys::KeyFileError),
@@ -79,6 +82,7 @@ impl ServeError {
             | Self::Listen(_)
             | Self::Watch(_)
             | Self::Store(_)
+            | Self::QueryLog(_)
             | Self::Runtime(_) => exit::START,
         }
     }
@@ -261,6 +265,11 @@ async fn control(
     } else {
         None
     };
+    // The query log: the sink (querylog.db opened here: a file that will not open stops the
+    // start) and the cores' channel; the writer starts below, once the client groups are read.
+    let querylog =
+        crate::querylog::Setup::open(&validated.querylog, validated.cpus.len(), ephemeral).await?;
+    let querylog_handle = querylog.log.clone();
     let (inbox_sender, inbox_receiver) = kudurru_transports::inbox::inbox();
     let server = kudurru_transports::start(ServerSpec {
         cpus: validated.cpus.clone(),
@@ -269,7 +278,7 @@ async fn control(
         lameduck: lameduck.clone(),
         tls,
         inbox: Some(inbox_sender),
-        querylog: bench_querylog(validated.cpus.len()),
+        querylog: bench_querylog(validated.cpus.len()).or_else(|| querylog.sender.clone()),
     })?;
     for (kind, addr) in server.bound() {
         tracing::info!(%kind, %addr, "listening");
@@ -348,6 +357,7 @@ async fn control(
         http: http_stats,
         blocking: blocking.clone(),
         zones: Some(zones.clone()),
+        querylog: Some(querylog_handle.clone()),
     });
     // Subscribers, in order: the log filter, then the data plane's snapshot.
     reloadable.subscribe("log.level", move |change| {
@@ -376,6 +386,17 @@ async fn control(
                 .any(|k| *k == "upstreams" || *k == "upstream.bootstrap")
             {
                 bootstrap.config_changed();
+            }
+        });
+    }
+    {
+        // The writer reads the client groups (spec.queryLog) from the list manager's builds.
+        let live = querylog.spawn(Some(blocking.clone()));
+        reloadable.subscribe("query log", move |change| {
+            if change.keys.iter().any(|k| k.starts_with("querylog.")) {
+                live.send_replace(crate::querylog::writer::LiveSettings::of(
+                    &change.new.validated.querylog,
+                ));
             }
         });
     }
@@ -443,6 +464,7 @@ async fn control(
         });
         api.zones = Some(zones.clone());
         api.bootstrap = Some(bootstrap.clone());
+        api.querylog = querylog_handle.clone();
         let api = Arc::new(api);
         crate::files::remove_stale_temporaries(api.tokens.path());
         tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");

@@ -33,6 +33,8 @@ pub enum Permission {
     InfoRead,
     /// Refresh block lists.
     ListsRefresh,
+    /// Search, export and tail the query log; read its stats.
+    QuerylogRead,
     /// Delete query-log entries.
     QuerylogDelete,
     /// Read objects (block lists, client groups, policies, zones).
@@ -61,6 +63,7 @@ impl Permission {
             Self::UpstreamsRead => "upstreams.read",
             Self::InfoRead => "info.read",
             Self::ListsRefresh => "lists.refresh",
+            Self::QuerylogRead => "querylog.read",
             Self::QuerylogDelete => "querylog.delete",
             Self::ObjectsRead => "objects.read",
             Self::ObjectsWrite => "objects.write",
@@ -108,13 +111,14 @@ impl Role {
     /// Whether the role grants `permission`.
     pub fn grants(self, permission: Permission) -> bool {
         use Permission::*;
-        let least = match permission {
-            SettingsRead | UpstreamsRead | InfoRead | ObjectsRead | CacheRead => Self::Viewer,
-            SettingsWrite | ListsRefresh | ObjectsWrite | AuditRead | CacheDump | CacheFlush => {
-                Self::Operator
-            }
-            NodeWrite | QuerylogDelete | ObjectsAdmin => Self::Admin,
-        };
+        let least =
+            match permission {
+                SettingsRead | UpstreamsRead | InfoRead | ObjectsRead | CacheRead
+                | QuerylogRead => Self::Viewer,
+                SettingsWrite | ListsRefresh | ObjectsWrite | AuditRead | CacheDump
+                | CacheFlush => Self::Operator,
+                NodeWrite | QuerylogDelete | ObjectsAdmin => Self::Admin,
+            };
         self >= least
     }
 }

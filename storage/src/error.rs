@@ -148,6 +148,15 @@ pub enum StorageError {
     /// The store was closed.
     #[error("the store is closed")]
     Closed,
+    /// An argument is out of its range (a query-log stats step of zero, a range of too many
+    /// buckets).
+    #[error("invalid {argument}: {reason}")]
+    InvalidArgument {
+        /// The argument's name.
+        argument: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 macro_rules! engine_error {

@@ -366,14 +366,25 @@ fn the_openapi_document_holds_against_the_running_server() {
         .start();
     let admin = k.token("admin", None);
     let doc = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
-    // A watch is a stream that ends when the client leaves: schemathesis reads a response to
-    // its end, so it asks for lists only (tests/e2e/objects.rs reads a watch).
+    // A watch and the query-log tail are streams that end when the client leaves:
+    // schemathesis reads a response to its end, so it asks for lists and pages only
+    // (tests/e2e/objects.rs reads a watch, tests/e2e/querylog_api.rs the tail).
     let config = dir.join("schemathesis.toml");
-    std::fs::write(&config, "[parameters]\n\"query.watch\" = \"false\"\n").unwrap();
+    std::fs::write(
+        &config,
+        "[parameters]\n\"query.watch\" = \"false\"\n\"query.follow\" = \"false\"\n",
+    )
+    .unwrap();
     let out = Command::new(schemathesis())
         .arg("--config-file")
         .arg(&config)
-        .args(["run", doc, "--url"])
+        .args([
+            "run",
+            doc,
+            "--exclude-path",
+            "/api/v1/querylog/tail",
+            "--url",
+        ])
         .arg(format!("http://{}", k.api))
         .arg("-H")
         .arg(format!("Authorization: Bearer {admin}"))

@@ -159,7 +159,7 @@ fn call(k: &Kudurru, method: &str, path: &str, token: &str, body: Option<&Value>
     )
 }
 
-fn create(k: &Kudurru, token: &str, plural: &str, name: &str, spec: Value) {
+pub(crate) fn create(k: &Kudurru, token: &str, plural: &str, name: &str, spec: Value) {
     let (status, body) = call(
         k,
         "POST",

@@ -18,6 +18,8 @@ mod http2;
 mod lifecycle;
 mod objects;
 mod quic;
+// The query log's API and CLI (ql-api).
+mod querylog_api;
 mod ratelimit;
 mod reload;
 mod resolve;

@@ -26,6 +26,7 @@ mod key;
 mod listener;
 mod log;
 mod ops;
+mod querylog;
 mod quic;
 mod ratelimit;
 mod server;
@@ -57,6 +58,13 @@ pub use key::{KeyInfo, Scope, plain_reason, show_list};
 pub use listener::{DEFAULT_DOH_PATH, parse_listener};
 pub use log::{DEFAULT_LOG_FORMAT, DEFAULT_LOG_LEVEL, LogSection};
 pub use ops::{DEFAULT_OPS_ADDRESS, OpsSection};
+pub use querylog::{
+    BUFFER_BATCHES_RANGE, BUFFER_EVENTS_RANGE, DEFAULT_DNSTAP_BUFFER_EVENTS,
+    DEFAULT_PSEUDONYM_ROTATION, DEFAULT_QUERYLOG_MAX_BYTES, DEFAULT_QUERYLOG_RETENTION,
+    DEFAULT_QUERYLOG_SINK, DnstapAddress, DnstapSection, MIN_PSEUDONYM_ROTATION,
+    MIN_QUERYLOG_MAX_BYTES, QUERYLOG_DB_FILE, QUERYLOG_JSONL_FILE, QueryLogSection,
+    QueryLogSettings, SinkKind,
+};
 pub use quic::{DEFAULT_QUIC_MAX_CONNECTIONS_PER_CLIENT, QuicSection};
 pub use ratelimit::{DEFAULT_RATELIMIT_TABLE_SIZE, MAX_ALLOWLIST, RateLimitSection};
 pub use server::{DEFAULT_LISTEN, DEFAULT_SHUTDOWN_GRACE, ServerSection};
@@ -120,6 +128,8 @@ pub struct Config {
     pub auth: AuthSection,
     /// `audit.*`.
     pub audit: AuditSection,
+    /// `querylog.*`.
+    pub querylog: QueryLogSection,
     /// `log.*`.
     pub log: LogSection,
 }
@@ -145,6 +155,7 @@ impl Default for Config {
             storage: StorageSection::default(),
             auth: AuthSection::default(),
             audit: AuditSection::default(),
+            querylog: QueryLogSection::default(),
             log: LogSection::default(),
         }
     }
@@ -182,6 +193,7 @@ static SECTIONS: &[&[KeyInfo]] = &[
     storage::KEYS,
     auth::KEYS,
     audit::KEYS,
+    querylog::KEYS,
     log::KEYS,
 ];
 

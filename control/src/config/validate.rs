@@ -384,6 +384,10 @@ impl Config {
         } else {
             self.server.identity.clone()
         };
+        let querylog = self
+            .querylog
+            .validate(&data_dir, &identity)
+            .map_err(|e| vec![e])?;
         let settings = Settings {
             upstreams: upstreams.into(),
             upstream_strategy,
@@ -434,6 +438,7 @@ impl Config {
             blocking,
             zones,
             bootstrap,
+            querylog,
         })
     }
 }
@@ -469,6 +474,8 @@ pub struct Validated {
     pub zones: super::ZonesSettings,
     /// `upstream.bootstrap`: the resolvers of host names in upstream URLs.
     pub bootstrap: Vec<SocketAddr>,
+    /// `querylog.*`.
+    pub querylog: super::QueryLogSettings,
 }
 
 /// Whether `upstream` reaches one of kudurru's own listeners: the same port on the listener's

@@ -496,6 +496,11 @@ impl Query {
         Ok(Self(pairs))
     }
 
+    /// The keys, in order, repeats included.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_str())
+    }
+
     /// The first value of `key`.
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.0

@@ -2,11 +2,28 @@
 //! applies privacy, and feeds the sink (`querylog.sink`: redb, dnstap, jsonl, none); the API
 //! searches it through [`QueryLog`].
 //!
-//! (Skeleton: the handle's contract with the API; the writer, sinks and bodies are to come.)
+//! ```text
+//! cores ─▶ QueryLogReceiver ─▶ writer (writer.rs; privacy.rs) ─▶ EventSink: redb (redb.rs),
+//!                                      │                         dnstap, jsonl, or none
+//!                                      └▶ live tails (QueryLog::subscribe)
+//! API ─▶ QueryLog::search / stats / purge ─▶ blocking pool ─▶ QueryLogDb
+//! ```
 
 pub mod event;
+// The API's routes and the command line (ql-api).
+pub mod api;
+pub mod cli;
+pub mod privacy;
+pub mod redb;
+pub mod writer;
 
+use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use kudurru_core::querylog::{Privacy, flags};
+use kudurru_storage::querylog::{QueryLogDb, entry_flags};
 
 pub use event::{ClientView, Event};
 pub use kudurru_storage::querylog::{Cursor, Entry, Filter, Page, Stats};
@@ -25,6 +42,129 @@ pub trait EventSink: Send + Sync {
     fn dropped(&self) -> u64;
 }
 
+/// Why the query log could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// `querylog.db` could not be opened or created.
+    #[error("cannot open the query log {path}: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: kudurru_storage::StorageError,
+    },
+    /// A thread or task could not be started.
+    #[error("cannot start the query log's writer: {0}")]
+    Thread(String),
+}
+
+/// The query log as `serve` starts it: the cores' end of the channel, the handle, and what the
+/// writer runs on once the client groups are there ([`Setup::spawn`]).
+pub struct Setup {
+    /// What the cores write into (`None`: `querylog.enabled = false`).
+    pub sender: Option<kudurru_transports::querylog::QueryLogSender>,
+    /// The handle for the API and the ops listener.
+    pub log: QueryLog,
+    receiver: Option<kudurru_transports::querylog::QueryLogReceiver>,
+    settings: tokio::sync::watch::Sender<writer::LiveSettings>,
+}
+
+impl Setup {
+    /// Opens the sink `settings` choose and the channel of `cores` cores (the database on
+    /// the blocking pool). `ephemeral` (`serve --ephemeral`, which keeps nothing on disk)
+    /// opens no database: records still reach the live tails.
+    pub async fn open(
+        settings: &crate::config::QueryLogSettings,
+        cores: usize,
+        ephemeral: bool,
+    ) -> Result<Self, StartError> {
+        use crate::config::SinkKind;
+        let (live, _) = tokio::sync::watch::channel(writer::LiveSettings::of(settings));
+        let metrics = Arc::new(QueryLogMetrics::default());
+        let mut kind = settings.effective_sink();
+        if ephemeral && kind == SinkKind::Redb {
+            tracing::warn!(
+                "--ephemeral: the query log keeps no database (querylog.db is not opened); live tails still see every entry"
+            );
+            kind = SinkKind::None;
+        }
+        let (events, db): (Option<Arc<dyn EventSink>>, _) = match kind {
+            SinkKind::Redb => {
+                let path = settings.db_path.clone();
+                let opening = path.clone();
+                let db = tokio::task::spawn_blocking(move || QueryLogDb::open(&opening))
+                    .await
+                    .map_err(|e| StartError::Thread(e.to_string()))?
+                    .map_err(|source| StartError::Open {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let db = Arc::new(db);
+                let sink = redb::RedbSink::start(db.clone(), metrics.clone())
+                    .map_err(|e| StartError::Thread(e.to_string()))?;
+                (Some(Arc::new(sink)), Some((db, path)))
+            }
+            // ql-dnstap: the dnstap (Frame Streams) and JSON-lines sinks are built here from
+            // `settings.dnstap_address`, `.dnstap_buffer_events`, `.identity` and `.file`.
+            SinkKind::Dnstap | SinkKind::Jsonl => {
+                tracing::warn!(
+                    sink = kind.label(),
+                    "this build has no such query-log sink yet; records are counted and not kept"
+                );
+                (None, None)
+            }
+            SinkKind::None => (None, None),
+        };
+        let (sender, receiver) = if settings.enabled {
+            let (s, r) = kudurru_transports::querylog::channel_with_room(
+                settings.buffer_batches.saturating_mul(cores.max(1)),
+            );
+            (Some(s), Some(r))
+        } else {
+            (None, None)
+        };
+        let log = QueryLog::new(QueryLogParts {
+            sink: kind.label(),
+            events: events.clone(),
+            db,
+            metrics,
+        });
+        Ok(Self {
+            sender,
+            log,
+            receiver,
+            settings: live,
+        })
+    }
+
+    /// Starts the writer (and, with a database, the retention loop) on this runtime, with the
+    /// client groups of `groups`; returns what a reload sends new live settings to.
+    pub fn spawn(
+        self,
+        groups: writer::GroupSource,
+    ) -> tokio::sync::watch::Sender<writer::LiveSettings> {
+        if let Some(receiver) = self.receiver {
+            tokio::spawn(writer::run(writer::WriterParts {
+                receiver,
+                sink: self.log.shared.events.clone(),
+                groups: groups.clone(),
+                settings: self.settings.subscribe(),
+                log: self.log.clone(),
+            }));
+        }
+        if let Some((db, _)) = &self.log.shared.db {
+            tokio::spawn(redb::prune_loop(
+                db.clone(),
+                groups,
+                self.settings.subscribe(),
+                self.log.metrics(),
+            ));
+        }
+        self.settings
+    }
+}
+
 /// Why a query-log request could not be answered.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryLogError {
@@ -38,6 +178,9 @@ pub enum QueryLogError {
     /// The database failed.
     #[error(transparent)]
     Storage(#[from] kudurru_storage::StorageError),
+    /// The blocking pool dropped the request (the server is stopping).
+    #[error("the query log request did not finish: {0}")]
+    Stopped(String),
 }
 
 /// What the API and the CLI reach the query log through (cheap to clone).
@@ -49,14 +192,50 @@ pub struct QueryLog {
 struct Shared {
     sink: &'static str,
     tail: tokio::sync::broadcast::Sender<Arc<Entry>>,
+    /// The database (`redb` sink) and its file.
+    db: Option<(Arc<QueryLogDb>, PathBuf)>,
+    /// The sink the writer feeds.
+    events: Option<Arc<dyn EventSink>>,
+    metrics: Arc<QueryLogMetrics>,
+}
+
+/// Entries a live tail may fall behind by before it loses the oldest.
+pub const TAIL_CAPACITY: usize = 4096;
+
+/// What a [`QueryLog`] is made of.
+pub struct QueryLogParts {
+    /// The sink's name (`redb`, `dnstap`, `jsonl`, `none`).
+    pub sink: &'static str,
+    /// The sink (`None` for `none`).
+    pub events: Option<Arc<dyn EventSink>>,
+    /// The database and its file (the `redb` sink).
+    pub db: Option<(Arc<QueryLogDb>, PathBuf)>,
+    /// The counters the writer and the sink share.
+    pub metrics: Arc<QueryLogMetrics>,
 }
 
 impl QueryLog {
     /// A query log that records nothing (`querylog.enabled = false`, and tests).
     pub fn disabled() -> Self {
-        let (tail, _) = tokio::sync::broadcast::channel(1);
+        Self::new(QueryLogParts {
+            sink: "none",
+            events: None,
+            db: None,
+            metrics: Arc::default(),
+        })
+    }
+
+    /// A query log over `parts`.
+    pub fn new(parts: QueryLogParts) -> Self {
+        let (tail, _) = tokio::sync::broadcast::channel(TAIL_CAPACITY);
         Self {
-            shared: Arc::new(Shared { sink: "none", tail }),
+            shared: Arc::new(Shared {
+                sink: parts.sink,
+                tail,
+                db: parts.db,
+                events: parts.events,
+                metrics: parts.metrics,
+            }),
         }
     }
 
@@ -65,37 +244,262 @@ impl QueryLog {
         self.shared.sink
     }
 
+    /// The counters.
+    pub fn metrics(&self) -> Arc<QueryLogMetrics> {
+        self.shared.metrics.clone()
+    }
+
+    /// The database, or why there is none.
+    fn db(&self) -> Result<Arc<QueryLogDb>, QueryLogError> {
+        self.shared
+            .db
+            .as_ref()
+            .map(|(db, _)| db.clone())
+            .ok_or(QueryLogError::NotSearchable { sink: self.sink() })
+    }
+
+    /// Runs `f` over the database on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&QueryLogDb) -> Result<T, kudurru_storage::StorageError> + Send + 'static,
+    ) -> Result<T, QueryLogError> {
+        let db = self.db()?;
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(|e| QueryLogError::Stopped(e.to_string()))?
+            .map_err(QueryLogError::Storage)
+    }
+
     /// A page of entries matching `filter`, newest first, after `cursor` (on the blocking
     /// pool).
     pub async fn search(
         &self,
-        _filter: Filter,
-        _cursor: Option<Cursor>,
-        _limit: usize,
+        filter: Filter,
+        cursor: Option<Cursor>,
+        limit: usize,
     ) -> Result<Page, QueryLogError> {
-        Err(QueryLogError::NotSearchable { sink: self.sink() })
+        self.blocking(move |db| db.search(&filter, cursor, limit))
+            .await
     }
 
     /// The rollups from `from_ns` to `to_ns` in steps of `step_ns`, top lists of `top`.
     pub async fn stats(
         &self,
-        _from_ns: u64,
-        _to_ns: u64,
-        _step_ns: u64,
-        _top: usize,
+        from_ns: u64,
+        to_ns: u64,
+        step_ns: u64,
+        top: usize,
     ) -> Result<Stats, QueryLogError> {
-        Err(QueryLogError::NotSearchable { sink: self.sink() })
+        self.blocking(move |db| db.stats(from_ns, to_ns, step_ns, top))
+            .await
     }
 
     /// Deletes facts older than `before_ns` (0: all), keeping rollups and dictionaries; the
     /// number deleted.
-    pub async fn purge(&self, _before_ns: u64) -> Result<u64, QueryLogError> {
-        Err(QueryLogError::NotSearchable { sink: self.sink() })
+    pub async fn purge(&self, before_ns: u64) -> Result<u64, QueryLogError> {
+        self.blocking(move |db| db.purge(before_ns, redb::PRUNE_BATCH))
+            .await
     }
 
     /// Every entry logged from now on (privacy applied; omitted ones not sent), for live
     /// tails. A subscriber that falls behind loses the oldest and is told how many.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Arc<Entry>> {
         self.shared.tail.subscribe()
+    }
+
+    /// Sends `events` (omitted ones left out) to the live tails, if any listen.
+    pub(crate) fn publish_tail(&self, events: &[Arc<Event>]) {
+        if self.shared.tail.receiver_count() == 0 {
+            return;
+        }
+        for event in events.iter().filter(|e| e.privacy != Privacy::Omit) {
+            let _ = self.shared.tail.send(Arc::new(Entry::from(&**event)));
+        }
+    }
+
+    /// The doctor's check: `(status, message)`; the database file must be private (0600)
+    /// and appends must be succeeding.
+    pub fn health(&self) -> (&'static str, String) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let failing = self.shared.metrics.sink_failing.load(Relaxed) != 0;
+        let Some((_, path)) = &self.shared.db else {
+            return match self.sink() {
+                "none" => (
+                    "ok",
+                    "disabled (querylog.enabled = false or querylog.sink = none)".into(),
+                ),
+                sink => ("ok", format!("writing to the {sink} sink")),
+            };
+        };
+        match std::fs::metadata(path) {
+            Err(e) => ("fail", format!("{}: {e}", path.display())),
+            Ok(meta) if meta.permissions().mode() & 0o077 != 0 => (
+                "warn",
+                format!(
+                    "{} is mode {:o}: others than the owner can read the query log (chmod 600)",
+                    path.display(),
+                    meta.permissions().mode() & 0o777
+                ),
+            ),
+            Ok(meta) if meta.permissions().mode() & 0o200 == 0 => {
+                ("fail", format!("{} is not writable", path.display()))
+            }
+            Ok(_) if failing => (
+                "fail",
+                format!("{}: appends are failing (see the log)", path.display()),
+            ),
+            Ok(meta) => (
+                "ok",
+                format!(
+                    "{} (0600, {} bytes), appends succeeding",
+                    path.display(),
+                    meta.len()
+                ),
+            ),
+        }
+    }
+
+    /// The query log's counters in Prometheus text.
+    pub fn render_metrics(&self, out: &mut String) {
+        let m = &self.shared.metrics;
+        let sink = self.sink();
+        let dropped = self.shared.events.as_ref().map_or(0, |s| s.dropped());
+        let db_bytes = self
+            .shared
+            .db
+            .as_ref()
+            .and_then(|(_, path)| std::fs::metadata(path).ok())
+            .map_or(0, |meta| meta.len());
+        let lag = m.lag_ms.load(Relaxed) as f64 / 1000.0;
+        let families: [(&str, &str, &str, String); 8] = [
+            (
+                "kudurru_querylog_written_total",
+                "counter",
+                "Query-log events the writer handed to the sink (omitted ones included).",
+                m.written.load(Relaxed).to_string(),
+            ),
+            (
+                "kudurru_querylog_sink_dropped_total",
+                "counter",
+                "Query-log events the sink dropped: its buffer was full, its peer away, or a write failed.",
+                dropped.to_string(),
+            ),
+            (
+                "kudurru_querylog_committed_total",
+                "counter",
+                "Query-log entries committed to querylog.db.",
+                m.committed.load(Relaxed).to_string(),
+            ),
+            (
+                "kudurru_querylog_omitted_total",
+                "counter",
+                "Queries of clients whose privacy is omit (counted in the rollups, not logged).",
+                m.omitted.load(Relaxed).to_string(),
+            ),
+            (
+                "kudurru_querylog_pruned_total",
+                "counter",
+                "Query-log entries deleted by retention (querylog.retention, a group's retention, querylog.maxBytes).",
+                m.pruned.load(Relaxed).to_string(),
+            ),
+            (
+                "kudurru_querylog_pseudonym_rotations_total",
+                "counter",
+                "Times the pseudonym key was replaced (querylog.pseudonymRotation, privacy changes).",
+                m.rotations.load(Relaxed).to_string(),
+            ),
+            (
+                "kudurru_querylog_writer_lag_seconds",
+                "gauge",
+                "Age of the newest record of the writer's last round when it was processed.",
+                format!("{lag:.3}"),
+            ),
+            (
+                "kudurru_querylog_db_bytes",
+                "gauge",
+                "Size of querylog.db (0 without the redb sink).",
+                db_bytes.to_string(),
+            ),
+        ];
+        for (name, kind, help, value) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            if name == "kudurru_querylog_sink_dropped_total"
+                || name == "kudurru_querylog_written_total"
+            {
+                let _ = writeln!(out, "{name}{{sink=\"{sink}\"}} {value}");
+            } else {
+                let _ = writeln!(out, "{name} {value}");
+            }
+        }
+        let undecodable = m.undecodable.load(Relaxed);
+        if undecodable > 0 {
+            tracing::debug!(undecodable, "query-log records that did not decode");
+        }
+    }
+}
+
+/// The writer's and the sinks' counters.
+#[derive(Debug, Default)]
+pub struct QueryLogMetrics {
+    /// Events handed to the sink.
+    pub written: AtomicU64,
+    /// Entries committed to the database.
+    pub committed: AtomicU64,
+    /// Omitted events.
+    pub omitted: AtomicU64,
+    /// Records that did not decode.
+    pub undecodable: AtomicU64,
+    /// Entries pruned by retention.
+    pub pruned: AtomicU64,
+    /// Pseudonym key rotations.
+    pub rotations: AtomicU64,
+    /// The last round's lag, milliseconds.
+    pub lag_ms: AtomicU64,
+    /// 1 while the sink's writes fail.
+    pub sink_failing: AtomicU64,
+}
+
+impl From<&Event> for Entry {
+    fn from(event: &Event) -> Self {
+        let s = &event.summary;
+        let mut flag_bits = 0;
+        for (record, entry) in [
+            (flags::BLOCKED, entry_flags::BLOCKED),
+            (flags::CLOAKED, entry_flags::CLOAKED),
+            (flags::CLIPPED, entry_flags::CLIPPED),
+        ] {
+            if event.record_flags & record != 0 {
+                flag_bits |= entry;
+            }
+        }
+        for (set, entry) in [
+            (s.dnssec_ok, entry_flags::DNSSEC_OK),
+            (s.truncated, entry_flags::TRUNCATED),
+            (s.recursion_desired, entry_flags::RECURSION_DESIRED),
+        ] {
+            if set {
+                flag_bits |= entry;
+            }
+        }
+        Self {
+            time_ns: event.time_ns,
+            client: event.client.render(),
+            client_id: event.client_id.clone(),
+            group: event.group.clone(),
+            transport: event.transport as u8,
+            source: event.source as u8,
+            qname: s.qname.clone(),
+            qtype: s.qtype,
+            rcode: s.rcode,
+            flags: flag_bits,
+            answer: s.answers.join(", "),
+            upstream: event.upstream.clone(),
+            upstream_latency_us: event.upstream_latency_us,
+            policy: event.policy.clone(),
+            list: event.list.clone(),
+            rule: event.rule.clone(),
+            ede: s.ede,
+            omitted: event.privacy == Privacy::Omit,
+        }
     }
 }

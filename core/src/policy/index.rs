@@ -1002,6 +1002,7 @@ mod tests {
                 "2001:db8:1::/48".parse().unwrap(),
             ],
             client_ids: vec!["Kids-Tablet".into()],
+            ..Default::default()
         };
         let office = ClientGroupSpec {
             clients: vec![
@@ -1009,10 +1010,12 @@ mod tests {
                 "198.51.100.128/25".parse().unwrap(),
             ],
             client_ids: vec![],
+            ..Default::default()
         };
         let lab = ClientGroupSpec {
             clients: vec!["198.51.100.200/32".parse().unwrap()],
             client_ids: vec![],
+            ..Default::default()
         };
         let groups = [
             GroupSpec {
@@ -1495,6 +1498,7 @@ mod tests {
                 let spec = ClientGroupSpec {
                     clients: vec![format!("10.0.{i}.0/24").parse().unwrap()],
                     client_ids: vec![],
+                    ..Default::default()
                 };
                 (format!("g{i:02}"), spec)
             })

@@ -41,5 +41,6 @@ pub use matcher::{Hit, ListId, ListMode, MAX_LISTS, Matcher, Role};
 pub use name::NameError;
 pub use schedule::{Schedule, ScheduleError, Weekdays, Window};
 pub use spec::{
-    BlockListSpec, BlockResponse, ClientGroupSpec, ListSource, PolicySpec, Rewrite, RewriteTarget,
+    BlockListSpec, BlockResponse, ClientGroupSpec, GroupQueryLog, ListSource, PolicySpec, Rewrite,
+    RewriteTarget,
 };

@@ -47,6 +47,19 @@ pub struct ClientGroupSpec {
     pub clients: Vec<Prefix>,
     /// Client IDs: the DoH path segment or the TLS SNI's first label.
     pub client_ids: Vec<String>,
+    /// `spec.queryLog`: the group's own query-log privacy and retention.
+    pub query_log: GroupQueryLog,
+}
+
+/// `ClientGroup.spec.queryLog`: what the query log keeps of the group's clients, overriding
+/// `querylog.privacy` and `querylog.retention` (a client in several groups gets the strictest
+/// privacy and the shortest retention of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupQueryLog {
+    /// `privacy`; `None`: `querylog.privacy`.
+    pub privacy: Option<crate::querylog::Privacy>,
+    /// `retention`; `None`: `querylog.retention`; zero: kept by age forever.
+    pub retention: Option<Duration>,
 }
 
 /// What a blocked query gets (`Policy.spec.blockResponse`).

@@ -3,16 +3,20 @@
 //! spec:
 //!   clients:   ["192.0.2.0/24", "2001:db8::/48", "198.51.100.7"]   addresses and prefixes
 //!   clientIds: ["kids", "office"]   DoH path segment (/dns-query/{id}) or TLS SNI's first label
+//!   queryLog:                          optional: overrides querylog.privacy / querylog.retention
+//!     privacy:   truncate              full | truncate | pseudonymize | none | omit
+//!     retention: 1d                    a duration; 0 = kept by age forever
 //! ```
 //! The group `default` is built in (clients no other group holds): a ClientGroup of that name
 //! is refused.
 
 use kudurru_core::Prefix;
-use kudurru_core::policy::ClientGroupSpec;
+use kudurru_core::policy::{ClientGroupSpec, GroupQueryLog};
+use kudurru_core::querylog::Privacy;
 use kudurru_storage::FieldError;
 use serde_json::Value;
 
-use super::{object, strings};
+use super::{duration, object, optional_string, strings};
 
 /// The `ClientGroup` kind.
 pub const CLIENT_GROUP: &str = "ClientGroup";
@@ -21,15 +25,19 @@ pub const CLIENT_GROUP: &str = "ClientGroup";
 /// other group holds.
 pub const RESERVED_GROUP_NAMES: &[&str] = &[kudurru_core::policy::DEFAULT_GROUP];
 
-/// `ClientGroup.spec`: `clients` (addresses or prefixes) and `clientIds` (DNS labels); at
-/// least one entry; nothing else.
+/// `ClientGroup.spec`: `clients` (addresses or prefixes) and `clientIds` (DNS labels), at
+/// least one entry; and optionally `queryLog` (`privacy`, `retention`); nothing else.
 pub fn client_group(spec: &Value) -> Result<ClientGroupSpec, FieldError> {
     let map = object(
         spec,
         "spec",
-        &["clients", "clientIds"],
-        "a ClientGroup has clients and clientIds",
+        &["clients", "clientIds", "queryLog"],
+        "a ClientGroup has clients, clientIds and queryLog",
     )?;
+    let query_log = match map.get("queryLog") {
+        None => GroupQueryLog::default(),
+        Some(value) => query_log(value)?,
+    };
     let clients = strings(map, "spec", "clients")?
         .iter()
         .enumerate()
@@ -69,7 +77,44 @@ pub fn client_group(spec: &Value) -> Result<ClientGroupSpec, FieldError> {
     Ok(ClientGroupSpec {
         clients,
         client_ids: ids.into_iter().map(str::to_owned).collect(),
+        query_log,
     })
+}
+
+/// `spec.queryLog`: `privacy` (a mode) and `retention` (a duration, `0` for no limit).
+fn query_log(value: &Value) -> Result<GroupQueryLog, FieldError> {
+    let path = "spec.queryLog";
+    let map = object(
+        value,
+        path,
+        &["privacy", "retention"],
+        "queryLog has privacy and retention",
+    )?;
+    let privacy = optional_string(map, path, "privacy")?
+        .map(|text| {
+            Privacy::from_label(text).ok_or_else(|| {
+                FieldError::new(
+                    "spec.queryLog.privacy",
+                    format!("{text:?} is not full, truncate, pseudonymize, none or omit"),
+                )
+            })
+        })
+        .transpose()?;
+    let retention = optional_string(map, path, "retention")?
+        .map(|text| {
+            if text.trim() == "0" {
+                Ok(std::time::Duration::ZERO)
+            } else {
+                duration(
+                    text,
+                    "spec.queryLog.retention",
+                    std::time::Duration::from_secs(1),
+                    None,
+                )
+            }
+        })
+        .transpose()?;
+    Ok(GroupQueryLog { privacy, retention })
 }
 
 #[cfg(test)]
@@ -99,5 +144,39 @@ mod tests {
         assert_eq!(field(json!({"client": []})), "spec.client");
         assert_eq!(field(json!({})), "spec");
         assert_eq!(field(json!([])), "spec");
+    }
+
+    #[test]
+    fn query_log_settings_convert_and_name_their_bad_field() {
+        let spec = client_group(&json!({
+            "clients": ["127.0.0.2"],
+            "queryLog": {"privacy": "pseudonymize", "retention": "1d"}
+        }))
+        .unwrap();
+        assert_eq!(spec.query_log.privacy, Some(Privacy::Pseudonymize));
+        assert_eq!(
+            spec.query_log.retention,
+            Some(std::time::Duration::from_secs(86_400))
+        );
+        let forever = client_group(&json!({"clients": ["::1"], "queryLog": {"retention": "0"}}))
+            .unwrap()
+            .query_log;
+        assert_eq!(forever.privacy, None);
+        assert_eq!(forever.retention, Some(std::time::Duration::ZERO));
+        let plain = client_group(&json!({"clients": ["::1"]})).unwrap();
+        assert_eq!(plain.query_log, GroupQueryLog::default());
+        let field = |log: Value| {
+            client_group(&json!({"clients": ["::1"], "queryLog": log}))
+                .unwrap_err()
+                .field
+        };
+        assert_eq!(field(json!({"privacy": "secret"})), "spec.queryLog.privacy");
+        assert_eq!(field(json!({"privacy": 1})), "spec.queryLog.privacy");
+        assert_eq!(
+            field(json!({"retention": "a while"})),
+            "spec.queryLog.retention"
+        );
+        assert_eq!(field(json!({"retain": "1d"})), "spec.queryLog.retain");
+        assert_eq!(field(json!("full")), "spec.queryLog");
     }
 }
