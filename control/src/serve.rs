@@ -270,6 +270,7 @@ async fn control(
     let querylog =
         crate::querylog::Setup::open(&validated.querylog, validated.cpus.len(), ephemeral).await?;
     let querylog_handle = querylog.log.clone();
+    on_hangup.extend(querylog.on_hangup.clone());
     let (inbox_sender, inbox_receiver) = kudurru_transports::inbox::inbox();
     let server = kudurru_transports::start(ServerSpec {
         cpus: validated.cpus.clone(),
@@ -278,7 +279,11 @@ async fn control(
         lameduck: lameduck.clone(),
         tls,
         inbox: Some(inbox_sender),
-        querylog: bench_querylog(validated.cpus.len()).or_else(|| querylog.sender.clone()),
+        // (merge of ql-writer and ql-core: the writer's channel; the bench hook without it.)
+        querylog: querylog
+            .sender
+            .clone()
+            .or_else(|| bench_querylog(validated.cpus.len())),
     })?;
     for (kind, addr) in server.bound() {
         tracing::info!(%kind, %addr, "listening");

@@ -373,12 +373,13 @@ impl<'a> Iterator for Records<'a> {
     }
 }
 
-/// What the writer works out from a record's two messages (see `summarize`, on the control
-/// side of this module's users): the question, the outcome, the answer in brief.
+/// What the writer works out from a record's two messages ([`summarize`], on the control
+/// thread): the question, the outcome, the answer in brief.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Summary {
-    /// The query name in presentation form, lowercase, with the final dot (`www.example.com.`);
-    /// empty when the query has no question.
+    /// The query name in presentation form, lowercase, with the final dot (`www.example.com.`;
+    /// the root is `.`), bytes outside printable ASCII as `\DDD` and `. ; \ ( ) " @ $` behind
+    /// a backslash, as dig writes them; empty when the query has no question.
     pub qname: String,
     /// The query type.
     pub qtype: u16,
@@ -392,33 +393,131 @@ pub struct Summary {
     pub truncated: bool,
     /// The query had recursion desired.
     pub recursion_desired: bool,
-    /// The answer section in brief, one entry per record up to a few (`A 192.0.2.1`,
-    /// `CNAME cdn.example.net.`), in order.
+    /// The answer section in brief, one entry per record up to [`ANSWERS_MAX`]
+    /// (`A 192.0.2.1`, `CNAME cdn.example.net.`, `MX 10 mail.example.`), in order.
     pub answers: Vec<String>,
-    /// The Extended DNS Error code of the response, if any (RFC 8914).
+    /// Answer records beyond the first [`ANSWERS_MAX`] (counted, not summarized).
+    pub more_answers: u16,
+    /// The Extended DNS Error code of the response, if any (RFC 8914): the first one.
     pub ede: Option<u16>,
 }
 
+/// Most answer records a [`Summary`] spells out.
+pub const ANSWERS_MAX: usize = 8;
+
+/// Most characters of one answer's record data in a [`Summary`] (longer ones end in `…`).
+pub const ANSWER_TEXT_MAX: usize = 80;
+
 /// The question, outcome and answer of a record's two messages. Total: a message that does not
-/// parse leaves the fields it would have filled at their defaults.
-///
-/// (Skeleton: question and rcode only; the answer summary, flags and EDE are to come.)
+/// parse leaves the fields it would have filled at their defaults, and a record of the answer
+/// that does not parse ends the answer summary there (counted in `more_answers`).
 pub fn summarize(query: &[u8], response: &[u8]) -> Summary {
     use domain::base::Message;
     let mut summary = Summary::default();
-    if let Ok(message) = Message::from_slice(query)
-        && let Ok(question) = message.sole_question()
-    {
-        summary.qname = format!("{}.", question.qname()).to_ascii_lowercase();
-        summary.qtype = question.qtype().to_int();
-        summary.qclass = question.qclass().to_int();
+    if let Ok(message) = Message::from_slice(query) {
         summary.recursion_desired = message.header().rd();
+        if let Ok(question) = message.sole_question() {
+            summary.qname = presentation(question.qname().iter());
+            summary.qtype = question.qtype().to_int();
+            summary.qclass = question.qclass().to_int();
+        }
+        summary.dnssec_ok = message.opt().is_some_and(|opt| opt.dnssec_ok());
     }
     if let Ok(message) = Message::from_slice(response) {
-        summary.rcode = Some(message.header().rcode().to_int().into());
-        summary.truncated = message.header().tc();
+        let header = message.header();
+        summary.truncated = header.tc();
+        let opt = message.opt();
+        summary.rcode = Some(match &opt {
+            Some(opt) => opt.rcode(header).to_int(),
+            None => header.rcode().to_int().into(),
+        });
+        summary.ede = opt.as_ref().and_then(|opt| {
+            opt.opt()
+                .iter::<domain::base::opt::ExtendedError<_>>()
+                .flatten()
+                .next()
+                .map(|ede| ede.code().to_int())
+        });
+        summarize_answers(message, &mut summary);
     }
     summary
+}
+
+/// Fills `answers` and `more_answers` from the response's answer section.
+fn summarize_answers(message: &domain::base::Message<[u8]>, summary: &mut Summary) {
+    use domain::rdata::AllRecordData;
+    let total = message.header_counts().ancount();
+    let Ok(section) = message.answer() else {
+        summary.more_answers = total;
+        return;
+    };
+    for record in section.take(ANSWERS_MAX) {
+        let Ok(record) = record else { break };
+        let Ok(record) = record.to_any_record::<AllRecordData<_, _>>() else {
+            break;
+        };
+        summary.answers.push(answer_text(record.data()));
+    }
+    summary.more_answers = total.saturating_sub(summary.answers.len() as u16);
+}
+
+/// One answer record in brief: its type and its data, names with their final dot.
+fn answer_text<N>(data: &domain::rdata::AllRecordData<&[u8], N>) -> String
+where
+    N: domain::base::ToName + std::fmt::Display,
+{
+    use domain::rdata::AllRecordData as D;
+    match data {
+        D::A(a) => format!("A {}", a.addr()),
+        D::Aaaa(aaaa) => format!("AAAA {}", aaaa.addr()),
+        D::Cname(cname) => format!("CNAME {}", presentation(cname.cname().iter_labels())),
+        D::Ns(ns) => format!("NS {}", presentation(ns.nsdname().iter_labels())),
+        D::Ptr(ptr) => format!("PTR {}", presentation(ptr.ptrdname().iter_labels())),
+        D::Dname(dname) => format!("DNAME {}", presentation(dname.dname().iter_labels())),
+        D::Mx(mx) => format!(
+            "MX {} {}",
+            mx.preference(),
+            presentation(mx.exchange().iter_labels())
+        ),
+        other => {
+            use domain::base::rdata::RecordData;
+            let mut text = format!("{} {other}", other.rtype());
+            if let Some((cut, _)) = text.char_indices().nth(ANSWER_TEXT_MAX) {
+                text.truncate(cut);
+                text.push('…');
+            }
+            text
+        }
+    }
+}
+
+/// A name's labels as dig presents them, lowercase, with the final dot.
+fn presentation<'l>(labels: impl Iterator<Item = &'l domain::base::name::Label>) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for label in labels {
+        if label.is_root() {
+            break;
+        }
+        for byte in label.iter() {
+            let byte = byte.to_ascii_lowercase();
+            match byte {
+                b'.' | b';' | b'\\' | b'(' | b')' | b'"' | b'@' | b'$' => {
+                    out.push('\\');
+                    out.push(char::from(byte));
+                }
+                0x21..=0x7e => out.push(char::from(byte)),
+                _ => {
+                    let _ = write!(out, "\\{byte:03}");
+                }
+            }
+        }
+        out.push('.');
+    }
+    if out.is_empty() {
+        out.push('.');
+    }
+    out
 }
 
 struct Reader<'a> {
@@ -565,6 +664,205 @@ mod tests {
         let mut records = Records::new(&length);
         assert!(matches!(records.next(), Some(Err(RecordError::Short))));
         assert!(records.next().is_none());
+    }
+
+    use domain::base::iana::{ExtendedErrorCode, OptRcode, Rcode, Rtype};
+    use domain::base::message_builder::MessageBuilder;
+    use domain::base::opt::ExtendedError;
+    use domain::base::{Name, Record, Ttl};
+    use domain::rdata::{A, Aaaa, Cname, Mx, Txt};
+
+    fn name(text: &str) -> Name<Vec<u8>> {
+        text.parse().expect("test name")
+    }
+
+    /// A query for `qname`/`qtype` with RD, and with an OPT record (DO as given) when `edns`.
+    fn query(qname: &Name<Vec<u8>>, qtype: Rtype, edns: Option<bool>) -> Vec<u8> {
+        let mut builder = MessageBuilder::new_vec();
+        builder.header_mut().set_rd(true);
+        let mut question = builder.question();
+        question.push((qname, qtype)).expect("question");
+        let mut additional = question.additional();
+        if let Some(dnssec_ok) = edns {
+            additional
+                .opt(|opt| {
+                    opt.set_dnssec_ok(dnssec_ok);
+                    Ok(())
+                })
+                .expect("opt");
+        }
+        additional.into_message().into_octets()
+    }
+
+    #[test]
+    fn summarize_reads_the_question_flags_and_a_cname_chain_answer() {
+        let qname = name("WWW.Example.COM");
+        let q = query(&qname, Rtype::A, Some(true));
+        let mut builder = MessageBuilder::new_vec()
+            .start_answer(
+                &domain::base::Message::from_octets(q.clone()).expect("query"),
+                Rcode::NOERROR,
+            )
+            .expect("answer");
+        builder.header_mut().set_tc(true);
+        let target = name("cdn.example.net");
+        builder
+            .push(Record::new(
+                &qname,
+                domain::base::iana::Class::IN,
+                Ttl::from_secs(60),
+                Cname::new(target.clone()),
+            ))
+            .expect("cname");
+        builder
+            .push((&target, 60, A::from_octets(192, 0, 2, 1)))
+            .expect("a");
+        builder
+            .push((&target, 60, Aaaa::new("2001:db8::1".parse().expect("v6"))))
+            .expect("aaaa");
+        let response = builder.into_message().into_octets();
+        let summary = summarize(&q, &response);
+        assert_eq!(summary.qname, "www.example.com.");
+        assert_eq!(summary.qtype, 1);
+        assert_eq!(summary.qclass, 1);
+        assert_eq!(summary.rcode, Some(0));
+        assert!(summary.dnssec_ok);
+        assert!(summary.truncated);
+        assert!(summary.recursion_desired);
+        assert_eq!(
+            summary.answers,
+            vec![
+                "CNAME cdn.example.net.".to_string(),
+                "A 192.0.2.1".to_string(),
+                "AAAA 2001:db8::1".to_string(),
+            ]
+        );
+        assert_eq!(summary.more_answers, 0);
+        assert_eq!(summary.ede, None);
+    }
+
+    #[test]
+    fn summarize_keeps_eight_answers_and_counts_the_rest() {
+        let qname = name("many.example");
+        let q = query(&qname, Rtype::TXT, None);
+        let mut builder = MessageBuilder::new_vec()
+            .start_answer(
+                &domain::base::Message::from_octets(q.clone()).expect("query"),
+                Rcode::NOERROR,
+            )
+            .expect("answer");
+        for i in 0..11u8 {
+            builder
+                .push((
+                    &qname,
+                    60,
+                    Txt::<Vec<u8>>::build_from_slice(&[b'x'; 200][..usize::from(i) + 1])
+                        .expect("txt"),
+                ))
+                .expect("txt");
+        }
+        builder
+            .push((&qname, 60, Mx::new(10, name("Mail.Example"))))
+            .expect("mx");
+        let response = builder.into_message().into_octets();
+        let summary = summarize(&q, &response);
+        assert!(!summary.dnssec_ok);
+        assert_eq!(summary.answers.len(), ANSWERS_MAX);
+        assert_eq!(summary.more_answers, 4);
+        assert_eq!(summary.answers[0], "TXT \"x\"");
+        // Long record data is cut with an ellipsis.
+        let long = Txt::<Vec<u8>>::build_from_slice(&[b'y'; 200]).expect("txt");
+        let mut builder = MessageBuilder::new_vec()
+            .start_answer(
+                &domain::base::Message::from_octets(q.clone()).expect("query"),
+                Rcode::NOERROR,
+            )
+            .expect("answer");
+        builder.push((&qname, 60, long)).expect("txt");
+        builder
+            .push((&qname, 60, Mx::new(10, name("Mail.Example"))))
+            .expect("mx");
+        let summary = summarize(&q, &builder.into_message().into_octets());
+        assert_eq!(summary.answers[0].chars().count(), ANSWER_TEXT_MAX + 1);
+        assert!(summary.answers[0].ends_with('…'));
+        assert_eq!(summary.answers[1], "MX 10 mail.example.");
+    }
+
+    #[test]
+    fn summarize_reads_the_extended_rcode_and_the_rfc8914_ede_from_the_response_opt() {
+        let qname = name("blocked.example");
+        let q = query(&qname, Rtype::AAAA, Some(false));
+        let builder = MessageBuilder::new_vec()
+            .start_answer(
+                &domain::base::Message::from_octets(q.clone()).expect("query"),
+                Rcode::NXDOMAIN,
+            )
+            .expect("answer");
+        let mut additional = builder.additional();
+        additional
+            .opt(|opt| {
+                opt.push(
+                    &ExtendedError::<Vec<u8>>::new(ExtendedErrorCode::BLOCKED, None).expect("ede"),
+                )?;
+                opt.push(
+                    &ExtendedError::<Vec<u8>>::new(ExtendedErrorCode::PROHIBITED, None)
+                        .expect("ede"),
+                )
+            })
+            .expect("opt");
+        let summary = summarize(&q, &additional.into_message().into_octets());
+        assert_eq!(summary.rcode, Some(3));
+        assert_eq!(summary.ede, Some(15));
+        assert!(summary.answers.is_empty());
+
+        let builder = MessageBuilder::new_vec()
+            .start_answer(
+                &domain::base::Message::from_octets(q.clone()).expect("query"),
+                Rcode::NOERROR,
+            )
+            .expect("answer");
+        let mut additional = builder.additional();
+        additional
+            .opt(|opt| {
+                opt.set_rcode(OptRcode::BADVERS);
+                Ok(())
+            })
+            .expect("opt");
+        let summary = summarize(&q, &additional.into_message().into_octets());
+        assert_eq!(summary.rcode, Some(16));
+    }
+
+    #[test]
+    fn summarize_escapes_names_as_dig_does_and_the_root_is_a_dot() {
+        let odd = Name::from_octets(b"\x05A.b\x20\xff\x07example\x00".to_vec()).expect("wire name");
+        let summary = summarize(&query(&odd, Rtype::A, None), &[]);
+        assert_eq!(summary.qname, "a\\.b\\032\\255.example.");
+        assert_eq!(summary.rcode, None);
+        let summary = summarize(&query(&Name::root_vec(), Rtype::NS, None), &[]);
+        assert_eq!(summary.qname, ".");
+        assert_eq!(summary.qtype, 2);
+    }
+
+    #[test]
+    fn summarize_is_total_on_garbage_and_cut_messages() {
+        let qname = name("www.example.com");
+        let q = query(&qname, Rtype::A, Some(true));
+        let mut builder = MessageBuilder::new_vec()
+            .start_answer(
+                &domain::base::Message::from_octets(q.clone()).expect("query"),
+                Rcode::NOERROR,
+            )
+            .expect("answer");
+        builder
+            .push((&qname, 60, A::from_octets(192, 0, 2, 1)))
+            .expect("a");
+        let response = builder.into_message().into_octets();
+        for end in 0..response.len() {
+            let summary = summarize(&q[..end.min(q.len())], &response[..end]);
+            assert!(summary.answers.len() <= 1);
+        }
+        assert_eq!(summarize(b"", b""), Summary::default());
+        assert_eq!(summarize(&[0xff; 40], &[0xff; 40]).qname, "");
     }
 
     #[test]

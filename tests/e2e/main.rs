@@ -20,6 +20,8 @@ mod objects;
 mod quic;
 // The query log's API and CLI (ql-api).
 mod querylog_api;
+// The query log's privacy, retention, durability and full ring (ql-writer).
+mod querylog_privacy;
 mod ratelimit;
 mod reload;
 mod resolve;

@@ -54,7 +54,13 @@ pub type QueryLogReceiver = mpsc::Receiver<Batch>;
 
 /// A new query-log channel for `cores` cores.
 pub fn channel(cores: usize) -> (QueryLogSender, QueryLogReceiver) {
-    channel_with_room(BATCHES_PER_CORE * cores.max(1))
+    channel_with(cores, BATCHES_PER_CORE)
+}
+
+/// A new query-log channel for `cores` cores with room for `per_core` batches each
+/// (`querylog.bufferBatches`).
+pub fn channel_with(cores: usize, per_core: usize) -> (QueryLogSender, QueryLogReceiver) {
+    channel_with_room(per_core.max(1).saturating_mul(cores.max(1)))
 }
 
 /// A new query-log channel that holds `batches` batches besides one per sender (a test's

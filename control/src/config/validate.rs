@@ -341,6 +341,13 @@ impl Config {
                 }
             }
         }
+        let (data_dir, data_dir_note) = super::storage::resolve_data_dir(&self.storage.data_dir);
+        let identity = if self.server.identity.is_empty() {
+            hostname()
+        } else {
+            self.server.identity.clone()
+        };
+        let querylog = problems.take(self.querylog.validate(&data_dir, &identity));
         let (
             Some(upstream_timeout),
             Some(resolve_timeout),
@@ -356,6 +363,7 @@ impl Config {
             Some(audit_retention),
             Some(api_address),
             Some(ops_address),
+            Some(querylog),
         ) = (
             upstream_timeout,
             resolve_timeout,
@@ -371,6 +379,7 @@ impl Config {
             audit_retention,
             api_address,
             ops_address,
+            querylog,
         )
         else {
             return Err(problems.0);
@@ -378,16 +387,6 @@ impl Config {
         if !problems.0.is_empty() {
             return Err(problems.0);
         }
-        let (data_dir, data_dir_note) = super::storage::resolve_data_dir(&self.storage.data_dir);
-        let identity = if self.server.identity.is_empty() {
-            hostname()
-        } else {
-            self.server.identity.clone()
-        };
-        let querylog = self
-            .querylog
-            .validate(&data_dir, &identity)
-            .map_err(|e| vec![e])?;
         let settings = Settings {
             upstreams: upstreams.into(),
             upstream_strategy,

@@ -68,3 +68,30 @@ pub struct Event {
     /// What the messages say.
     pub summary: Summary,
 }
+
+#[cfg(test)]
+impl Event {
+    /// A cache answer over UDP to `client` at 2025-12-06T05:46:40.123456789Z, port 53000,
+    /// privacy `full`, for the sinks' tests.
+    pub(crate) fn sample(client: ClientView) -> Self {
+        Self {
+            time_ns: 1_765_000_000_123_456_789,
+            transport: Transport::Udp,
+            source: Source::Cache,
+            record_flags: 0,
+            client,
+            port: 53_000,
+            client_id: String::new(),
+            group: "default".into(),
+            privacy: Privacy::Full,
+            policy: String::new(),
+            list: String::new(),
+            rule: String::new(),
+            upstream: String::new(),
+            upstream_latency_us: 0,
+            query: b"query-bytes".to_vec(),
+            response: b"response-bytes".to_vec(),
+            summary: Summary::default(),
+        }
+    }
+}

@@ -9,10 +9,12 @@
 //! API ─▶ QueryLog::search / stats / purge ─▶ blocking pool ─▶ QueryLogDb
 //! ```
 
+pub mod dnstap;
 pub mod event;
 // The API's routes and the command line (ql-api).
 pub mod api;
 pub mod cli;
+pub mod jsonl;
 pub mod privacy;
 pub mod redb;
 pub mod writer;
@@ -57,6 +59,14 @@ pub enum StartError {
     /// A thread or task could not be started.
     #[error("cannot start the query log's writer: {0}")]
     Thread(String),
+    /// `querylog.file` (the `jsonl` sink) could not be opened or created.
+    #[error("cannot open the query log file {path}: {source}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// The query log as `serve` starts it: the cores' end of the channel, the handle, and what the
@@ -68,6 +78,8 @@ pub struct Setup {
     pub log: QueryLog,
     receiver: Option<kudurru_transports::querylog::QueryLogReceiver>,
     settings: tokio::sync::watch::Sender<writer::LiveSettings>,
+    /// What SIGHUP runs for the sink: the JSON-lines file is reopened (logrotate).
+    pub on_hangup: Option<crate::certs::Reload>,
 }
 
 impl Setup {
@@ -89,6 +101,7 @@ impl Setup {
             );
             kind = SinkKind::None;
         }
+        let mut hangup: Option<crate::certs::Reload> = None;
         let (events, db): (Option<Arc<dyn EventSink>>, _) = match kind {
             SinkKind::Redb => {
                 let path = settings.db_path.clone();
@@ -105,14 +118,26 @@ impl Setup {
                     .map_err(|e| StartError::Thread(e.to_string()))?;
                 (Some(Arc::new(sink)), Some((db, path)))
             }
-            // ql-dnstap: the dnstap (Frame Streams) and JSON-lines sinks are built here from
-            // `settings.dnstap_address`, `.dnstap_buffer_events`, `.identity` and `.file`.
-            SinkKind::Dnstap | SinkKind::Jsonl => {
-                tracing::warn!(
-                    sink = kind.label(),
-                    "this build has no such query-log sink yet; records are counted and not kept"
-                );
-                (None, None)
+            SinkKind::Dnstap => {
+                // Validation requires the address with this sink; without one nothing is kept.
+                let sink = settings.dnstap_address.clone().map(|address| {
+                    let mut options = dnstap::Options::new(address);
+                    options.buffer_events = settings.dnstap_buffer_events;
+                    options.identity = settings.identity.clone();
+                    Arc::new(dnstap::DnstapSink::start(options)) as Arc<dyn EventSink>
+                });
+                (sink, None)
+            }
+            SinkKind::Jsonl => {
+                let sink = jsonl::JsonlSink::open(&settings.file, jsonl::DEFAULT_BUFFER_EVENTS)
+                    .map_err(|source| StartError::File {
+                        path: settings.file.clone(),
+                        source,
+                    })?;
+                let sink = Arc::new(sink);
+                let reopen = Arc::clone(&sink);
+                hangup = Some(Arc::new(move || reopen.reopen()));
+                (Some(sink as Arc<dyn EventSink>), None)
             }
             SinkKind::None => (None, None),
         };
@@ -135,6 +160,7 @@ impl Setup {
             log,
             receiver,
             settings: live,
+            on_hangup: hangup,
         })
     }
 

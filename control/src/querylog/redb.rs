@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! writer ─offer─▶ bounded queue (QUEUE_BATCHES rounds; full: dropped, counted) ─▶ appender thread:
-//!                 every round waiting, up to COMMIT_ENTRIES ─▶ QueryLogDb::append (one commit)
+//!                 every round waiting, up to COMMIT_ENTRIES, as Entries ─▶ QueryLogDb::append (one commit)
 //! every minute, or when retention / maxBytes / the groups change ─▶ blocking pool: prune
 //! ```
 //! A commit is durable when `append` returns; a kill loses at most the rounds queued and the
@@ -32,7 +32,7 @@ pub const PRUNE_BATCH: usize = 10_000;
 
 /// The redb sink.
 pub struct RedbSink {
-    queue: SyncSender<Vec<Entry>>,
+    queue: SyncSender<Vec<Arc<Event>>>,
     dropped: Arc<AtomicU64>,
 }
 
@@ -58,9 +58,9 @@ impl EventSink for RedbSink {
         if events.is_empty() {
             return;
         }
-        let entries: Vec<Entry> = events.iter().map(|e| Entry::from(&**e)).collect();
-        let n = entries.len() as u64;
-        match self.queue.try_send(entries) {
+        // Converted to entries on the appender's thread, not the control thread.
+        let n = events.len() as u64;
+        match self.queue.try_send(events.to_vec()) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.dropped.fetch_add(n, Relaxed);
@@ -75,15 +75,18 @@ impl EventSink for RedbSink {
 
 fn append_loop(
     db: &QueryLogDb,
-    rounds: &Receiver<Vec<Entry>>,
+    rounds: &Receiver<Vec<Arc<Event>>>,
     metrics: &QueryLogMetrics,
     dropped: &AtomicU64,
 ) {
     let mut failing = false;
-    while let Ok(mut entries) = rounds.recv() {
+    let mut entries: Vec<Entry> = Vec::new();
+    while let Ok(round) = rounds.recv() {
+        entries.clear();
+        entries.extend(round.iter().map(|e| Entry::from(&**e)));
         while entries.len() < COMMIT_ENTRIES {
             match rounds.try_recv() {
-                Ok(more) => entries.extend(more),
+                Ok(more) => entries.extend(more.iter().map(|e| Entry::from(&**e))),
                 Err(_) => break,
             }
         }

@@ -28,6 +28,9 @@ use super::{Event, EventSink, QueryLog};
 
 /// Most records one round takes before it is processed (the rest wait for the next).
 pub const ROUND_RECORDS: usize = 16_384;
+/// How long the writer waits for the list manager's first build (the client groups) before
+/// it writes anything.
+const GROUPS_WAIT: Duration = Duration::from_secs(10);
 /// Most clients whose group and rendered address are remembered between key rotations.
 const CACHE_CLIENTS: usize = 65_536;
 
@@ -265,6 +268,20 @@ pub async fn run(parts: WriterParts) {
         log,
     } = parts;
     let metrics = log.metrics();
+    // No entry is written before the client groups are known: a group that omits or hides its
+    // clients must not be logged under the global mode in the first moments after a start.
+    // Records wait in the channel meanwhile (the cores drop and count what does not fit).
+    if let Some(source) = &groups {
+        let deadline = Instant::now() + GROUPS_WAIT;
+        while source.check_inputs().is_none() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if source.check_inputs().is_none() {
+            tracing::warn!(
+                "query log: the client groups are still not read; logging with the global privacy until they are"
+            );
+        }
+    }
     let mut live = *settings.borrow_and_update();
     let index = |groups: &GroupSource| {
         groups
