@@ -3,19 +3,23 @@
 by side in alternating rounds, at the same offered rate and at capacity; Unbound with and
 without its own query logging on the same workload.
 
-    python3 benches/peers/querylog.py --binary /work/bin/kudurru-qlcore --rate 40000
+    python3 benches/peers/querylog.py --binary /work/bin/kudurru-ql --rate 40000
     python3 benches/peers/querylog.py --binary B --baseline /work/bin/kudurru-main   # off vs main too
-    python3 benches/peers/querylog.py --binary B --on-env KUDURRU_BENCH_QUERYLOG=summarize
-    python3 benches/peers/querylog.py --binary B --on-args=--querylog-sink=redb       # once wired
+    python3 benches/peers/querylog.py --binary B --servers kudurru-off,kudurru-on,kudurru-drain
 
 Servers (each pinned to CPU 0, dnsperf and the `kudurru-echo --mode answer` upstream on CPU 1,
 as in ab.py and compare.py):
 
-  kudurru-off     the binary, query log off (no sender: one branch per terminal point)
-  kudurru-on      the same binary with the query log on: --on-env / --on-args say how (the
-                  default, KUDURRU_BENCH_QUERYLOG=summarize, has the control thread decode and
-                  summarize every record and drop it; a redb sink also writes them)
-  kudurru-main    with --baseline: another binary, query log off (is "off" free?)
+  kudurru-off     the binary with querylog.enabled=false (no sender: one branch per
+                  terminal point)
+  kudurru-on      the same binary with the query log on, as shipped: the redb sink,
+                  <data dir>/querylog.db in a fresh directory per run (--on-env / --on-args
+                  add settings)
+  kudurru-drain   records produced, the control thread decodes and summarizes them and
+                  drops them (KUDURRU_BENCH_QUERYLOG=summarize: what every sink does first)
+  kudurru-discard the cores' cost alone: records produced, batches dropped unread
+                  (KUDURRU_BENCH_QUERYLOG=discard)
+  kudurru-main    with --baseline: another binary (one without the query log), as it runs
   unbound         configured as compare.py (a caching forwarder to the same upstream)
   unbound-logq    the same with `log-queries: yes` and `log-replies: yes` (to its log file)
   unbound-dnstap  the same with dnstap client query and response messages to fstrm_capture
@@ -24,9 +28,10 @@ as in ab.py and compare.py):
 Every process of a server runs on CPU 0 (its cores, its control thread, a writer, Unbound's
 dnstap thread), so its utime+stime divided by the answers is the whole cost of an answer,
 logging included. Loads: `rate` (dnsperf -Q --rate) and `capacity` (no rate limit: as fast as
-one CPU answers). Prints each run, then per load the medians with each logging variant's ratio
-to its own plain server (kudurru-on / kudurru-off; unbound-* / unbound), and for kudurru-on the
-records the cores wrote and dropped (kudurru_querylog_records_total, _dropped_total).
+one CPU answers). Prints each run, then per load the medians with each variant's ratio to its
+own plain server (kudurru-* / kudurru-off; unbound-* / unbound), and for kudurru-on and
+kudurru-drain the records the cores wrote and dropped (kudurru_querylog_records_total,
+kudurru_querylog_dropped_total). kudurru-on's database size after each run is printed too.
 
 Needs: dnsperf, taskset, unbound, fstrm_capture (fstrm-bin) for unbound-dnstap, a release build
 of kudurru-echo (benches/). Traffic stays on 127.0.0.1.
@@ -127,6 +132,10 @@ def one_run(server, argv, port, load, args, workdir, hits):
             collector.__exit__()
     if collector and os.path.exists(collector.out):
         res["dnstap_bytes"] = os.path.getsize(collector.out)
+    if "--data-dir" in argv:
+        db = os.path.join(argv[argv.index("--data-dir") + 1], "querylog.db")
+        if os.path.exists(db):
+            res["db_bytes"] = os.path.getsize(db)
     return res
 
 
@@ -134,12 +143,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", required=True, help="the kudurru binary measured off and on")
     ap.add_argument("--baseline", help="another kudurru binary measured with the query log off (kudurru-main)")
-    ap.add_argument("--on-env", default="KUDURRU_BENCH_QUERYLOG=summarize",
-                    help="NAME=VALUE pairs (comma-separated) that turn the query log on")
-    ap.add_argument("--on-args", default="", help="extra serve arguments (comma-separated) that turn it on")
+    ap.add_argument("--on-env", default="", help="NAME=VALUE pairs (comma-separated) for kudurru-on")
+    ap.add_argument("--on-args", default="", help="extra serve arguments (comma-separated) for kudurru-on")
     ap.add_argument("--rate", type=int, default=40000, help="offered QPS of the `rate` load (dnsperf -Q)")
     ap.add_argument("--loads", default=",".join(LOADS), help="comma-separated subset of rate,capacity")
-    ap.add_argument("--servers", default="kudurru-off,kudurru-on,unbound,unbound-logq,unbound-dnstap",
+    ap.add_argument("--servers", default="kudurru-off,kudurru-on,kudurru-drain,unbound,unbound-logq,unbound-dnstap",
                     help="comma-separated subset (kudurru-main is added with --baseline)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=6, help="seconds per measured run")
@@ -162,9 +170,19 @@ def main():
             return server_argv("unbound", conf, dnsdist_conf)
         binary = args.baseline if server == "kudurru-main" else args.binary
         argv, port = server_argv(binary, unbound_conf, dnsdist_conf)
+        data = os.path.join(workdir, f"data-{server}")
+        shutil.rmtree(data, ignore_errors=True)
+        os.makedirs(data)
+        argv = argv + ["--data-dir", data]
+        env = {
+            "kudurru-off": ["KUDURRU_QUERYLOG__ENABLED=false"],
+            "kudurru-on": on_env,
+            "kudurru-drain": ["KUDURRU_QUERYLOG__ENABLED=false", "KUDURRU_BENCH_QUERYLOG=summarize"],
+            "kudurru-discard": ["KUDURRU_QUERYLOG__ENABLED=false", "KUDURRU_BENCH_QUERYLOG=discard"],
+        }.get(server, [])
         if server == "kudurru-on":
-            argv = ["env"] + on_env + argv + on_args
-        return argv, port
+            argv = argv + on_args
+        return ["env"] + env + argv, port
 
     upstream = subprocess.Popen(["taskset", "-c", CLIENT_CPU, os.path.join(TARGET, "kudurru-echo"), "--mode",
                                  "answer", "--tcp", "--listen", f"127.0.0.1:{UPSTREAM_PORT}"],
@@ -178,8 +196,10 @@ def main():
                     res = one_run(s, argv, port, load, args, workdir, hits)
                     results[(load, s)].append(res)
                     extra = ""
-                    if s == "kudurru-on":
+                    if s in ("kudurru-on", "kudurru-drain", "kudurru-discard"):
                         extra = f", records {res['records']} dropped {res['dropped']}"
+                    if "db_bytes" in res:
+                        extra += f", querylog.db {res['db_bytes']} bytes"
                     if "dnstap_bytes" in res:
                         extra = f", dnstap {res['dnstap_bytes']} bytes"
                     print(f"round {r + 1} {load} {s}: {res['cpu_us_per_answer'] or 0:.2f} us/answer, "
@@ -206,7 +226,7 @@ def main():
             base_runs = results.get((load, base_of(s)))
             base = statistics.median(x["cpu_us_per_answer"] or 0 for x in base_runs) if base_runs else 0
             note = ""
-            if s == "kudurru-on":
+            if s in ("kudurru-on", "kudurru-drain", "kudurru-discard"):
                 recs = sum(x["records"] for x in results[(load, s)])
                 drops = sum(x["dropped"] for x in results[(load, s)])
                 note = f" ({recs} records, {drops} dropped)"

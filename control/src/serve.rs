@@ -551,24 +551,30 @@ fn signal_name(kind: SignalKind) -> &'static str {
     }
 }
 
-/// Until the query-log writer is wired (issue 36), `KUDURRU_BENCH_QUERYLOG=summarize` gives
-/// the cores a query-log channel whose batches this thread decodes, summarizes and drops: the
-/// hot-path benchmark (benches/peers/querylog.py) measures the cores' cost with records
-/// produced. Any other value, or none, leaves the query log off.
+/// For the hot-path benchmark (benches/peers/querylog.py): `KUDURRU_BENCH_QUERYLOG` gives the
+/// cores a query-log channel of its own in place of the configured sink's, so the cores' cost
+/// is measured with records produced: `summarize`, this thread decodes and summarizes every
+/// record and drops it (what any sink's writer does first); `discard`, it drops the batches
+/// unread (the cores' cost alone). Any other value, or none, leaves the configured query log.
 fn bench_querylog(cores: usize) -> Option<kudurru_transports::querylog::QueryLogSender> {
-    if std::env::var("KUDURRU_BENCH_QUERYLOG").ok()? != "summarize" {
-        return None;
-    }
+    let mode = std::env::var("KUDURRU_BENCH_QUERYLOG").ok()?;
+    let summarize = match mode.as_str() {
+        "summarize" => true,
+        "discard" => false,
+        _ => return None,
+    };
     let (sender, mut receiver) = kudurru_transports::querylog::channel(cores);
     tokio::spawn(async move {
         use futures_lite::StreamExt as _;
-        use kudurru_core::querylog::{Records, summarize};
+        use kudurru_core::querylog::{Records, summarize as summary};
         while let Some(batch) = receiver.next().await {
-            for record in Records::new(&batch.bytes).flatten() {
-                std::hint::black_box(summarize(record.query, record.response));
+            if summarize {
+                for record in Records::new(&batch.bytes).flatten() {
+                    std::hint::black_box(summary(record.query, record.response));
+                }
             }
         }
     });
-    tracing::warn!("KUDURRU_BENCH_QUERYLOG: query-log records are summarized and dropped");
+    tracing::warn!(%mode, "KUDURRU_BENCH_QUERYLOG: query-log records go to the benchmark's receiver");
     Some(sender)
 }

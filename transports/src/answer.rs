@@ -481,6 +481,35 @@ mod tests {
     use std::cell::Cell;
     use std::time::Duration;
 
+    /// The query log's view of CNAME cloaking: a cache hit or an upstream answer that
+    /// cloaking blocked is the policy's answer (or a drop), BLOCKED and CLOAKED, naming the
+    /// policy and keeping the upstream that answered; an answer it let through is unchanged.
+    #[test]
+    fn cloaking_turns_an_answer_into_a_blocked_and_cloaked_policy_answer_or_drop() {
+        use kudurru_core::querylog::flags;
+        let blocked = Blocked {
+            policy: 2,
+            list: None,
+        };
+        let spec: kudurru_core::upstream::UpstreamSpec =
+            "udp://192.0.2.53:53".parse().expect("an upstream URL");
+        let upstream = Outcome::of(Source::Upstream).answered_by(&spec, 1500);
+        let through = Written::Answer.outcome(upstream);
+        assert_eq!((through.source, through.flags), (Source::Upstream, 0));
+        let answered = Written::Cloaked(blocked).outcome(upstream);
+        assert_eq!(answered.source, Source::Policy);
+        assert_eq!(answered.flags, flags::BLOCKED | flags::CLOAKED);
+        assert_eq!(answered.blocked, Some(blocked));
+        assert_eq!(
+            (answered.upstream, answered.latency_us),
+            (Some(&spec), 1500)
+        );
+        let dropped = Written::Dropped(blocked).outcome(Outcome::CACHE);
+        assert_eq!(dropped.source, Source::Dropped);
+        assert_eq!(dropped.flags, flags::BLOCKED | flags::CLOAKED);
+        assert!(!Written::Dropped(blocked).sent() && Written::Cloaked(blocked).sent());
+    }
+
     /// A request that does not wait finishes inside the call; one that waits is finished by
     /// its own task, woken by what it waited on although its first poll saw a no-op waker.
     #[test]

@@ -266,7 +266,8 @@ pub struct CoreMetrics {
     pub shutdown_connections_cut: AtomicU64,
     /// Client queries still being resolved when `server.shutdownGrace` ran out, abandoned.
     pub shutdown_queries_abandoned: AtomicU64,
-    /// Query-log records written by the core (`kudurru_querylog_records_total`).
+    /// Query-log records written by the core, counted as each batch is handed over or dropped
+    /// (`kudurru_querylog_records_total`).
     pub querylog_records: AtomicU64,
     /// Query-log records dropped because the channel to the control thread was full
     /// (`kudurru_querylog_dropped_total`).

@@ -158,10 +158,11 @@ impl<'a> Outcome<'a> {
         } else {
             Source::Dropped
         };
+        let blocked = self.blocked(blocked);
         Self {
             source,
-            flags: self.flags | flags::CLOAKED,
-            ..self.blocked(blocked)
+            flags: blocked.flags | flags::CLOAKED,
+            ..blocked
         }
     }
 
@@ -303,7 +304,6 @@ impl CoreQueryLog {
         };
         drop(url);
         self.records.set(self.records.get() + 1);
-        CoreMetrics::bump(&self.metrics.querylog_records);
         if full {
             self.flush();
         }
@@ -319,6 +319,10 @@ impl CoreQueryLog {
         if records == 0 {
             return;
         }
+        // Counted per batch, not per record: one atomic add per hand-over.
+        self.metrics
+            .querylog_records
+            .fetch_add(u64::from(records), Relaxed);
         let bytes = std::mem::replace(
             &mut *self.batch.borrow_mut(),
             Vec::with_capacity(BATCH_CAPACITY),
