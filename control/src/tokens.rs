@@ -113,10 +113,11 @@ impl Role {
         use Permission::*;
         let least =
             match permission {
-                SettingsRead | UpstreamsRead | InfoRead | ObjectsRead | CacheRead
-                | QuerylogRead => Self::Viewer,
+                SettingsRead | UpstreamsRead | InfoRead | ObjectsRead | CacheRead => Self::Viewer,
+                // The query log and its rollups name clients and what they asked: more than a
+                // cache dump shows, so not below it.
                 SettingsWrite | ListsRefresh | ObjectsWrite | AuditRead | CacheDump
-                | CacheFlush => Self::Operator,
+                | CacheFlush | QuerylogRead => Self::Operator,
                 NodeWrite | QuerylogDelete | ObjectsAdmin => Self::Admin,
             };
         self >= least
