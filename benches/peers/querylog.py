@@ -176,7 +176,7 @@ def main():
         argv = argv + ["--data-dir", data]
         env = {
             "kudurru-off": ["KUDURRU_QUERYLOG__ENABLED=false"],
-            "kudurru-on": on_env,
+            "kudurru-on": ["KUDURRU_QUERYLOG__ENABLED=true"] + on_env,
             "kudurru-drain": ["KUDURRU_QUERYLOG__ENABLED=false", "KUDURRU_BENCH_QUERYLOG=summarize"],
             "kudurru-discard": ["KUDURRU_QUERYLOG__ENABLED=false", "KUDURRU_BENCH_QUERYLOG=discard"],
         }.get(server, [])

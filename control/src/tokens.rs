@@ -111,15 +111,14 @@ impl Role {
     /// Whether the role grants `permission`.
     pub fn grants(self, permission: Permission) -> bool {
         use Permission::*;
-        let least =
-            match permission {
-                SettingsRead | UpstreamsRead | InfoRead | ObjectsRead | CacheRead => Self::Viewer,
-                // The query log and its rollups name clients and what they asked: more than a
-                // cache dump shows, so not below it.
-                SettingsWrite | ListsRefresh | ObjectsWrite | AuditRead | CacheDump
-                | CacheFlush | QuerylogRead => Self::Operator,
-                NodeWrite | QuerylogDelete | ObjectsAdmin => Self::Admin,
-            };
+        let least = match permission {
+            SettingsRead | UpstreamsRead | InfoRead | ObjectsRead | CacheRead => Self::Viewer,
+            // The query log and its rollups name clients and what they asked: more than a
+            // cache dump shows, so not below it.
+            SettingsWrite | ListsRefresh | ObjectsWrite | AuditRead | CacheDump | CacheFlush
+            | QuerylogRead => Self::Operator,
+            NodeWrite | QuerylogDelete | ObjectsAdmin => Self::Admin,
+        };
         self >= least
     }
 }

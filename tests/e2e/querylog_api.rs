@@ -255,6 +255,7 @@ fn the_query_log_api_and_cli_end_to_end() {
     let (cert, key) = cert_pair(&d, "a");
     let upstream = TestUpstream::start();
     let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__ENABLED", "true")
         .tls(&cert, &key)
         .start();
     let (admin, viewer) = (k.token("admin", None), k.token("viewer", None));
@@ -745,6 +746,7 @@ fn stats_survive_a_purge(k: &Kudurru, admin: &str, viewer: &str, sent: &Sent) {
 fn without_a_database_search_stats_and_purge_are_409_naming_the_sink_and_the_tail_follows() {
     let upstream = TestUpstream::start();
     let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__ENABLED", "true")
         .env("KUDURRU_QUERYLOG__SINK", "jsonl")
         .start();
     let admin = k.token("admin", None);

@@ -109,6 +109,7 @@ fn sink_dropped(k: &Kudurru, sink: &str) -> f64 {
 
 fn dnstap_server(upstream: &TestUpstream, address: &str, privacy: &str) -> Kudurru {
     Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__ENABLED", "true")
         .env("KUDURRU_QUERYLOG__SINK", "dnstap")
         .env("KUDURRU_QUERYLOG__DNSTAP__ADDRESS", address)
         .env("KUDURRU_QUERYLOG__PRIVACY", privacy)
@@ -217,6 +218,7 @@ fn jsonl_lines_match_the_queries_in_a_0600_file_reopened_on_sighup() {
     let log = d.join("kudurru.log");
     let upstream = TestUpstream::start();
     let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__ENABLED", "true")
         .env("KUDURRU_QUERYLOG__SINK", "jsonl")
         .env("KUDURRU_QUERYLOG__FILE", &file.display().to_string())
         .log_level(Some("info"))

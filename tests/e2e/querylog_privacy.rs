@@ -93,7 +93,9 @@ fn mode(path: &std::path::Path) -> u32 {
 #[test]
 fn querylog_privacy_per_group_and_a_new_pseudonym_after_a_privacy_reload() {
     let upstream = TestUpstream::start();
-    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__ENABLED", "true")
+        .start();
     let admin = k.token("admin", None);
     let groups = [
         ("ql-full", "127.0.0.2", "full"),
@@ -196,7 +198,9 @@ fn querylog_privacy_per_group_and_a_new_pseudonym_after_a_privacy_reload() {
 #[test]
 fn querylog_retention_prunes_by_age_per_group_and_globally() {
     let upstream = TestUpstream::start();
-    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__ENABLED", "true")
+        .start();
     let admin = k.token("admin", None);
     client_group(
         &k,
@@ -269,7 +273,10 @@ fn flood(target: SocketAddr, stop: Arc<AtomicBool>) -> thread::JoinHandle<u64> {
 fn querylog_db_opens_and_searches_after_a_kill_9_during_heavy_logging() {
     let d = Scratch::new("querylog-kill");
     let upstream = TestUpstream::start();
-    let mut k = Kudurru::builder(&[upstream.udp_url()]).data_dir(&d).start();
+    let mut k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__ENABLED", "true")
+        .data_dir(&d)
+        .start();
     let stop = Arc::new(AtomicBool::new(false));
     let flooding = flood(k.addr, stop.clone());
     eventually("entries committed under the flood", || {
@@ -281,7 +288,10 @@ fn querylog_db_opens_and_searches_after_a_kill_9_during_heavy_logging() {
     assert!(!status.success());
     drop(k);
 
-    let k = Kudurru::builder(&[upstream.udp_url()]).data_dir(&d).start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__ENABLED", "true")
+        .data_dir(&d)
+        .start();
     let admin = k.token("admin", None);
     let (status, page) = call(
         &k,
@@ -309,6 +319,7 @@ fn a_full_query_log_ring_drops_records_and_counts_them() {
     let upstream = TestUpstream::start();
     // One batch of room per core, and pseudonyms to keep the writer busy.
     let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__ENABLED", "true")
         .env("KUDURRU_QUERYLOG__BUFFERBATCHES", "1")
         .env("KUDURRU_QUERYLOG__PRIVACY", "pseudonymize")
         .start();

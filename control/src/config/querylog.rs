@@ -81,7 +81,7 @@ pub struct DnstapSection {
 impl Default for QueryLogSection {
     fn default() -> Self {
         Self {
-            enabled: true,
+            enabled: false,
             sink: DEFAULT_QUERYLOG_SINK.into(),
             privacy: Privacy::Full.label().into(),
             retention: DEFAULT_QUERYLOG_RETENTION.into(),
@@ -115,7 +115,7 @@ pub(super) const KEYS: &[KeyInfo] = &[
         field: |c| c.querylog.enabled,
         parse: parse_bool,
         show: show_bool,
-        description: "whether answered and dropped queries are logged; false: the cores write no records and no sink exists",
+        description: "whether answered and dropped queries are logged (off by default, as in Unbound, Knot and dnsdist: docs/benchmarks.md has its cost); false: the cores write no records and no sink exists",
     },
     key! {
         key: "querylog.sink",
