@@ -5,7 +5,7 @@
 //! filter narrows; cursor pages have no gaps or repeats; the NDJSON and CSV exports (read by
 //! Python's csv module) match the JSON; the tail (curl and `kudurru querylog tail`) sees what
 //! is sent after it started; stats count the queries and survive a purge; bad parameters are
-//! 400 naming them; a viewer cannot purge.
+//! 400 naming them; an operator cannot purge.
 
 use std::collections::BTreeSet;
 use std::io::BufRead as _;
@@ -258,7 +258,12 @@ fn the_query_log_api_and_cli_end_to_end() {
         .env("KUDURRU_QUERYLOG__ENABLED", "true")
         .tls(&cert, &key)
         .start();
-    let (admin, viewer) = (k.token("admin", None), k.token("viewer", None));
+    // Reading the log is an operator's (`querylog.read`); purging an admin's.
+    let (admin, reader, viewer) = (
+        k.token("admin", None),
+        k.token("operator", None),
+        k.token("viewer", None),
+    );
     let ads = format!("ads.ql-{}.kudurru-e2e.example", std::process::id());
     let probe = format!("probe-ql-{}.kudurru-e2e.example", std::process::id());
     crate::blocking::create(
@@ -278,15 +283,19 @@ fn the_query_log_api_and_cli_end_to_end() {
     eventually("the list to block", || {
         (dig(k.addr, &[&probe, "A"]).status == "NXDOMAIN").then_some(())
     });
-    let started = api(&k, "GET", "/api/v1/querylog?limit=1", &viewer);
+    let started = api(&k, "GET", "/api/v1/querylog?limit=1", &reader);
     assert_eq!(started.0, 200, "{}", started.1);
+    for path in ["/api/v1/querylog?limit=1", "/api/v1/stats"] {
+        let (status, body) = api(&k, "GET", path, &viewer);
+        assert_eq!(status, 403, "a viewer read {path}: {body}");
+    }
 
     let sent = send_everything(&k, &cert);
     let mine = format!("suffix={}", sent.suffix);
     // 2 UDP asks + 127.0.0.2 + AAAA + NXDOMAIN + TCP + DoT + DoH h2 + h1 + DoH3 + DoQ + blocked.
     let expected = 12;
     let all = eventually("every query to be logged", || {
-        let entries = search(&k, &viewer, &mine);
+        let entries = search(&k, &reader, &mine);
         (entries.len() >= expected).then_some(entries)
     });
     assert_eq!(all.len(), expected, "{all:#?}");
@@ -354,13 +363,13 @@ fn the_query_log_api_and_cli_end_to_end() {
     // dig sends EDNS: the block answer carries Extended DNS Error 15, Blocked (RFC 8914).
     assert_eq!(blocked["ede"], 15, "{blocked}");
 
-    filters_narrow(&k, &viewer, &sent, &all);
-    pages_have_no_gaps_or_repeats(&k, &viewer, &sent, &all);
-    exports_match_the_json(&k, &viewer, &sent, &all);
-    bad_parameters_are_named(&k, &viewer);
-    the_cli_searches(&k, &viewer, &sent, &all);
-    tails_see_what_comes_after(&k, &viewer, &sent);
-    stats_survive_a_purge(&k, &admin, &viewer, &sent);
+    filters_narrow(&k, &reader, &sent, &all);
+    pages_have_no_gaps_or_repeats(&k, &reader, &sent, &all);
+    exports_match_the_json(&k, &reader, &sent, &all);
+    bad_parameters_are_named(&k, &reader);
+    the_cli_searches(&k, &reader, &sent, &all);
+    tails_see_what_comes_after(&k, &reader, &sent);
+    stats_survive_a_purge(&k, &admin, &reader, &sent);
 }
 
 fn filters_narrow(k: &Kudurru, token: &str, sent: &Sent, all: &[Value]) {
@@ -672,7 +681,7 @@ fn tails_see_what_comes_after(k: &Kudurru, token: &str, sent: &Sent) {
     }
 }
 
-fn stats_survive_a_purge(k: &Kudurru, admin: &str, viewer: &str, sent: &Sent) {
+fn stats_survive_a_purge(k: &Kudurru, admin: &str, reader: &str, sent: &Sent) {
     // From an hour before the test: every query it sent, in a few hour buckets.
     let from = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -686,9 +695,9 @@ fn stats_survive_a_purge(k: &Kudurru, admin: &str, viewer: &str, sent: &Sent) {
         body
     };
     let everything = eventually("the tails' queries to be logged", || {
-        let (_, page) = api(k, "GET", "/api/v1/querylog?limit=1000", viewer);
+        let (_, page) = api(k, "GET", "/api/v1/querylog?limit=1000", reader);
         let entries = page["entries"].as_array().unwrap().clone();
-        let stats = stats(viewer);
+        let stats = stats(reader);
         (stats["totals"]["queries"].as_u64() == Some(entries.len() as u64))
             .then_some((entries, stats))
     });
@@ -714,8 +723,8 @@ fn stats_survive_a_purge(k: &Kudurru, admin: &str, viewer: &str, sent: &Sent) {
         .map(|b| b["queries"].as_u64().unwrap())
         .sum();
     assert_eq!(series_sum, entries.len() as u64);
-    // A viewer cannot purge; an admin purges everything and keeps the rollups.
-    let (status, body) = api(k, "DELETE", "/api/v1/querylog?before=0", viewer);
+    // An operator cannot purge; an admin purges everything and keeps the rollups.
+    let (status, body) = api(k, "DELETE", "/api/v1/querylog?before=0", reader);
     assert_eq!(
         (status, body["code"].as_str()),
         (403, Some("forbidden")),
@@ -726,14 +735,14 @@ fn stats_survive_a_purge(k: &Kudurru, admin: &str, viewer: &str, sent: &Sent) {
         purge,
         format!("deleted {} entries (the rollups are kept)\n", entries.len())
     );
-    let (_, page) = api(k, "GET", "/api/v1/querylog", viewer);
+    let (_, page) = api(k, "GET", "/api/v1/querylog", reader);
     assert_eq!(page["entries"], json!([]), "{page}");
-    let after = stats(viewer);
+    let after = stats(reader);
     assert_eq!(after["totals"], before["totals"]);
     assert_eq!(after["topNames"], before["topNames"]);
     let text = run(cli(
         k,
-        viewer,
+        reader,
         &["stats", "--from", &from.to_string(), "--step", "1h"],
     ));
     assert!(
