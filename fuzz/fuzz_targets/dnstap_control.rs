@@ -13,7 +13,12 @@ fuzz_target!(|body: &[u8]| {
     };
     let carried: usize = frame.content_types.iter().map(|t| t.len() + 8).sum();
     assert_eq!(4 + carried, body.len(), "every byte is the type or a field");
-    for kind in [Control::Accept, Control::Start, Control::Ready, Control::Finish] {
+    for kind in [
+        Control::Accept,
+        Control::Start,
+        Control::Ready,
+        Control::Finish,
+    ] {
         if frame.kind == kind as u32 && frame.content_types.len() == 1 && frame.offers_dnstap() {
             assert_eq!(&control_frame(kind)[8..], body);
         }

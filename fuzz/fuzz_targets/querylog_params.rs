@@ -60,9 +60,21 @@ fuzz_target!(|data: &[u8]| {
     let flags = number().unwrap_or(0) as u16;
     let transport = number().unwrap_or(0) as u8;
     let source = number().unwrap_or(0) as u8;
-    match parse(method, path, query, Some(accept), "token:fuzz", 1_796_000_000_000_000_000) {
+    match parse(
+        method,
+        path,
+        query,
+        Some(accept),
+        "token:fuzz",
+        1_796_000_000_000_000_000,
+    ) {
         Ok(Call::Search { limit, .. }) => assert!((1..=1000).contains(&limit), "{limit}"),
-        Ok(Call::Stats { from_ns, to_ns, step_ns, top }) => {
+        Ok(Call::Stats {
+            from_ns,
+            to_ns,
+            step_ns,
+            top,
+        }) => {
             assert!(from_ns < to_ns && step_ns >= 60_000_000_000 && top <= 1000);
             assert!((to_ns - from_ns).div_ceil(step_ns) <= 10_000);
         }
@@ -71,10 +83,7 @@ fuzz_target!(|data: &[u8]| {
         // The API's router answers 405 for these before the parser sees them.
         Err(e) => assert!(
             e.status == 404
-                && !matches!(
-                    (method, path),
-                    ("GET", _) | ("DELETE", "/api/v1/querylog")
-                ),
+                && !matches!((method, path), ("GET", _) | ("DELETE", "/api/v1/querylog")),
             "{e}"
         ),
     }
@@ -95,7 +104,12 @@ fuzz_target!(|data: &[u8]| {
     let row = csv_row(&entry);
     let fields = read_row(&row).unwrap_or_else(|| panic!("not one RFC 4180 row: {row:?}"));
     assert_eq!(fields.len(), CSV_COLUMNS.len(), "{row:?}");
-    let column = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).expect("a column");
+    let column = |name: &str| {
+        CSV_COLUMNS
+            .iter()
+            .position(|c| *c == name)
+            .expect("a column")
+    };
     assert_eq!(fields[column("qname")], qname);
     assert_eq!(fields[column("answer")], answer);
 });

@@ -63,14 +63,23 @@ fn batch(bytes: &[u8]) {
 
 fn round_trip(fields: &Fields<'_>) {
     let address = if fields.v4 {
-        IpAddr::from([fields.address[0], fields.address[1], fields.address[2], fields.address[3]])
+        IpAddr::from([
+            fields.address[0],
+            fields.address[1],
+            fields.address[2],
+            fields.address[3],
+        ])
     } else {
         IpAddr::V6(Ipv6Addr::from(fields.address))
     };
     let long;
     let query = match fields.long_query {
         Some(extra) => {
-            long = [fields.query, &vec![0x55; MESSAGE_MAX + usize::from(extra % 512)]].concat();
+            long = [
+                fields.query,
+                &vec![0x55; MESSAGE_MAX + usize::from(extra % 512)],
+            ]
+            .concat();
             &long[..]
         }
         None => fields.query,
@@ -115,7 +124,10 @@ fn round_trip(fields: &Fields<'_>) {
         (record.upstream, back.upstream),
     ] {
         assert!(read.len() <= 255 && written.starts_with(read));
-        assert!(written.len() <= 255 || read.len() + 4 > 255, "cut more than a character");
+        assert!(
+            written.len() <= 255 || read.len() + 4 > 255,
+            "cut more than a character"
+        );
         assert_eq!(read.len() == written.len(), written.len() <= 255);
     }
     let clipped = query.len() > MESSAGE_MAX || record.response.len() > MESSAGE_MAX;
@@ -124,5 +136,8 @@ fn round_trip(fields: &Fields<'_>) {
         back.response,
         &record.response[..record.response.len().min(MESSAGE_MAX)]
     );
-    assert_eq!(back.flags, record.flags | if clipped { flags::CLIPPED } else { 0 });
+    assert_eq!(
+        back.flags,
+        record.flags | if clipped { flags::CLIPPED } else { 0 }
+    );
 }

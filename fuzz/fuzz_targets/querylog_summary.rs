@@ -28,7 +28,10 @@ fuzz_target!(|data: &[u8]| {
     assert!(summary.answers.len() <= ANSWERS_MAX);
     for answer in &summary.answers {
         // A name in an answer is at most 4 * 255 characters; other data is cut.
-        assert!(answer.chars().count() <= ANSWER_TEXT_MAX + 16 + 4 * 255, "{answer}");
+        assert!(
+            answer.chars().count() <= ANSWER_TEXT_MAX + 16 + 4 * 255,
+            "{answer}"
+        );
     }
     if response.len() < 12 {
         assert_eq!(summary.rcode, None);
