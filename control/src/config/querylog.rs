@@ -457,7 +457,10 @@ mod tests {
     #[test]
     fn defaults_validate_to_the_documented_values() {
         let s = check(|_| {}).unwrap();
-        assert!(s.enabled);
+        // Off by default; when turned on, the redb sink.
+        assert!(!s.enabled);
+        assert_eq!(s.effective_sink(), SinkKind::None);
+        let s = check(|s| s.enabled = true).unwrap();
         assert_eq!(s.sink, SinkKind::Redb);
         assert_eq!(s.privacy, Privacy::Full);
         assert_eq!(s.retention, Duration::from_secs(7 * 86_400));
@@ -509,7 +512,15 @@ mod tests {
         );
         assert_eq!(key(|s| s.buffer_batches = 0), "querylog.bufferBatches");
         assert_eq!(key(|s| s.file = "log.jsonl".into()), "querylog.file");
-        assert_eq!(key(|s| s.sink = "dnstap".into()), "querylog.dnstap.address");
+        assert_eq!(
+            key(|s| {
+                s.enabled = true;
+                s.sink = "dnstap".into();
+            }),
+            "querylog.dnstap.address"
+        );
+        // Off, a dnstap sink without an address is not an error: no sink exists.
+        assert!(check(|s| s.sink = "dnstap".into()).is_ok());
         assert_eq!(
             key(|s| s.dnstap.address = "udp:127.0.0.1:6000".into()),
             "querylog.dnstap.address"
