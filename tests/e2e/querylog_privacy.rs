@@ -143,14 +143,21 @@ fn querylog_privacy_per_group_and_a_new_pseudonym_after_a_privacy_reload() {
     assert_eq!(hidden["group"], "ql-none");
     // Omitted: counted in the rollups, never listed. Everything else asked is listed, so the
     // rollups hold exactly one query more than the log.
-    let (status, all) = call(&k, "GET", "/api/v1/querylog?limit=1000", &admin, None);
-    assert_eq!(status, 200);
-    let listed = all["entries"].as_array().unwrap().len() as u64;
+    // The omitted query may reach the database in a later commit than the listed ones: wait
+    // for the rollups to hold it, then compare.
+    eventually("the omitted query in the rollups", || {
+        (k.metric("kudurru_querylog_omitted_total").unwrap_or(0.0) >= 1.0).then_some(())
+    });
+    let (listed, stats) = eventually("rollups one query ahead of the log", || {
+        let (status, all) = call(&k, "GET", "/api/v1/querylog?limit=1000", &admin, None);
+        assert_eq!(status, 200);
+        let listed = all["entries"].as_array().unwrap().len() as u64;
+        let (status, stats) = call(&k, "GET", "/api/v1/stats", &admin, None);
+        assert_eq!(status, 200, "{stats}");
+        (stats["totals"]["queries"] == listed + 1).then_some((listed, stats))
+    });
+    assert!(listed >= 4, "{stats}");
     assert!(logged(&k, &admin, &name("ql-omit")).is_empty());
-    let (status, stats) = call(&k, "GET", "/api/v1/stats", &admin, None);
-    assert_eq!(status, 200, "{stats}");
-    assert_eq!(stats["totals"]["queries"], listed + 1, "{stats}");
-    assert!(k.metric("kudurru_querylog_omitted_total").unwrap_or(0.0) >= 1.0);
 
     // The same client keeps its pseudonym within a key period…
     ask(&k, "127.0.0.4", &name("again"));
@@ -259,11 +266,17 @@ fn flood(target: SocketAddr, stop: Arc<AtomicBool>) -> thread::JoinHandle<u64> {
         let query = query_bytes(7, "version.bind", 16, 3, None);
         let mut sent = 0u64;
         let mut buffer = [0u8; 512];
-        while !stop.load(Ordering::Relaxed) {
+        // Bounded in time, and a pause every 256 datagrams: the other tests running beside it
+        // on a 2-CPU machine keep some CPU (a spinning flood starved their servers in CI).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
             if socket.send_to(&query, target).is_ok() {
                 sent += 1;
             }
             while socket.recv(&mut buffer).is_ok() {}
+            if sent.is_multiple_of(256) {
+                thread::sleep(Duration::from_micros(200));
+            }
         }
         sent
     })
@@ -324,7 +337,7 @@ fn a_full_query_log_ring_drops_records_and_counts_them() {
         .env("KUDURRU_QUERYLOG__PRIVACY", "pseudonymize")
         .start();
     let stop = Arc::new(AtomicBool::new(false));
-    let floods: Vec<_> = (0..3).map(|_| flood(k.addr, stop.clone())).collect();
+    let floods: Vec<_> = (0..2).map(|_| flood(k.addr, stop.clone())).collect();
     eventually("records dropped on a full ring", || {
         (k.metric("kudurru_querylog_dropped_total").unwrap_or(0.0) > 0.0).then_some(())
     });
