@@ -361,7 +361,7 @@ impl Api {
 
 /// The body of `POST /api/v1/tokens`: a name (1 to 64 printable characters), a role and an
 /// optional lifetime (`"30d"`).
-pub(super) fn parse_token_request(
+pub fn parse_token_request(
     body: &serde_json::Map<String, Value>,
 ) -> Result<(String, Role, Option<Duration>), Reply> {
     if let Some(other) = body
