@@ -175,7 +175,17 @@ fn session_body(session: &session::Session) -> Value {
         "expiresAt": rfc3339(session.expires_unix),
         "csrfToken": session.csrf,
         "via": "session",
+        "permissions": permissions(session.role),
     })
+}
+
+/// The names of the permissions `role` grants, so a page can hide what it cannot do.
+fn permissions(role: Role) -> Vec<&'static str> {
+    Permission::ALL
+        .iter()
+        .filter(|p| role.grants(**p))
+        .map(|p| p.name())
+        .collect()
 }
 
 impl Api {
@@ -260,6 +270,7 @@ impl Api {
             "tokenId": id,
             "expiresAt": expires,
             "via": "bearer",
+            "permissions": permissions(authorized.role),
         }))
     }
 
