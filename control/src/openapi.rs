@@ -935,7 +935,8 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         op["security"] = json!([]);
         op["description"] = "No credentials: the body carries the token.".into();
         responses["401"] = error_response("Unknown, revoked or expired token");
-        responses["403"] = error_response("Never: sign-in needs no role");
+        responses["403"] =
+            error_response("csrf: an Origin header that is not the API's own (login CSRF)");
         responses["429"] =
             error_response("Too many failed sign-ins from this address (Retry-After)");
     }

@@ -305,6 +305,26 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
     let granted = |v: &Value, p: &str| v["permissions"].as_array().unwrap().contains(&json!(p));
     assert!(granted(&by_bearer, "settings.read") && !granted(&by_bearer, "settings.write"));
     assert!(granted(&session, "settings.write") && !granted(&session, "tokens.admin"));
+    // A sign-in from another origin (login CSRF): 403; from the own origin: fine.
+    let body = json!({ "token": operator }).to_string();
+    let foreign = c.send(
+        "POST",
+        "/api/v1/session",
+        &[("Origin", "http://evil.example")],
+        Some(&body),
+    );
+    assert_eq!((foreign.status, foreign.header("set-cookie")), (403, None));
+    let own = format!("http://{}", c.host);
+    assert_eq!(
+        c.send(
+            "POST",
+            "/api/v1/session",
+            &[("Origin", own.as_str())],
+            Some(&body)
+        )
+        .status,
+        200
+    );
     // A bad token: 401, no cookie.
     let bad = c.sign_in("kdr_00000000_nope");
     assert_eq!(bad.status, 401);

@@ -102,6 +102,24 @@ pub(super) async fn sign_in(
         );
         return response;
     }
+    // A sign-in from another site's page (login CSRF) is refused like a forged write.
+    let header = |name| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+    };
+    if let Some(origin) = header(http::header::ORIGIN)
+        && !session::origin_is_own(origin, header(http::header::HOST), api.tls)
+    {
+        let mut reply = error(
+            403,
+            "csrf",
+            "a sign-in must come from this API's own origin",
+        );
+        reply.body["error"] = "csrf".into();
+        return reply.into_response();
+    }
     let json_type = request
         .headers()
         .get(http::header::CONTENT_TYPE)

@@ -229,23 +229,26 @@ pub fn check_csrf(
     host: Option<&str>,
     tls: bool,
 ) -> Result<(), CsrfRefusal> {
-    if let Some(origin) = origin {
-        let scheme = if tls { "https" } else { "http" };
-        let own = host.is_some_and(|host| {
-            !host.trim().is_empty()
-                && origin
-                    .strip_prefix(scheme)
-                    .and_then(|rest| rest.strip_prefix("://"))
-                    .is_some_and(|authority| authority.eq_ignore_ascii_case(host.trim()))
-        });
-        if !own {
-            return Err(CsrfRefusal::Origin);
-        }
+    if origin.is_some_and(|origin| !origin_is_own(origin, host, tls)) {
+        return Err(CsrfRefusal::Origin);
     }
     match csrf_header {
         Some(token) if constant_time_eq(token.trim().as_bytes(), session.csrf.as_bytes()) => Ok(()),
         _ => Err(CsrfRefusal::Token),
     }
+}
+
+/// Whether an `Origin` header names the API's own origin: `http(s)://<Host>` (the scheme the
+/// listener serves; a missing or empty Host is never one's own).
+pub fn origin_is_own(origin: &str, host: Option<&str>, tls: bool) -> bool {
+    let scheme = if tls { "https" } else { "http" };
+    host.is_some_and(|host| {
+        !host.trim().is_empty()
+            && origin
+                .strip_prefix(scheme)
+                .and_then(|rest| rest.strip_prefix("://"))
+                .is_some_and(|authority| authority.eq_ignore_ascii_case(host.trim()))
+    })
 }
 
 /// The key the limiter counts an address under: the address, or its /64 for IPv6 (one host
