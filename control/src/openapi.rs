@@ -123,9 +123,85 @@ fn patch_result() -> Value {
         "properties": {
             "persisted": { "type": "boolean" },
             "changed": { "type": "array", "items": { "type": "string" } },
-            "restartRequired": { "type": "array", "items": { "type": "string" } }
+            "restartRequired": { "type": "array", "items": { "type": "string" } },
+            "changes": changes_schema(),
+            "version": { "type": "integer", "nullable": true, "description": "the settings version recorded (GET /api/v1/settings/history)" }
         }
     })
+}
+
+fn lookup_records() -> Value {
+    json!({ "type": "array", "items": {
+        "type": "object",
+        "required": ["name", "type", "ttl", "data"],
+        "properties": {
+            "name": { "type": "string" },
+            "type": { "type": "string" },
+            "ttl": { "type": "integer" },
+            "data": { "type": "string" }
+        }
+    } })
+}
+
+fn dry_run_result() -> Value {
+    json!({
+        "type": "object",
+        "required": ["dryRun", "changes", "restartRequired"],
+        "properties": {
+            "dryRun": { "type": "boolean" },
+            "changes": changes_schema(),
+            "restartRequired": { "type": "boolean", "description": "whether a changed key needs a restart" }
+        }
+    })
+}
+
+fn session_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["role", "tokenId", "via"],
+        "properties": {
+            "role": { "type": "string", "enum": ["viewer", "operator", "admin"] },
+            "tokenId": { "type": "string" },
+            "expiresAt": { "type": "string", "format": "date-time" },
+            "csrfToken": { "type": "string", "description": "send as X-CSRF-Token on every write made with the session cookie" },
+            "via": { "type": "string", "enum": ["session", "bearer"] },
+            "permissions": { "type": "array", "items": { "type": "string" }, "description": "what the role may do (settings.write, tokens.admin, ...)" }
+        }
+    })
+}
+
+fn changes_schema() -> Value {
+    json!({ "type": "array", "items": {
+        "type": "object",
+        "required": ["key", "old", "new", "source", "restartRequired"],
+        "properties": {
+            "key": { "type": "string" },
+            "old": {},
+            "new": {},
+            "source": { "type": "string", "description": "the layer the old value came from" },
+            "restartRequired": { "type": "boolean" }
+        }
+    } })
+}
+
+fn token_schema(with_secret: bool) -> Value {
+    let mut schema = json!({
+        "type": "object",
+        "required": ["id", "name", "role", "created", "expiresAt"],
+        "properties": {
+            "id": { "type": "string" },
+            "name": { "type": "string" },
+            "role": { "type": "string", "enum": ["viewer", "operator", "admin"] },
+            "created": { "type": "string", "format": "date-time" },
+            "expiresAt": { "type": "string", "format": "date-time" }
+        }
+    });
+    if with_secret {
+        schema["required"] = json!(["token", "id", "name", "role", "created", "expiresAt"]);
+        schema["properties"]["token"] =
+            json!({ "type": "string", "description": "kdr_<id>_<secret>: shown once" });
+    }
+    schema
 }
 
 fn upstreams_schema() -> Value {
@@ -496,8 +572,8 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             None,
         ),
         ("PATCH", "/api/v1/settings") => (
-            "Change cluster-scope settings: validated whole, persisted to the settings file, applied",
-            patch_result(),
+            "Change cluster-scope settings: validated whole, persisted to the settings file, applied, recorded as a settings version; ?dryRun=true answers the changes only",
+            json!({ "anyOf": [patch_result(), dry_run_result()] }),
             Some(keys_schema(
                 config::keys().filter(|k| k.scope == Scope::Cluster && !k.host_only),
             )),
@@ -626,6 +702,99 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             querylog_stats_schema(),
             None,
         ),
+        ("POST", "/api/v1/session") => (
+            "Dashboard sign-in: exchange an API token for a session cookie (kudurru_session; HttpOnly, SameSite=Strict, Secure on HTTPS). No credentials needed; failed sign-ins are limited per address (429)",
+            session_schema(),
+            Some(json!({
+                "type": "object",
+                "required": ["token"],
+                "properties": { "token": { "type": "string" } }
+            })),
+        ),
+        ("GET", "/api/v1/session") => (
+            "The caller's role: a session's (with its csrfToken) or a bearer token's (\"via\": \"bearer\")",
+            session_schema(),
+            None,
+        ),
+        ("DELETE", "/api/v1/session") => (
+            "Sign out: ends the cookie's session (204) and clears the cookie; with a session cookie, needs X-CSRF-Token",
+            json!({}),
+            None,
+        ),
+        ("GET", "/api/v1/settings/history") => (
+            "Settings versions, newest first: each applied settings change or rollback, who and when, and what it changed",
+            json!({
+                "type": "object",
+                "required": ["versions"],
+                "properties": { "versions": { "type": "array", "items": {
+                    "type": "object",
+                    "required": ["version", "time", "actor", "changes"],
+                    "properties": {
+                        "version": { "type": "integer" },
+                        "time": { "type": "string", "format": "date-time" },
+                        "actor": { "type": "string" },
+                        "changes": changes_schema()
+                    }
+                } } }
+            }),
+            None,
+        ),
+        ("POST", "/api/v1/settings/rollback") => (
+            "Make an earlier version's settings document the cluster settings again (validated, persisted and applied as a PATCH; itself a new version); ?dryRun=true answers the changes only",
+            json!({ "anyOf": [patch_result(), dry_run_result()] }),
+            Some(json!({
+                "type": "object",
+                "required": ["version"],
+                "properties": { "version": { "type": "integer", "minimum": 1 } }
+            })),
+        ),
+        ("GET", "/api/v1/tokens") => (
+            "Every API token: id, name, role, created, expiry (never a secret or hash)",
+            json!({
+                "type": "object",
+                "required": ["tokens"],
+                "properties": { "tokens": { "type": "array", "items": token_schema(false) } }
+            }),
+            None,
+        ),
+        ("POST", "/api/v1/tokens") => (
+            "Create a token (201): the token string is in the answer once, never again",
+            token_schema(true),
+            Some(json!({
+                "type": "object",
+                "required": ["name", "role"],
+                "properties": {
+                    "name": { "type": "string", "maxLength": 64 },
+                    "role": { "type": "string", "enum": ["viewer", "operator", "admin"] },
+                    "ttl": { "type": "string", "description": "a lifetime such as 30d; at most auth.tokens.maxLifetime (the default)" }
+                }
+            })),
+        ),
+        ("DELETE", "/api/v1/tokens/{id}") => (
+            "Revoke a token (204); its dashboard sessions end at once",
+            json!({}),
+            None,
+        ),
+        ("GET", "/api/v1/lookup") => (
+            "A DNS query through the node itself (its first plain-DNS UDP listener, from loopback: cache, blocking, zones and the query log see it as a client's): rcode, flags, answer and authority records in presentation format, the time taken",
+            json!({
+                "type": "object",
+                "required": ["name", "type", "server", "transport", "rcode", "flags", "truncated", "answers", "authority", "timeMs"],
+                "properties": {
+                    "name": { "type": "string" },
+                    "type": { "type": "string" },
+                    "server": { "type": "string" },
+                    "transport": { "type": "string", "enum": ["udp"] },
+                    "rcode": { "type": "string" },
+                    "flags": { "type": "array", "items": { "type": "string" } },
+                    "truncated": { "type": "boolean" },
+                    "answers": lookup_records(),
+                    "authority": lookup_records(),
+                    "timeMs": { "type": "number" }
+                }
+            }),
+            None,
+        ),
         _ => ("", json!({}), None),
     };
     let mut responses = json!({
@@ -720,6 +889,62 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         }
         op["requestBody"] =
             json!({ "required": true, "content": { "application/json": { "schema": schema } } });
+    }
+    // The dashboard's routes: dry runs, created and empty answers, the unauthenticated
+    // sign-in.
+    if (method == "PATCH" && path == "/api/v1/settings") || path == "/api/v1/settings/rollback" {
+        let dry = json!({ "name": "dryRun", "in": "query", "required": false, "schema": { "type": "boolean" }, "description": "true: answer {dryRun, changes, restartRequired (boolean)} and change nothing" });
+        op["parameters"] = json!([dry]);
+    }
+    if path == "/api/v1/lookup" {
+        op["parameters"] = json!([
+            { "name": "name", "in": "query", "required": true, "schema": { "type": "string" }, "description": "the name to look up" },
+            { "name": "type", "in": "query", "required": false, "schema": { "type": "string" }, "description": "a record type (A, AAAA, MX, TYPE65, ...); default A" }
+        ]);
+        responses["400"] = error_response("name or type is invalid (it is named)");
+        responses["409"] =
+            error_response("no_udp_listener: the node has no plain DNS UDP listener");
+        responses["502"] = error_response("lookup_failed: the node's answer could not be read");
+        responses["504"] = error_response("lookup_timeout: no answer within 5 s");
+    }
+    if path == "/api/v1/settings/rollback" {
+        responses["404"] = error_response("No settings version of that number");
+        responses["410"] = error_response("The version's document was pruned from the audit log");
+    }
+    if method == "POST"
+        && path == "/api/v1/tokens"
+        && let Some(ok) = responses.as_object_mut().and_then(|r| r.remove("200"))
+    {
+        responses["201"] = ok;
+        responses["201"]["description"] = "Created".into();
+    }
+    if method == "DELETE" && (path == "/api/v1/session" || path == "/api/v1/tokens/{id}") {
+        if let Some(map) = responses.as_object_mut() {
+            map.remove("200");
+        }
+        responses["204"] = json!({ "description": "Done" });
+        if path == "/api/v1/session" {
+            responses["400"] = error_response("no_session: the request came with a bearer token");
+        }
+        if path == "/api/v1/tokens/{id}" {
+            responses["404"] = error_response("No token of that id");
+            op["parameters"] = json!([{ "name": "id", "in": "path", "required": true, "schema": { "type": "string" } }]);
+        }
+    }
+    if path == "/api/v1/session" && method == "POST" {
+        op["security"] = json!([]);
+        op["description"] = "No credentials: the body carries the token.".into();
+        responses["401"] = error_response("Unknown, revoked or expired token");
+        responses["403"] =
+            error_response("csrf: an Origin header that is not the API's own (login CSRF)");
+        responses["429"] =
+            error_response("Too many failed sign-ins from this address (Retry-After)");
+    }
+    if path != "/api/v1/session" || method != "POST" {
+        responses["403"]["description"] = format!(
+            "The token's role lacks {permission}; or, with a session cookie, a write without the session's X-CSRF-Token or from another Origin (code csrf)"
+        )
+        .into();
     }
     op["responses"] = responses;
     op
@@ -928,6 +1153,12 @@ mod tests {
             assert!(op.is_object(), "{method} {path}");
             let ok = if path.ends_with("/refresh") {
                 "202"
+            } else if method == "POST" && path == "/api/v1/tokens" {
+                "201"
+            } else if method == "DELETE"
+                && (path == "/api/v1/session" || path.starts_with("/api/v1/tokens/"))
+            {
+                "204"
             } else {
                 "200"
             };

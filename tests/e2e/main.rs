@@ -9,6 +9,7 @@ mod blocking;
 mod cache;
 mod control;
 mod crash;
+mod dashboard_api;
 mod defaults;
 mod doh;
 mod dot;
