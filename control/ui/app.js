@@ -201,6 +201,7 @@ async function route() {
   const h1 = main.querySelector("h1");
   if (h1 && document.activeElement === document.body) h1.focus({ preventScroll: true });
   document.body.dataset.page = name;
+  performance.mark("kudurru:rendered");
 }
 
 function showSignin(message) {

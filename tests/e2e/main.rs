@@ -9,6 +9,8 @@ mod blocking;
 mod cache;
 mod control;
 mod crash;
+// The dashboard in Chromium (ui-web).
+mod dashboard_browser;
 mod defaults;
 mod doh;
 mod dot;

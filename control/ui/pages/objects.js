@@ -101,7 +101,7 @@ export async function render(main, ctx) {
       return [h("span", { class: "mono" }, name), h("span", { class: "pill " + (on ? "enabled" : "disabled") }, on ? "enabled" : "disabled"),
         ...K.cells(o), conditions(o), detail, h("span", { class: "row" }, acts)];
     });
-    listBox.replaceChildren(table(K.title, ["name", "state", ...K.columns, "conditions", "", ""], rows));
+    listBox.replaceChildren(table(K.title, ["name", "state", ...K.columns, "conditions", "status", "actions"], rows));
   }
 
   async function toggle(o, on) {

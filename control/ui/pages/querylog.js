@@ -64,7 +64,7 @@ export async function render(main) {
       h("span", { class: "mono" }, e.qname), e.flags && e.flags.blocked ? h("span", { class: "pill fail" }, `blocked by ${e.policy || ""}/${e.list || ""}`) : (e.answer || ""),
       h("span", { class: "row" }, acts)];
   }
-  const HEAD = ["time", "client", "transport", "source", "type", "rcode", "name", "answer / reason", ""];
+  const HEAD = ["time", "client", "transport", "source", "type", "rcode", "name", "answer / reason", "actions"];
 
   async function explain(e) {
     try {

@@ -80,7 +80,7 @@ export async function render(main) {
   main.append(hist);
   try {
     const versions = (await get("/settings/history")).versions || [];
-    hist.replaceChildren(h("h2", {}, "History"), table(null, ["version", "time", "actor", "changes", ""], versions.map((v) => [String(v.version), fmtTime(v.time), v.actor || "",
+    hist.replaceChildren(h("h2", {}, "History"), table(null, ["version", "time", "actor", "changes", "rollback"], versions.map((v) => [String(v.version), fmtTime(v.time), v.actor || "",
       (v.changes || []).map((c) => `${c.key}: ${show(c.old)} → ${show(c.new)}`).join("; "),
       write ? h("button", { type: "button", class: "secondary", "data-version": v.version, onclick: () => rollback(v.version) }, "Roll back to this") : ""])));
   } catch (e) {

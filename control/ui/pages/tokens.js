@@ -10,7 +10,7 @@ export async function render(main) {
   main.append(form, once, out);
   async function load() {
     const list = (await get("/tokens")).tokens || [];
-    out.replaceChildren(table("Tokens", ["id", "name", "role", "created", "expires", ""], list.map((t) => [
+    out.replaceChildren(table("Tokens", ["id", "name", "role", "created", "expires", "revoke"], list.map((t) => [
       h("span", { class: "mono" }, t.id), t.name || "", t.role, fmtTime(t.created || t.createdAt), fmtTime(t.expires || t.expiresAt),
       h("button", { type: "button", class: "danger", onclick: () => revoke(t.id) }, "Revoke")])));
   }

@@ -9,7 +9,7 @@ export async function render(main) {
   main.append(zonesBox, recs);
 
   const zones = (await get("/zones")).items || [];
-  zonesBox.replaceChildren(table("Zones", ["name", "apex", "type", "serial", "records", "state", ""],
+  zonesBox.replaceChildren(table("Zones", ["name", "apex", "type", "serial", "records", "state", "records"],
     zones.map((z) => {
       const ready = ((z.status || {}).conditions || []).find((c) => c.type === "Ready");
       return [h("span", { class: "mono" }, z.metadata.name), z.spec.zone, z.spec.type, String(z.status.serial ?? ""), String(z.status.records ?? ""),
