@@ -16,6 +16,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+mod dashboard_routes;
+mod settings_versions;
+
 use crate::config::{self, ConfigError, KeyInfo, Scope, find_key, find_key_exact};
 use crate::files::write_atomically;
 use crate::health::upstream_totals;
@@ -67,6 +70,20 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
     ("DELETE", "/api/v1/querylog", Permission::QuerylogDelete),
     ("GET", "/api/v1/querylog/tail", Permission::QuerylogRead),
     ("GET", "/api/v1/stats", Permission::QuerylogRead),
+    // The dashboard: sessions (POST needs no credentials: it takes a token), settings
+    // versions, tokens.
+    ("POST", "/api/v1/session", Permission::Session),
+    ("GET", "/api/v1/session", Permission::Session),
+    ("DELETE", "/api/v1/session", Permission::Session),
+    ("GET", "/api/v1/settings/history", Permission::SettingsRead),
+    (
+        "POST",
+        "/api/v1/settings/rollback",
+        Permission::SettingsWrite,
+    ),
+    ("GET", "/api/v1/tokens", Permission::TokensAdmin),
+    ("POST", "/api/v1/tokens", Permission::TokensAdmin),
+    ("DELETE", "/api/v1/tokens/{id}", Permission::TokensAdmin),
 ];
 
 /// Whether `path` is the route `pattern`, whose `{name}` segments match one non-empty segment.
@@ -135,6 +152,10 @@ pub struct Authorized {
     pub route: Route,
     /// Who sent it, as the audit log names them (`token:<id>`).
     pub principal: String,
+    /// The role of its token.
+    pub role: crate::tokens::Role,
+    /// The dashboard session it came with (`None`: a bearer token).
+    pub session: Option<crate::dashboard::session::Session>,
 }
 
 /// What [`Api::dispatch`] produced.
@@ -187,6 +208,12 @@ pub struct Api {
     /// Held by a change from read to apply: requests are served concurrently, and two PATCHes
     /// of one file must not both read the old document.
     writes: Mutex<()>,
+    /// Dashboard sessions (cookies), in memory.
+    pub sessions: crate::dashboard::session::Sessions,
+    /// Failed sign-ins per client address.
+    pub sign_ins: crate::dashboard::session::SignInLimiter,
+    /// Whether the listener serves HTTPS (the cookie's `Secure`, the origin's scheme).
+    pub tls: bool,
 }
 
 /// A request, already read.
@@ -206,6 +233,14 @@ pub struct Request {
     pub accept: Option<String>,
     /// The body; `None` when it was longer than [`MAX_BODY`].
     pub body: Option<Vec<u8>>,
+    /// The `Cookie` headers, joined with `; `.
+    pub cookie: Option<String>,
+    /// `X-CSRF-Token` header.
+    pub csrf_token: Option<String>,
+    /// `Origin` header.
+    pub origin: Option<String>,
+    /// `Host` header.
+    pub host: Option<String>,
 }
 
 impl Api {
@@ -229,6 +264,9 @@ impl Api {
             bootstrap: None,
             querylog: crate::querylog::QueryLog::disabled(),
             writes: Mutex::new(()),
+            sessions: crate::dashboard::session::Sessions::default(),
+            sign_ins: crate::dashboard::session::SignInLimiter::default(),
+            tls: false,
         }
     }
 
@@ -277,6 +315,13 @@ impl Api {
         let max_lifetime = self.reloadable.current().validated.token_max_lifetime;
         let token = request.authorization.as_deref().and_then(bearer_token);
         let Some(token) = token else {
+            if let Some(cookie) = request
+                .cookie
+                .as_deref()
+                .and_then(|c| crate::dashboard::session::session_cookie([c]))
+            {
+                return self.authorize_session(request, cookie, route, permission);
+            }
             return Err(error(
                 401,
                 "unauthorized",
@@ -308,6 +353,8 @@ impl Api {
         Ok(Authorized {
             route,
             principal: format!("token:{id}"),
+            role,
+            session: None,
         })
     }
 
@@ -327,7 +374,7 @@ impl Api {
                     Err(e) => Outcome::Json(e.into()),
                 };
             }
-            return Outcome::Json(self.dispatch_fixed(request));
+            return Outcome::Json(self.dispatch_fixed(request, authorized));
         };
         if Target::takes_body(&request.method) {
             let media = request
@@ -370,8 +417,17 @@ impl Api {
         }
     }
 
-    fn dispatch_fixed(&self, request: &Request) -> Reply {
+    fn dispatch_fixed(&self, request: &Request, authorized: &Authorized) -> Reply {
         match (request.method.as_str(), request.path.as_str()) {
+            ("GET", "/api/v1/session") => self.session_info(authorized),
+            ("GET", "/api/v1/settings/history") => self.settings_history(),
+            ("POST", "/api/v1/settings/rollback") => self.rollback(request, authorized),
+            ("GET", "/api/v1/tokens") => self.list_tokens(),
+            ("POST", "/api/v1/tokens") => self.create_token(request, authorized),
+            ("DELETE", path) if path_matches("/api/v1/tokens/{id}", path) => {
+                let id = path.split('/').nth(4).unwrap_or_default();
+                self.revoke_token(id, authorized)
+            }
             ("GET", "/api/v1/settings") => self.get_keys(Scope::Cluster),
             ("GET", "/api/v1/node/config") => self.get_keys(Scope::Node),
             ("GET", "/api/v1/upstreams") => self.upstreams(),
@@ -390,7 +446,10 @@ impl Api {
                 self.refresh_list(name)
             }
             ("PATCH", path) => match json_body(request) {
-                Ok(patch) if path == "/api/v1/settings" => self.patch_settings(&patch),
+                Ok(patch) if path == "/api/v1/settings" => match dry_run(&request.query) {
+                    Ok(dry) => self.patch_settings(&patch, dry, &authorized.principal),
+                    Err(reply) => reply,
+                },
                 Ok(patch) => self.patch_node(&patch),
                 Err(reply) => reply,
             },
@@ -985,7 +1044,7 @@ impl Api {
         ok(json!({ "upstreams": list }))
     }
 
-    fn patch_settings(&self, patch: &Map<String, Value>) -> Reply {
+    fn patch_settings(&self, patch: &Map<String, Value>, dry_run: bool, principal: &str) -> Reply {
         let keys = match patched_keys(patch, Scope::Cluster) {
             Ok(keys) => keys,
             Err(reply) => return reply,
@@ -997,48 +1056,70 @@ impl Api {
         if let Some(reply) = self.locked(&keys) {
             return reply;
         }
-        let path = self.reloadable.settings_path();
-        // The document to change: the file as it is now, or the in-memory settings.
-        let (current, _) = self.reloadable.overlays();
-        let mut document: toml::Table = match &path {
-            Some(path) => match std::fs::read_to_string(path) {
-                Ok(text) => match text.parse() {
-                    Ok(table) => table,
-                    Err(e) => {
-                        return error(
-                            409,
-                            "settings_file_invalid",
-                            format!(
-                                "{} does not parse ({e}); fix it before patching",
-                                path.display()
-                            ),
-                        );
-                    }
-                },
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => toml::Table::new(),
-                Err(e) => {
-                    return error(
-                        409,
-                        "settings_file_unreadable",
-                        format!("{}: {e}", path.display()),
-                    );
-                }
-            },
-            None => current.map(|layer| to_table(&layer)).unwrap_or_default(),
+        let mut document = match self.settings_document() {
+            Ok(document) => document,
+            Err(reply) => return reply,
         };
         merge(&mut document, patch, "");
         let text = toml::to_string(&document).unwrap_or_default();
+        self.apply_settings_text(&text, dry_run, principal, Some(restart_bound(&keys)))
+    }
+
+    /// The cluster settings document to change: the settings file as it is now, or the
+    /// in-memory settings without one.
+    fn settings_document(&self) -> Result<toml::Table, Reply> {
+        let (current, _) = self.reloadable.overlays();
+        let Some(path) = self.reloadable.settings_path() else {
+            return Ok(current.map(|layer| to_table(&layer)).unwrap_or_default());
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => text.parse().map_err(|e| {
+                error(
+                    409,
+                    "settings_file_invalid",
+                    format!(
+                        "{} does not parse ({e}); fix it before patching",
+                        path.display()
+                    ),
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(toml::Table::new()),
+            Err(e) => Err(error(
+                409,
+                "settings_file_unreadable",
+                format!("{}: {e}", path.display()),
+            )),
+        }
+    }
+
+    /// Validates `text` as the whole cluster settings layer and, unless `dry_run`, persists
+    /// it, applies it and records it as a settings version by `principal`. Called with
+    /// [`Api::writes`] held. Both answers list the effective values that change.
+    fn apply_settings_text(
+        &self,
+        text: &str,
+        dry_run: bool,
+        principal: &str,
+        restart_keys: Option<Vec<&'static str>>,
+    ) -> Reply {
+        let path = self.reloadable.settings_path();
         let file_path = path.clone().unwrap_or_else(|| "(api)".into());
-        let layer = match FileLayer::parse_settings(&file_path, &text) {
+        let layer = match FileLayer::parse_settings(&file_path, text) {
             Ok(layer) => layer,
             Err(e) => return config_error(&e),
         };
         let node = self.reloadable.overlays().1;
-        if let Err(e) = self.reloadable.check(Some(&layer), node.as_ref()) {
-            return config_error(&e);
+        let next = match self.reloadable.check(Some(&layer), node.as_ref()) {
+            Ok(next) => next,
+            Err(e) => return config_error(&e),
+        };
+        let changes = settings_versions::changes(&self.reloadable.current(), &next);
+        if dry_run {
+            let restart = changes.iter().any(|c| c["restartRequired"] == true);
+            return ok(json!({ "dryRun": true, "changes": changes, "restartRequired": restart }));
         }
         let persisted = match &path {
-            Some(path) => match persist(path, &text) {
+            Some(path) => match persist(path, text) {
                 Ok(()) => true,
                 Err(e) => {
                     return error(
@@ -1051,11 +1132,27 @@ impl Api {
             None => false,
         };
         match self.reloadable.apply(Some(&layer)) {
-            Ok(changed) => ok(json!({
-                "persisted": persisted,
-                "changed": changed,
-                "restartRequired": restart_bound(&keys),
-            })),
+            Ok(changed) => {
+                // A rollback names no keys: the restart-bound ones among those it changed.
+                let restart_keys = restart_keys.unwrap_or_else(|| {
+                    changes
+                        .iter()
+                        .filter(|c| c["restartRequired"] == true)
+                        .filter_map(|c| c["key"].as_str().and_then(find_key_exact))
+                        .map(|k| k.key)
+                        .collect()
+                });
+                let mut body = json!({
+                    "persisted": persisted,
+                    "changed": changed,
+                    "restartRequired": restart_keys,
+                    "changes": changes,
+                });
+                if !changes.is_empty() {
+                    body["version"] = self.record_settings_version(principal, text, &changes);
+                }
+                ok(body)
+            }
             Err(e) => config_error(&e),
         }
     }
@@ -1128,6 +1225,21 @@ fn tempfile_probe(dir: &Path) -> std::io::Result<()> {
     let probe = dir.join(format!(".doctor-{}", std::process::id()));
     std::fs::write(&probe, b"")?;
     std::fs::remove_file(&probe)
+}
+
+/// The `dryRun` query parameter: `true`, or `false` when absent.
+fn dry_run(query: &str) -> Result<bool, Reply> {
+    let query = Query::parse(query).map_err(Reply::from)?;
+    match query.get("dryRun") {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(error(
+            400,
+            "invalid_value",
+            format!("dryRun must be true or false, not {other:?}"),
+        )
+        .with_key("dryRun")),
+    }
 }
 
 fn restart_bound(keys: &[&'static KeyInfo]) -> Vec<&'static str> {
@@ -1332,7 +1444,7 @@ fn insert_toml(table: &mut toml::Table, key: &str, value: toml::Value) {
 }
 
 impl Reply {
-    fn with_key(mut self, key: &str) -> Self {
+    pub(crate) fn with_key(mut self, key: &str) -> Self {
         self.body["key"] = key.into();
         self
     }
@@ -1415,13 +1527,29 @@ fn insert_path(map: &mut Map<String, Value>, key: &str, value: Value) {
 /// the server wait for its body); handlers read files and fsync, so both steps run on the
 /// bounded blocking pool, never on the control thread itself.
 pub fn handler(api: Arc<Api>, body_timeout: Duration) -> Handler {
-    Arc::new(move |request: HttpRequest, _peer| {
+    Arc::new(move |request: HttpRequest, peer: std::net::SocketAddr| {
         let api = api.clone();
-        Box::pin(async move { serve_one(api, request, body_timeout).await })
+        Box::pin(async move {
+            let mut response = serve_one(api, request, peer, body_timeout).await;
+            crate::dashboard::add_security_headers(response.headers_mut());
+            response
+        })
     })
 }
 
-async fn serve_one(api: Arc<Api>, request: HttpRequest, body_timeout: Duration) -> Response {
+async fn serve_one(
+    api: Arc<Api>,
+    request: HttpRequest,
+    peer: std::net::SocketAddr,
+    body_timeout: Duration,
+) -> Response {
+    // The dashboard's pages: everything outside /api/ is an asset or a 404.
+    if !request.uri().path().starts_with("/api/") {
+        return dashboard_routes::asset(&request);
+    }
+    if request.method() == http::Method::POST && request.uri().path() == "/api/v1/session" {
+        return dashboard_routes::sign_in(api, request, peer, body_timeout).await;
+    }
     let header = |name: http::header::HeaderName| {
         request
             .headers()
@@ -1437,6 +1565,10 @@ async fn serve_one(api: Arc<Api>, request: HttpRequest, body_timeout: Duration) 
         content_type: header(http::header::CONTENT_TYPE),
         accept: header(http::header::ACCEPT),
         body: None,
+        cookie: dashboard_routes::cookie_header(request.headers()),
+        csrf_token: header(http::header::HeaderName::from_static("x-csrf-token")),
+        origin: header(http::header::ORIGIN),
+        host: header(http::header::HOST),
     };
     let (api, parsed_back, checked) = match blocking(move || {
         let checked = api.authorize(&parsed);
@@ -1452,6 +1584,9 @@ async fn serve_one(api: Arc<Api>, request: HttpRequest, body_timeout: Duration) 
         Ok(authorized) => authorized,
         Err(reply) => return reply.into_response(),
     };
+    if parsed.method == "DELETE" && parsed.path == "/api/v1/session" {
+        return api.sign_out(&parsed, &authorized);
+    }
     let limit = match authorized.route {
         Route::Fixed => MAX_BODY,
         Route::Objects(_) => MAX_OBJECT_BODY,
@@ -1516,8 +1651,13 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Reply {
-    /// The HTTP response: status, JSON body, `Allow` on a 405.
+    /// The HTTP response: status, JSON body, `Allow` on a 405; a 204 has no body.
     pub fn into_response(self) -> Response {
+        if self.status == 204 {
+            let mut response = crate::http::respond(204, "application/json", bytes::Bytes::new());
+            response.headers_mut().remove(http::header::CONTENT_TYPE);
+            return response;
+        }
         crate::http::json_allowing(self.status, &self.body, self.allow.as_deref())
     }
 }
@@ -1583,6 +1723,8 @@ mod tests {
         let authorized = Authorized {
             route,
             principal: "token:test".into(),
+            role: crate::tokens::Role::Admin,
+            session: None,
         };
         match api.dispatch(&request, &authorized) {
             Outcome::Json(reply) => reply,

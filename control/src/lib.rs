@@ -17,6 +17,7 @@ pub mod check;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod dashboard;
 pub mod files;
 pub mod health;
 pub mod http;

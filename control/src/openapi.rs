@@ -123,9 +123,59 @@ fn patch_result() -> Value {
         "properties": {
             "persisted": { "type": "boolean" },
             "changed": { "type": "array", "items": { "type": "string" } },
-            "restartRequired": { "type": "array", "items": { "type": "string" } }
+            "restartRequired": { "type": "array", "items": { "type": "string" } },
+            "changes": changes_schema(),
+            "version": { "type": "integer", "nullable": true, "description": "the settings version recorded (GET /api/v1/settings/history)" }
         }
     })
+}
+
+fn session_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["role", "tokenId", "via"],
+        "properties": {
+            "role": { "type": "string", "enum": ["viewer", "operator", "admin"] },
+            "tokenId": { "type": "string" },
+            "expiresAt": { "type": "string", "format": "date-time" },
+            "csrfToken": { "type": "string", "description": "send as X-CSRF-Token on every write made with the session cookie" },
+            "via": { "type": "string", "enum": ["session", "bearer"] }
+        }
+    })
+}
+
+fn changes_schema() -> Value {
+    json!({ "type": "array", "items": {
+        "type": "object",
+        "required": ["key", "old", "new", "source", "restartRequired"],
+        "properties": {
+            "key": { "type": "string" },
+            "old": {},
+            "new": {},
+            "source": { "type": "string", "description": "the layer the old value came from" },
+            "restartRequired": { "type": "boolean" }
+        }
+    } })
+}
+
+fn token_schema(with_secret: bool) -> Value {
+    let mut schema = json!({
+        "type": "object",
+        "required": ["id", "name", "role", "created", "expiresAt"],
+        "properties": {
+            "id": { "type": "string" },
+            "name": { "type": "string" },
+            "role": { "type": "string", "enum": ["viewer", "operator", "admin"] },
+            "created": { "type": "string", "format": "date-time" },
+            "expiresAt": { "type": "string", "format": "date-time" }
+        }
+    });
+    if with_secret {
+        schema["required"] = json!(["token", "id", "name", "role", "created", "expiresAt"]);
+        schema["properties"]["token"] =
+            json!({ "type": "string", "description": "kdr_<id>_<secret>: shown once" });
+    }
+    schema
 }
 
 fn upstreams_schema() -> Value {
@@ -626,6 +676,79 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             querylog_stats_schema(),
             None,
         ),
+        ("POST", "/api/v1/session") => (
+            "Dashboard sign-in: exchange an API token for a session cookie (kudurru_session; HttpOnly, SameSite=Strict, Secure on HTTPS). No credentials needed; failed sign-ins are limited per address (429)",
+            session_schema(),
+            Some(json!({
+                "type": "object",
+                "required": ["token"],
+                "properties": { "token": { "type": "string" } }
+            })),
+        ),
+        ("GET", "/api/v1/session") => (
+            "The caller's role: a session's (with its csrfToken) or a bearer token's (\"via\": \"bearer\")",
+            session_schema(),
+            None,
+        ),
+        ("DELETE", "/api/v1/session") => (
+            "Sign out: ends the cookie's session (204) and clears the cookie; with a session cookie, needs X-CSRF-Token",
+            json!({}),
+            None,
+        ),
+        ("GET", "/api/v1/settings/history") => (
+            "Settings versions, newest first: each applied settings change or rollback, who and when, and what it changed",
+            json!({
+                "type": "object",
+                "required": ["versions"],
+                "properties": { "versions": { "type": "array", "items": {
+                    "type": "object",
+                    "required": ["version", "time", "actor", "changes"],
+                    "properties": {
+                        "version": { "type": "integer" },
+                        "time": { "type": "string", "format": "date-time" },
+                        "actor": { "type": "string" },
+                        "changes": changes_schema()
+                    }
+                } } }
+            }),
+            None,
+        ),
+        ("POST", "/api/v1/settings/rollback") => (
+            "Make an earlier version's settings document the cluster settings again (validated, persisted and applied as a PATCH; itself a new version); ?dryRun=true answers the changes only",
+            patch_result(),
+            Some(json!({
+                "type": "object",
+                "required": ["version"],
+                "properties": { "version": { "type": "integer", "minimum": 1 } }
+            })),
+        ),
+        ("GET", "/api/v1/tokens") => (
+            "Every API token: id, name, role, created, expiry (never a secret or hash)",
+            json!({
+                "type": "object",
+                "required": ["tokens"],
+                "properties": { "tokens": { "type": "array", "items": token_schema(false) } }
+            }),
+            None,
+        ),
+        ("POST", "/api/v1/tokens") => (
+            "Create a token (201): the token string is in the answer once, never again",
+            token_schema(true),
+            Some(json!({
+                "type": "object",
+                "required": ["name", "role"],
+                "properties": {
+                    "name": { "type": "string", "maxLength": 64 },
+                    "role": { "type": "string", "enum": ["viewer", "operator", "admin"] },
+                    "ttl": { "type": "string", "description": "a lifetime such as 30d; at most auth.tokens.maxLifetime (the default)" }
+                }
+            })),
+        ),
+        ("DELETE", "/api/v1/tokens/{id}") => (
+            "Revoke a token (204); its dashboard sessions end at once",
+            json!({}),
+            None,
+        ),
         _ => ("", json!({}), None),
     };
     let mut responses = json!({
@@ -720,6 +843,47 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         }
         op["requestBody"] =
             json!({ "required": true, "content": { "application/json": { "schema": schema } } });
+    }
+    // The dashboard's routes: dry runs, created and empty answers, the unauthenticated
+    // sign-in.
+    if (method == "PATCH" && path == "/api/v1/settings") || path == "/api/v1/settings/rollback" {
+        let dry = json!({ "name": "dryRun", "in": "query", "required": false, "schema": { "type": "boolean" }, "description": "true: answer {dryRun, changes, restartRequired (boolean)} and change nothing" });
+        op["parameters"] = json!([dry]);
+    }
+    if path == "/api/v1/settings/rollback" {
+        responses["404"] = error_response("No settings version of that number");
+        responses["410"] = error_response("The version's document was pruned from the audit log");
+    }
+    if method == "POST"
+        && path == "/api/v1/tokens"
+        && let Some(ok) = responses.as_object_mut().and_then(|r| r.remove("200"))
+    {
+        responses["201"] = ok;
+        responses["201"]["description"] = "Created".into();
+    }
+    if method == "DELETE" && (path == "/api/v1/session" || path == "/api/v1/tokens/{id}") {
+        if let Some(map) = responses.as_object_mut() {
+            map.remove("200");
+        }
+        responses["204"] = json!({ "description": "Done" });
+        if path == "/api/v1/tokens/{id}" {
+            responses["404"] = error_response("No token of that id");
+            op["parameters"] = json!([{ "name": "id", "in": "path", "required": true, "schema": { "type": "string" } }]);
+        }
+    }
+    if path == "/api/v1/session" && method == "POST" {
+        op["security"] = json!([]);
+        op["description"] = "No credentials: the body carries the token.".into();
+        responses["401"] = error_response("Unknown, revoked or expired token");
+        responses["403"] = error_response("Never: sign-in needs no role");
+        responses["429"] =
+            error_response("Too many failed sign-ins from this address (Retry-After)");
+    }
+    if path != "/api/v1/session" || method != "POST" {
+        responses["403"]["description"] = format!(
+            "The token's role lacks {permission}; or, with a session cookie, a write without the session's X-CSRF-Token or from another Origin (code csrf)"
+        )
+        .into();
     }
     op["responses"] = responses;
     op
@@ -928,6 +1092,12 @@ mod tests {
             assert!(op.is_object(), "{method} {path}");
             let ok = if path.ends_with("/refresh") {
                 "202"
+            } else if method == "POST" && path == "/api/v1/tokens" {
+                "201"
+            } else if method == "DELETE"
+                && (path == "/api/v1/session" || path.starts_with("/api/v1/tokens/"))
+            {
+                "204"
             } else {
                 "200"
             };

@@ -470,6 +470,8 @@ async fn control(
         api.zones = Some(zones.clone());
         api.bootstrap = Some(bootstrap.clone());
         api.querylog = querylog_handle.clone();
+        // The dashboard's cookie is `Secure` and its origin `https://` on an HTTPS listener.
+        api.tls = validated.api_tls.is_some();
         let api = Arc::new(api);
         crate::files::remove_stale_temporaries(api.tokens.path());
         tracing::info!(address = ?listener.local_addr(), tokens = %api.tokens.path().display(), "HTTP API");

@@ -51,6 +51,10 @@ pub enum Permission {
     CacheDump,
     /// Flush cached answers (`DELETE /api/v1/cache`).
     CacheFlush,
+    /// Read one's own session or token (`GET /api/v1/session`): every role.
+    Session,
+    /// List, create and revoke tokens over the API.
+    TokensAdmin,
 }
 
 impl Permission {
@@ -72,6 +76,8 @@ impl Permission {
             Self::CacheRead => "cache.read",
             Self::CacheDump => "cache.dump",
             Self::CacheFlush => "cache.flush",
+            Self::Session => "session",
+            Self::TokensAdmin => "tokens.admin",
         }
     }
 }
@@ -112,12 +118,14 @@ impl Role {
     pub fn grants(self, permission: Permission) -> bool {
         use Permission::*;
         let least = match permission {
-            SettingsRead | UpstreamsRead | InfoRead | ObjectsRead | CacheRead => Self::Viewer,
+            SettingsRead | UpstreamsRead | InfoRead | ObjectsRead | CacheRead | Session => {
+                Self::Viewer
+            }
             // The query log and its rollups name clients and what they asked: more than a
             // cache dump shows, so not below it.
             SettingsWrite | ListsRefresh | ObjectsWrite | AuditRead | CacheDump | CacheFlush
             | QuerylogRead => Self::Operator,
-            NodeWrite | QuerylogDelete | ObjectsAdmin => Self::Admin,
+            NodeWrite | QuerylogDelete | ObjectsAdmin | TokensAdmin => Self::Admin,
         };
         self >= least
     }
@@ -206,6 +214,10 @@ pub struct Entry {
     pub created: u64,
     /// Unix seconds after which the token is refused.
     pub expires: u64,
+    /// A name for people (`kudurru token create --name`, `POST /api/v1/tokens`); empty when
+    /// none was given (files written before names existed have none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -302,6 +314,16 @@ impl TokenStore {
 
     /// Creates a token with `role` valid for `ttl`; returns the token text (shown once).
     pub fn create(&self, role: Role, ttl: Duration) -> Result<(String, Entry), TokenError> {
+        self.create_named("", role, ttl)
+    }
+
+    /// Creates a token named `name` (see [`TokenStore::create`]).
+    pub fn create_named(
+        &self,
+        name: &str,
+        role: Role,
+        ttl: Duration,
+    ) -> Result<(String, Entry), TokenError> {
         let mut entries = self.load()?;
         let id = hex(&rand::random::<[u8; 4]>());
         let secret = hex(&rand::random::<[u8; 32]>());
@@ -312,6 +334,7 @@ impl TokenStore {
             role,
             created,
             expires: created.saturating_add(ttl.as_secs().max(1)),
+            name: name.to_owned(),
         };
         entries.push(entry.clone());
         self.save(entries)?;

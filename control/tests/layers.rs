@@ -17,6 +17,9 @@ const FLOORS: &[&[&str]] = &[
     // and watched); the lameduck client; the object kinds, their store and routes (on tokens'
     // permissions and the HTTP layer's errors).
     &["layers", "certs", "lameduck", "objects"],
+    // The dashboard's embedded assets, sessions, CSRF and security headers (on tokens and the
+    // HTTP layer); the API serves them.
+    &["dashboard"],
     // The effective configuration and its subscribers; `config check` over the layers.
     &["reload", "check"],
     // Host names in upstream URLs, resolved through the bootstrap resolvers (on the effective

@@ -7,6 +7,9 @@ use super::key::{KeyInfo, key, parse_string, show_string};
 /// Default HTTP API listener; token-authenticated, loopback by default.
 pub const DEFAULT_API_ADDRESS: &str = "127.0.0.1:8080";
 
+/// Default lifetime of a dashboard session (`api.sessionTTL`).
+pub(super) const DEFAULT_SESSION_TTL: &str = "12h";
+
 /// `api.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -17,6 +20,9 @@ pub struct ApiSection {
     pub tls_cert: String,
     /// PEM private key for `tlsCert`.
     pub tls_key: String,
+    /// How long a dashboard session lives after sign-in.
+    #[serde(rename = "sessionTTL")]
+    pub session_ttl: String,
 }
 
 impl Default for ApiSection {
@@ -25,6 +31,7 @@ impl Default for ApiSection {
             address: DEFAULT_API_ADDRESS.into(),
             tls_cert: String::new(),
             tls_key: String::new(),
+            session_ttl: DEFAULT_SESSION_TTL.into(),
         }
     }
 }
@@ -63,5 +70,16 @@ pub(super) const KEYS: &[KeyInfo] = &[
         parse: parse_string,
         show: show_string,
         description: "PEM private key for api.tlsCert",
+    },
+    key! {
+        key: "api.sessionTTL",
+        kind: "duration",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.api.session_ttl,
+        parse: parse_string,
+        show: show_string,
+        description: "how long a dashboard session (the cookie a sign-in with a token sets) lives; never longer than its token; sessions are held in memory, so a restart signs everyone out",
     },
 ];

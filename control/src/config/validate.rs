@@ -247,6 +247,7 @@ impl Config {
             &self.auth.tokens.max_lifetime,
         ));
         let audit_retention = problems.take(duration("audit.retention", &self.audit.retention));
+        let session_ttl = problems.take(duration("api.sessionTTL", &self.api.session_ttl));
         let api_address = if self.api.address.is_empty() {
             Some(None)
         } else {
@@ -387,6 +388,9 @@ impl Config {
         if !problems.0.is_empty() {
             return Err(problems.0);
         }
+        let Some(session_ttl) = session_ttl else {
+            return Err(problems.0);
+        };
         let settings = Settings {
             upstreams: upstreams.into(),
             upstream_strategy,
@@ -434,6 +438,7 @@ impl Config {
             data_dir_note,
             token_max_lifetime,
             audit_retention,
+            session_ttl,
             blocking,
             zones,
             bootstrap,
@@ -467,6 +472,8 @@ pub struct Validated {
     pub token_max_lifetime: Duration,
     /// `audit.retention`.
     pub audit_retention: Duration,
+    /// `api.sessionTTL`.
+    pub session_ttl: Duration,
     /// `blocking.*`.
     pub blocking: super::BlockingSettings,
     /// `zones.*`.

@@ -14,6 +14,7 @@ mod client_group;
 mod policy;
 mod record_set;
 mod schedule;
+mod settings;
 mod zone;
 
 use kudurru_storage::{FieldError, KindSchema};
@@ -23,6 +24,7 @@ pub use block_list::{BLOCK_LIST, block_list};
 pub use client_group::{CLIENT_GROUP, RESERVED_GROUP_NAMES, client_group};
 pub use policy::{POLICY, policy};
 pub use record_set::{RECORD_SET, RecordSetSpec, record_set};
+pub use settings::{SETTINGS, SETTINGS_NAME};
 pub use zone::{
     PrimaryServer, PrimarySpec, SecondarySpec, SerialPolicy, SoaSpec, TransferSpec, UpdateSpec,
     ZONE, ZoneSpec, ZoneType, zone,
@@ -52,6 +54,10 @@ pub(super) const SCHEMAS: &[KindSchema] = &[
     KindSchema {
         kind: RECORD_SET,
         validate_spec: |spec| record_set(spec).map(drop),
+    },
+    KindSchema {
+        kind: SETTINGS,
+        validate_spec: settings::settings,
     },
 ];
 
