@@ -145,7 +145,10 @@ def t_sign_in(page):
     page.click("#signin button[type=submit]")
     expect(page.locator("#signin .field-error")).to_contain_text("not accepted", timeout=TIMEOUT_MS)
     expect(page.locator("#token")).to_have_attribute("aria-invalid", "true")
-    sign_in(page, ADMIN)
+    # By keyboard: the field has focus, Enter submits.
+    page.fill("#token", "")
+    page.keyboard.type(ADMIN)
+    page.keyboard.press("Enter")
     page.wait_for_selector("body[data-page='overview']", timeout=TIMEOUT_MS)
     expect(page.locator("#role")).to_contain_text("admin")
     cookies = {c["name"]: c for c in page.context.cookies()}
@@ -199,6 +202,20 @@ def t_querylog_why(page):
     row.locator("button.why").click()
     expect(page.locator("#verdict")).to_contain_text("blocked", timeout=TIMEOUT_MS)
     expect(page.locator("#verdict")).to_contain_text(LIST)
+
+
+@step("query log: the live tail shows a query as it is asked")
+def t_querylog_tail(page):
+    goto(page, "querylog")
+    page.fill("#ql-search input[name=suffix]", "tail.dash.example")
+    page.click("#tail")
+    expect(page.locator("#tail")).to_have_attribute("aria-pressed", "true")
+    expect(page.locator("#results")).to_contain_text("Waiting", timeout=TIMEOUT_MS)
+    name = f"t{int(time.time())}.tail.dash.example"
+    # The tail starts when its request reaches the server: ask until the name shows.
+    eventually("the tailed query", lambda: dig(name) and page.locator("#results tbody tr", has_text=name).count() > 0)
+    page.click("#tail")
+    expect(page.locator("#tail")).to_have_attribute("aria-pressed", "false")
 
 
 @step("query log: one click blocks a name into a chosen list, and dig gets the block answer")
@@ -420,6 +437,7 @@ def main():
         t_sign_in(page)
         t_overview_qps(page)
         t_querylog_why(page)
+        t_querylog_tail(page)
         t_querylog_block(page)
         t_disable_list(page)
         t_invalid_object(page)
