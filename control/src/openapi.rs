@@ -130,6 +130,18 @@ fn patch_result() -> Value {
     })
 }
 
+fn dry_run_result() -> Value {
+    json!({
+        "type": "object",
+        "required": ["dryRun", "changes", "restartRequired"],
+        "properties": {
+            "dryRun": { "type": "boolean" },
+            "changes": changes_schema(),
+            "restartRequired": { "type": "boolean", "description": "whether a changed key needs a restart" }
+        }
+    })
+}
+
 fn session_schema() -> Value {
     json!({
         "type": "object",
@@ -546,8 +558,8 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             None,
         ),
         ("PATCH", "/api/v1/settings") => (
-            "Change cluster-scope settings: validated whole, persisted to the settings file, applied",
-            patch_result(),
+            "Change cluster-scope settings: validated whole, persisted to the settings file, applied, recorded as a settings version; ?dryRun=true answers the changes only",
+            json!({ "anyOf": [patch_result(), dry_run_result()] }),
             Some(keys_schema(
                 config::keys().filter(|k| k.scope == Scope::Cluster && !k.host_only),
             )),
@@ -715,7 +727,7 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         ),
         ("POST", "/api/v1/settings/rollback") => (
             "Make an earlier version's settings document the cluster settings again (validated, persisted and applied as a PATCH; itself a new version); ?dryRun=true answers the changes only",
-            patch_result(),
+            json!({ "anyOf": [patch_result(), dry_run_result()] }),
             Some(json!({
                 "type": "object",
                 "required": ["version"],
@@ -866,6 +878,9 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             map.remove("200");
         }
         responses["204"] = json!({ "description": "Done" });
+        if path == "/api/v1/session" {
+            responses["400"] = error_response("no_session: the request came with a bearer token");
+        }
         if path == "/api/v1/tokens/{id}" {
             responses["404"] = error_response("No token of that id");
             op["parameters"] = json!([{ "name": "id", "in": "path", "required": true, "schema": { "type": "string" } }]);

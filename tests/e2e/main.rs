@@ -9,6 +9,7 @@ mod blocking;
 mod cache;
 mod control;
 mod crash;
+mod dashboard_api;
 // The dashboard in Chromium (ui-web).
 mod dashboard_browser;
 mod defaults;
