@@ -71,7 +71,7 @@ def main():
                                capture_output=True, text=True, check=True, env=env).stdout.strip()
         url = f"http://127.0.0.1:{API_PORT}/"
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=args.chromium, headless=True, args=["--no-sandbox"])
+            browser = p.chromium.launch(executable_path=args.chromium, headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"])
             signed = browser.new_context()
             r = signed.request.post(url + "api/v1/session", data=json.dumps({"token": token}),
                                     headers={"Content-Type": "application/json"})

@@ -39,7 +39,7 @@ export function table(caption, headers, rows) {
     h("table", {},
       caption ? h("caption", {}, caption) : null,
       h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col" }, x)))),
-      h("tbody", {}, rows.length ? rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c))))
+      h("tbody", {}, rows.length ? rows.map((r) => h("tr", {}, r.map((c, i) => h("td", { "data-label": headers[i] }, c))))
         : h("tr", {}, h("td", { colspan: headers.length }, "nothing yet")))));
 }
 
