@@ -26,7 +26,10 @@ function spark(series) {
 }
 
 export async function render(main) {
-  const from = new Date(Date.now() - 3600e3).toISOString();
+  // The rate is the growth of the totals since `from` between two polls; `from` stays put so
+  // the totals only grow, and moves on every hour (one poll then shows no rate) so the answer
+  // stays small.
+  let fromMs = Date.now() - 3600e3;
   const cards = h("div", { class: "cards" },
     card("qps", "queries per second"), card("queries", "queries in the last hour"),
     card("blocked", "blocked share"), card("hitrate", "cache hit rate"),
@@ -40,7 +43,8 @@ export async function render(main) {
   async function poll() {
     const now = performance.now();
     const jobs = [get("/cache"), get("/upstreams")];
-    if (can("operator")) jobs.push(get(`/stats?from=${encodeURIComponent(from)}&top=5`));
+    if (Date.now() - fromMs > 2 * 3600e3) { fromMs = Date.now() - 3600e3; last = null; }
+    if (can("operator")) jobs.push(get(`/stats?from=${encodeURIComponent(new Date(fromMs).toISOString())}&top=5`));
     let cache, ups, stats;
     try {
       [cache, ups, stats] = await Promise.all(jobs);
@@ -58,11 +62,12 @@ export async function render(main) {
         set("qps", rate.toFixed(rate < 10 ? 1 : 0));
       }
       last = { queries: t.queries, at: now };
-      const hour = stats.series.reduce((a, s) => a + s.queries, 0);
-      const hourBlocked = stats.series.reduce((a, s) => a + s.blocked, 0);
+      const recent = stats.series.slice(-60);
+      const hour = recent.reduce((a, s) => a + s.queries, 0);
+      const hourBlocked = recent.reduce((a, s) => a + s.blocked, 0);
       set("queries", String(hour));
       set("blocked", hour ? `${((100 * hourBlocked) / hour).toFixed(1)} %` : "—");
-      parts.push(h("h2", {}, "Queries per minute"), spark(stats.series.slice(-60)));
+      parts.push(h("h2", {}, "Queries per minute"), spark(recent));
       const top = (title, rows, key) => table(title, [key, "queries"], rows.map((r) => [h("span", { class: "mono" }, r[key]), String(r.count)]));
       parts.push(h("div", { class: "cards" },
         top("Top names", stats.topNames, "name"), top("Top blocked", stats.topBlocked, "name"),
