@@ -51,18 +51,22 @@ const KINDS = {
       ["spec.clientGroups", "Client groups", "text", "Comma-separated; default is every client no other group holds."],
       ["spec.denyLists", "Deny lists", "text", "Comma-separated list names."],
       ["spec.allowLists", "Allow lists", "text", "Comma-separated list names."],
-      ["spec.blockResponse", "Block response", ["nxdomain", "nodata", "refused", "null"]],
+      ["spec.blockResponse", "Block response", ["nxdomain", "nodata", "refused", "null", "addresses (kept as set)"]],
       ["spec.blockTTL", "Block TTL", "text", "e.g. 60s; empty: blocking.blockTTL"],
     ],
     toForm: (s) => ({
       "spec.clientGroups": (s.clientGroups || []).join(", "), "spec.denyLists": (s.denyLists || []).join(", "),
       "spec.allowLists": (s.allowLists || []).join(", "),
-      "spec.blockResponse": typeof s.blockResponse === "string" ? s.blockResponse : "nxdomain", "spec.blockTTL": s.blockTTL || "",
+      // An {addresses: [...]} answer has no field here: the edit keeps it as it is.
+      "spec.blockResponse": s.blockResponse && typeof s.blockResponse === "object" ? "addresses (kept as set)" : s.blockResponse || "nxdomain",
+      "spec.blockTTL": s.blockTTL || "",
     }),
-    toSpec: (f) => ({
-      clientGroups: list(f["spec.clientGroups"]), denyLists: list(f["spec.denyLists"]), allowLists: list(f["spec.allowLists"]),
-      blockResponse: f["spec.blockResponse"], blockTTL: f["spec.blockTTL"] || null,
-    }),
+    toSpec: (f) => {
+      const spec = { clientGroups: list(f["spec.clientGroups"]), denyLists: list(f["spec.denyLists"]), allowLists: list(f["spec.allowLists"]),
+        blockTTL: f["spec.blockTTL"] || null };
+      if (!f["spec.blockResponse"].startsWith("addresses")) spec.blockResponse = f["spec.blockResponse"];
+      return spec;
+    },
     columns: ["groups", "deny", "allow", "active"],
     cells: (o) => [(o.spec.clientGroups || []).join(", "), (o.spec.denyLists || []).join(", "),
       (o.spec.allowLists || []).join(", "), o.status.active === undefined ? "" : String(o.status.active)],
