@@ -19,6 +19,9 @@ use serde_json::{Map, Value, json};
 mod dashboard_routes;
 mod settings_versions;
 
+pub use dashboard_routes::parse_token_request;
+pub use settings_versions::parse_rollback;
+
 use crate::config::{self, ConfigError, KeyInfo, Scope, find_key, find_key_exact};
 use crate::files::write_atomically;
 use crate::health::upstream_totals;

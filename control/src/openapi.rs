@@ -151,7 +151,8 @@ fn session_schema() -> Value {
             "tokenId": { "type": "string" },
             "expiresAt": { "type": "string", "format": "date-time" },
             "csrfToken": { "type": "string", "description": "send as X-CSRF-Token on every write made with the session cookie" },
-            "via": { "type": "string", "enum": ["session", "bearer"] }
+            "via": { "type": "string", "enum": ["session", "bearer"] },
+            "permissions": { "type": "array", "items": { "type": "string" }, "description": "what the role may do (settings.write, tokens.admin, ...)" }
         }
     })
 }

@@ -58,6 +58,27 @@ pub enum Permission {
 }
 
 impl Permission {
+    /// Every permission, in documentation order.
+    pub const ALL: &[Self] = &[
+        Self::SettingsRead,
+        Self::SettingsWrite,
+        Self::NodeWrite,
+        Self::UpstreamsRead,
+        Self::InfoRead,
+        Self::ListsRefresh,
+        Self::QuerylogRead,
+        Self::QuerylogDelete,
+        Self::ObjectsRead,
+        Self::ObjectsWrite,
+        Self::ObjectsAdmin,
+        Self::AuditRead,
+        Self::CacheRead,
+        Self::CacheDump,
+        Self::CacheFlush,
+        Self::Session,
+        Self::TokensAdmin,
+    ];
+
     /// The name used in errors and docs.
     pub fn name(self) -> &'static str {
         match self {

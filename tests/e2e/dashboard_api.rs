@@ -278,6 +278,9 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
         (&json!("viewer"), &json!("bearer"))
     );
     assert!(by_bearer.get("csrfToken").is_none());
+    let granted = |v: &Value, p: &str| v["permissions"].as_array().unwrap().contains(&json!(p));
+    assert!(granted(&by_bearer, "settings.read") && !granted(&by_bearer, "settings.write"));
+    assert!(granted(&session, "settings.write") && !granted(&session, "tokens.admin"));
     // A bad token: 401, no cookie.
     let bad = c.sign_in("kdr_00000000_nope");
     assert_eq!(bad.status, 401);

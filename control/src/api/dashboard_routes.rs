@@ -175,7 +175,17 @@ fn session_body(session: &session::Session) -> Value {
         "expiresAt": rfc3339(session.expires_unix),
         "csrfToken": session.csrf,
         "via": "session",
+        "permissions": permissions(session.role),
     })
+}
+
+/// The names of the permissions `role` grants, so a page can hide what it cannot do.
+fn permissions(role: Role) -> Vec<&'static str> {
+    Permission::ALL
+        .iter()
+        .filter(|p| role.grants(**p))
+        .map(|p| p.name())
+        .collect()
 }
 
 impl Api {
@@ -260,6 +270,7 @@ impl Api {
             "tokenId": id,
             "expiresAt": expires,
             "via": "bearer",
+            "permissions": permissions(authorized.role),
         }))
     }
 
@@ -361,7 +372,7 @@ impl Api {
 
 /// The body of `POST /api/v1/tokens`: a name (1 to 64 printable characters), a role and an
 /// optional lifetime (`"30d"`).
-pub(super) fn parse_token_request(
+pub fn parse_token_request(
     body: &serde_json::Map<String, Value>,
 ) -> Result<(String, Role, Option<Duration>), Reply> {
     if let Some(other) = body

@@ -196,7 +196,7 @@ impl Api {
 }
 
 /// The body of a rollback: `{"version": n}` and nothing else.
-pub(super) fn parse_rollback(body: &serde_json::Map<String, Value>) -> Result<u64, Reply> {
+pub fn parse_rollback(body: &serde_json::Map<String, Value>) -> Result<u64, Reply> {
     if let Some(other) = body.keys().find(|k| *k != "version") {
         return Err(error(
             400,

@@ -232,10 +232,11 @@ pub fn check_csrf(
     if let Some(origin) = origin {
         let scheme = if tls { "https" } else { "http" };
         let own = host.is_some_and(|host| {
-            origin
-                .strip_prefix(scheme)
-                .and_then(|rest| rest.strip_prefix("://"))
-                .is_some_and(|authority| authority.eq_ignore_ascii_case(host.trim()))
+            !host.trim().is_empty()
+                && origin
+                    .strip_prefix(scheme)
+                    .and_then(|rest| rest.strip_prefix("://"))
+                    .is_some_and(|authority| authority.eq_ignore_ascii_case(host.trim()))
         });
         if !own {
             return Err(CsrfRefusal::Origin);
