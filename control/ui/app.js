@@ -3,7 +3,13 @@
 // exporting `render(main, ctx)` (and optionally returning a cleanup function).
 
 const ROLES = { viewer: 0, operator: 1, admin: 2 };
-const session = { role: null, csrf: null, tokenId: null, expiresAt: null };
+// What each role adds to the one before (docs/api.md, "Tokens and roles").
+const ROLE_PERMISSIONS = [
+  ["settings.read", "upstreams.read", "info.read", "objects.read", "cache.read"],
+  ["settings.write", "lists.refresh", "objects.write", "audit.read", "cache.dump", "cache.flush", "querylog.read"],
+  ["node.write", "querylog.delete", "objects.admin", "tokens.admin"],
+];
+const session = { role: null, csrf: null, tokenId: null, expiresAt: null, permissions: null };
 
 // Builds an element: h("button", {type: "button", onclick: f}, "text", child…). Text is
 // always set as text, never parsed as HTML.
@@ -89,8 +95,12 @@ export function qs(params) {
   return s ? "?" + s : "";
 }
 
-export function can(role) {
-  return session.role !== null && ROLES[session.role] >= ROLES[role];
+// `what` is a permission (`objects.write`: from the session's `permissions`) or a role (at
+// least that role). The server checks every request anyway: this only hides controls.
+export function can(what) {
+  if (session.role === null) return false;
+  if (what.includes(".")) return session.permissions ? session.permissions.includes(what) : false;
+  return ROLES[session.role] >= ROLES[what];
 }
 
 export function errorText(e) {
@@ -136,20 +146,20 @@ export function fmtTime(t) {
 }
 
 function clear() {
-  session.role = session.csrf = session.tokenId = session.expiresAt = null;
+  session.role = session.csrf = session.tokenId = session.expiresAt = session.permissions = null;
 }
 
 const PAGES = [
   ["overview", "Overview", "viewer"],
-  ["querylog", "Query log", "operator"],
+  ["querylog", "Query log", "querylog.read"],
   ["blocklists", "Lists", "viewer"],
   ["clientgroups", "Client groups", "viewer"],
   ["policies", "Policies", "viewer"],
   ["zones", "Zones", "viewer"],
   ["settings", "Settings", "viewer"],
   ["tools", "Tools", "viewer"],
-  ["audit", "Audit", "operator"],
-  ["tokens", "Tokens", "admin"],
+  ["audit", "Audit", "audit.read"],
+  ["tokens", "Tokens", "tokens.admin"],
 ];
 
 const MODULES = {
@@ -182,7 +192,7 @@ async function route() {
   say("");
   if (!page) { main.replaceChildren(h("h1", { tabindex: "-1" }, "Not found"), h("p", {}, "No such page.")); return; }
   if (!can(page[2])) {
-    main.replaceChildren(h("h1", { tabindex: "-1" }, page[1]), h("p", {}, `This page needs the ${page[2]} role.`));
+    main.replaceChildren(h("h1", { tabindex: "-1" }, page[1]), h("p", {}, `This page needs the ${page[2]} ${page[2].includes(".") ? "permission" : "role"}.`));
     return;
   }
   const mine = ++generation;
@@ -237,6 +247,8 @@ function adopt(s) {
   session.csrf = s.csrfToken || null;
   session.tokenId = s.tokenId || null;
   session.expiresAt = s.expiresAt || null;
+  // Older servers answer no list: derive it from the role as docs/api.md describes.
+  session.permissions = Array.isArray(s.permissions) ? s.permissions : ROLE_PERMISSIONS.slice(0, ROLES[session.role] + 1).flat();
 }
 
 async function signOut() {

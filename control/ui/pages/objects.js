@@ -83,7 +83,7 @@ function conditions(o) {
 export async function render(main, ctx) {
   const K = KINDS[ctx.kind];
   const base = `/${ctx.kind}`;
-  const write = can("operator");
+  const write = can("objects.write");
   const listBox = h("div", { id: "objects" });
   const editor = h("section", { id: "editor", "aria-label": "Editor" });
   add(main, write ? h("button", { type: "button", id: "create", onclick: () => edit(null) }, `New ${K.kind}`) : null, editor, listBox);
@@ -97,7 +97,7 @@ export async function render(main, ctx) {
       if (write) {
         acts.push(h("button", { type: "button", class: "secondary", onclick: () => edit(o) }, "Edit"));
         acts.push(h("button", { type: "button", class: "secondary", "data-action": "toggle", "data-name": name, onclick: () => toggle(o, !on) }, on ? "Disable" : "Enable"));
-        if (ctx.kind === "blocklists") acts.push(h("button", { type: "button", class: "secondary", "data-action": "refresh", "data-name": name, onclick: () => refresh(name) }, "Refresh"));
+        if (ctx.kind === "blocklists" && can("lists.refresh")) acts.push(h("button", { type: "button", class: "secondary", "data-action": "refresh", "data-name": name, onclick: () => refresh(name) }, "Refresh"));
         acts.push(h("button", { type: "button", class: "danger", onclick: () => remove(name) }, "Delete"));
       }
       const detail = h("details", {}, h("summary", {}, "status"),

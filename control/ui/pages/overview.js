@@ -44,7 +44,7 @@ export async function render(main) {
     const now = performance.now();
     const jobs = [get("/cache"), get("/upstreams")];
     if (Date.now() - fromMs > 2 * 3600e3) { fromMs = Date.now() - 3600e3; last = null; }
-    if (can("operator")) jobs.push(get(`/stats?from=${encodeURIComponent(new Date(fromMs).toISOString())}&top=5`));
+    if (can("querylog.read")) jobs.push(get(`/stats?from=${encodeURIComponent(new Date(fromMs).toISOString())}&top=5`));
     let cache, ups, stats;
     try {
       [cache, ups, stats] = await Promise.all(jobs);

@@ -46,7 +46,7 @@ export async function render(main) {
   const results = h("div", { id: "results" });
   const more = h("button", { type: "button", class: "secondary", hidden: true }, "Older entries");
   add(main, form,
-    can("operator") && lists.length ? h("div", { class: "row" }, field("Allow/block into list", listSel)) : null,
+    can("objects.write") && lists.length ? h("div", { class: "row" }, field("Allow/block into list", listSel)) : null,
     why, results, more);
 
   const filters = () => {
@@ -57,7 +57,7 @@ export async function render(main) {
 
   function row(e) {
     const acts = [h("button", { type: "button", class: "secondary why", onclick: () => explain(e) }, "Why?")];
-    if (can("operator") && lists.length) {
+    if (can("objects.write") && lists.length) {
       acts.push(h("button", { type: "button", class: "secondary", onclick: () => addTo(e.qname) }, "Add to list"));
     }
     return [fmtTime(e.time), e.client || "", e.transport, e.source, e.qtype, e.rcode || "dropped",

@@ -25,7 +25,7 @@ function diffTable(changes) {
 }
 
 export async function render(main) {
-  const write = can("operator");
+  const write = can("settings.write");
   const s = await get("/settings");
   const restart = new Set(s.restartRequired || []);
   const inputs = new Map();

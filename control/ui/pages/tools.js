@@ -38,7 +38,7 @@ export async function render(main) {
       c.cores.map((x) => [String(x.core), String(x.entries ?? x.error), String(x.capacity ?? ""), String(x.hits ?? ""), String(x.misses ?? "")])));
   }
   main.append(h("h2", {}, "Cache"), cacheBox);
-  if (can("operator")) {
+  if (can("cache.flush")) {
     const flushName = h("input", { "data-key": "name", placeholder: "empty: everything" });
     const sub = h("input", { type: "checkbox", id: "flush-subtree" });
     const flush = h("form", { class: "inline", id: "flush" }, field("Flush name", flushName),

@@ -23,7 +23,7 @@ export async function render(main) {
       const parts = [h("h2", { tabindex: "-1" }, `${r.zone} at serial ${r.serial} (${r.total} records)`),
         table(null, ["name", "TTL", "type", "data"], r.records.map((x) => [h("span", { class: "mono" }, x.name), String(x.ttl), x.type, h("span", { class: "mono" }, x.rdata)]))];
       if (r.continue) parts.push(h("p", {}, "The first 500 records are shown."));
-      if (can("operator") && z.spec.type === "primary") parts.push(editor(z));
+      if (can("objects.write") && z.spec.type === "primary") parts.push(editor(z));
       recs.replaceChildren(...parts);
       recs.querySelector("h2").focus();
     } catch (e) { say(errorText(e), "error"); }
