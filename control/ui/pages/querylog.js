@@ -45,7 +45,10 @@ export async function render(main) {
   const why = h("section", { id: "why", "aria-live": "polite", "aria-label": "Why blocked" });
   const results = h("div", { id: "results" });
   const more = h("button", { type: "button", class: "secondary", hidden: true }, "Older entries");
-  add(main, form,
+  // Folded on a phone, so the entries come first.
+  const filtersBox = h("details", { id: "filters", open: !window.matchMedia("(max-width: 600px)").matches },
+    h("summary", {}, "Filters and live tail"), form);
+  add(main, filtersBox,
     can("objects.write") && lists.length ? h("div", { class: "row" }, field("Allow/block into list", listSel)) : null,
     why, results, more);
 
