@@ -76,8 +76,11 @@ const KINDS = {
 export const enabled = (o) => String(((o.metadata.annotations || {})["kudurru.io/enabled"]) ?? "true").trim().toLowerCase() !== "false";
 
 function conditions(o) {
-  return h("span", {}, ((o.status && o.status.conditions) || []).map((c) =>
-    h("span", { class: `pill ${c.status}`, title: c.message }, `${c.type}: ${c.status}`, " ")));
+  // Degraded and Disabled are bad news when True; the others when False.
+  return h("span", {}, ((o.status && o.status.conditions) || []).map((c) => {
+    const good = ["Degraded", "Disabled"].includes(c.type) ? c.status !== "True" : c.status === "True";
+    return h("span", { class: `pill ${good ? "ok" : "fail"}`, title: c.message }, `${c.type}: ${c.status}`, " ");
+  }));
 }
 
 export async function render(main, ctx) {

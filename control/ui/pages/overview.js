@@ -57,8 +57,14 @@ export async function render(main) {
     const set = (id, text) => { const el = document.getElementById(id); if (el) el.textContent = text; };
     if (stats) {
       const t = stats.totals;
+      const open = stats.series[stats.series.length - 1];
+      const inMinute = open ? (Date.now() - open.startUnixNs / 1e6) / 1000 : 0;
       if (last) {
         const rate = Math.max(0, t.queries - last.queries) / ((now - last.at) / 1000);
+        set("qps", rate.toFixed(rate < 10 ? 1 : 0));
+      } else if (open && inMinute >= 5) {
+        // The first poll: the current minute's mean so far.
+        const rate = open.queries / inMinute;
         set("qps", rate.toFixed(rate < 10 ? 1 : 0));
       }
       last = { queries: t.queries, at: now };
