@@ -17,9 +17,11 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 mod dashboard_routes;
+mod lookup;
 mod settings_versions;
 
 pub use dashboard_routes::parse_token_request;
+pub use lookup::{Lookup, parse_lookup};
 pub use settings_versions::parse_rollback;
 
 use crate::config::{self, ConfigError, KeyInfo, Scope, find_key, find_key_exact};
@@ -87,6 +89,7 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
     ("GET", "/api/v1/tokens", Permission::TokensAdmin),
     ("POST", "/api/v1/tokens", Permission::TokensAdmin),
     ("DELETE", "/api/v1/tokens/{id}", Permission::TokensAdmin),
+    ("GET", "/api/v1/lookup", Permission::InfoRead),
 ];
 
 /// Whether `path` is the route `pattern`, whose `{name}` segments match one non-empty segment.
@@ -1589,6 +1592,19 @@ async fn serve_one(
     };
     if parsed.method == "DELETE" && parsed.path == "/api/v1/session" {
         return api.sign_out(&parsed, &authorized);
+    }
+    if parsed.path == "/api/v1/lookup" {
+        let target = lookup::lookup_target(&api.reloadable.current().validated.listeners);
+        return match (parse_lookup(&parsed.query), target) {
+            (Err(reply), _) => reply,
+            (Ok(_), None) => error(
+                409,
+                "no_udp_listener",
+                "the node has no plain DNS listener over UDP to ask (server.listen)",
+            ),
+            (Ok(asked), Some(target)) => lookup::run(asked, target).await,
+        }
+        .into_response();
     }
     let limit = match authorized.route {
         Route::Fixed => MAX_BODY,

@@ -130,6 +130,19 @@ fn patch_result() -> Value {
     })
 }
 
+fn lookup_records() -> Value {
+    json!({ "type": "array", "items": {
+        "type": "object",
+        "required": ["name", "type", "ttl", "data"],
+        "properties": {
+            "name": { "type": "string" },
+            "type": { "type": "string" },
+            "ttl": { "type": "integer" },
+            "data": { "type": "string" }
+        }
+    } })
+}
+
 fn dry_run_result() -> Value {
     json!({
         "type": "object",
@@ -762,6 +775,26 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             json!({}),
             None,
         ),
+        ("GET", "/api/v1/lookup") => (
+            "A DNS query through the node itself (its first plain-DNS UDP listener, from loopback: cache, blocking, zones and the query log see it as a client's): rcode, flags, answer and authority records in presentation format, the time taken",
+            json!({
+                "type": "object",
+                "required": ["name", "type", "server", "transport", "rcode", "flags", "truncated", "answers", "authority", "timeMs"],
+                "properties": {
+                    "name": { "type": "string" },
+                    "type": { "type": "string" },
+                    "server": { "type": "string" },
+                    "transport": { "type": "string", "enum": ["udp"] },
+                    "rcode": { "type": "string" },
+                    "flags": { "type": "array", "items": { "type": "string" } },
+                    "truncated": { "type": "boolean" },
+                    "answers": lookup_records(),
+                    "authority": lookup_records(),
+                    "timeMs": { "type": "number" }
+                }
+            }),
+            None,
+        ),
         _ => ("", json!({}), None),
     };
     let mut responses = json!({
@@ -862,6 +895,17 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
     if (method == "PATCH" && path == "/api/v1/settings") || path == "/api/v1/settings/rollback" {
         let dry = json!({ "name": "dryRun", "in": "query", "required": false, "schema": { "type": "boolean" }, "description": "true: answer {dryRun, changes, restartRequired (boolean)} and change nothing" });
         op["parameters"] = json!([dry]);
+    }
+    if path == "/api/v1/lookup" {
+        op["parameters"] = json!([
+            { "name": "name", "in": "query", "required": true, "schema": { "type": "string" }, "description": "the name to look up" },
+            { "name": "type", "in": "query", "required": false, "schema": { "type": "string" }, "description": "a record type (A, AAAA, MX, TYPE65, ...); default A" }
+        ]);
+        responses["400"] = error_response("name or type is invalid (it is named)");
+        responses["409"] =
+            error_response("no_udp_listener: the node has no plain DNS UDP listener");
+        responses["502"] = error_response("lookup_failed: the node's answer could not be read");
+        responses["504"] = error_response("lookup_timeout: no answer within 5 s");
     }
     if path == "/api/v1/settings/rollback" {
         responses["404"] = error_response("No settings version of that number");

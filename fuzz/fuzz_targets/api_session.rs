@@ -1,12 +1,12 @@
 //! The dashboard's request input: arbitrary `Cookie` headers, a sign-in body, a CSRF header and
-//! an Origin/Host pair, a rollback body and a token-creation body. Never panics; a session id
+//! an Origin/Host pair, a rollback body and a token-creation body, a lookup's query string. Never panics; a session id
 //! is taken only as 64 hex digits that the header holds; a sign-in token only from a JSON
 //! object whose one field is `token`; a forged CSRF header or a foreign origin is refused.
 #![no_main]
 
 use std::time::{Duration, Instant};
 
-use kudurru_control::api::{parse_rollback, parse_token_request};
+use kudurru_control::api::{parse_lookup, parse_rollback, parse_token_request};
 use kudurru_control::dashboard::session::{
     Sessions, check_csrf, parse_sign_in, session_cookie,
 };
@@ -24,6 +24,11 @@ fuzz_target!(|input: (&str, &str, &[u8], &str, &str, &str, &[u8])| {
         let value: serde_json::Value = serde_json::from_slice(sign_in).expect("accepted JSON");
         let map = value.as_object().expect("an object");
         assert!(map.len() == 1 && map["token"].as_str().map(str::trim) == Some(token.as_str()));
+    }
+    // The lookup's query string (`name=&type=`): a name that parses, or a 400 naming the key.
+    match parse_lookup(csrf) {
+        Ok(_) => assert!(csrf.contains("name=")),
+        Err(reply) => assert_eq!(reply.status, 400),
     }
     let sessions = Sessions::new(4);
     let entry = Entry {

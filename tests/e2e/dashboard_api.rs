@@ -218,6 +218,30 @@ fn dashboard_assets_are_served_with_types_etags_gzip_and_security_headers() {
     assert_eq!(settings.status, 200);
     assert_security_headers(&settings, "GET /api/v1/settings");
     assert_security_headers(&c.send("GET", "/api/v1/settings", &[], None), "a 401");
+
+    // The Tools page's lookup goes through the node's own UDP listener.
+    let lookup = c.bearer(&viewer, "GET", "/api/v1/lookup?name=localhost&type=A", None);
+    assert_eq!(lookup.status, 200, "{}", lookup.text());
+    let body = lookup.json();
+    assert_eq!(
+        (&body["rcode"], &body["server"]),
+        (&json!("NOERROR"), &json!(k.addr.to_string()))
+    );
+    assert_eq!(body["answers"][0]["type"], "A");
+    assert_eq!(body["answers"][0]["data"], "127.0.0.1");
+    assert!(body["flags"].as_array().unwrap().contains(&json!("qr")));
+    let bad = c.bearer(
+        &viewer,
+        "GET",
+        "/api/v1/lookup?name=localhost&type=NOPE",
+        None,
+    );
+    assert_eq!((bad.status, &bad.json()["key"]), (400, &json!("type")));
+    assert_eq!(
+        c.send("GET", "/api/v1/lookup?name=localhost", &[], None)
+            .status,
+        401
+    );
 }
 
 /// gzip decoding with `gzip -dc` (a real peer; the e2e crate has no inflate crate).
@@ -446,6 +470,29 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
         "the rollback is a version"
     );
     assert_eq!(history["versions"][0]["changes"][0]["old"], 600);
+    // The versions are audit records of Settings/cluster, and the hash chain holds.
+    let audit = c
+        .bearer(
+            &operator,
+            "GET",
+            "/api/v1/audit?kind=Settings&name=cluster",
+            None,
+        )
+        .json();
+    let records = audit["records"].as_array().unwrap();
+    assert_eq!(records.len(), 3, "{audit}");
+    assert_eq!(records[0]["seq"], first_version);
+    let verify = Command::new(kudurru_e2e::kudurru_bin())
+        .args(["audit", "verify", "--data-dir"])
+        .arg(&k.data_dir)
+        .env_remove("KUDURRU_SETTINGS_FILE")
+        .output()
+        .unwrap();
+    let verified = String::from_utf8_lossy(&verify.stdout);
+    assert!(
+        verify.status.success() && verified.contains("the audit chain is intact"),
+        "{verified}"
+    );
     let missing = c.bearer(
         &operator,
         "POST",
