@@ -347,6 +347,21 @@ def t_settings_rollback(page):
     assert after["versions"][0]["version"] > history["versions"][0]["version"], "the rollback is a new version"
 
 
+@step("tools: a lookup through the node answers, and a blocked name gets the block answer")
+def t_tools_lookup(page):
+    goto(page, "tools")
+    page.fill("#lookup input[data-key=name]", "www.dashzone.example")
+    page.click("#lookup button[type=submit]")
+    expect(page.locator("#lookup-status")).to_contain_text("NOERROR", timeout=TIMEOUT_MS)
+    expect(page.locator("#lookup-result")).to_contain_text("192.0.2.55")
+    page.fill("#lookup input[data-key=name]", BLOCKED)
+    page.click("#lookup button[type=submit]")
+    expect(page.locator("#lookup-status")).to_contain_text("NXDOMAIN", timeout=TIMEOUT_MS)
+    page.fill("#lookup input[data-key=type]", "NOPE")
+    page.click("#lookup button[type=submit]")
+    expect(page.locator("#lookup input[data-key=type]")).to_have_attribute("aria-invalid", "true", timeout=TIMEOUT_MS)
+
+
 @step("tokens: an admin creates a token (shown once) and revokes it")
 def t_tokens(page):
     goto(page, "tokens")
@@ -470,6 +485,7 @@ def main():
         t_settings_invalid(page)
         t_settings_dry_run(page)
         t_settings_rollback(page)
+        t_tools_lookup(page)
         t_tokens(page)
         t_axe(page)
         t_viewer(browser)

@@ -27,9 +27,23 @@ export async function render(main) {
         `; groups ${(r.groups || []).join(", ")}; policies ${(r.policies || []).join(", ") || "none"}`));
     } catch (e) { showFieldError(form, e); }
   });
-  main.append(h("h2", {}, "Blocking check"),
-    h("p", {}, "What the policies decide for a name and client. A DNS lookup through kudurru itself has no API route yet: use dig against the node."),
-    form, out);
+  main.append(h("h2", {}, "Blocking check"), h("p", {}, "What the policies decide for a name and client."), form, out);
+
+  // A lookup through the node itself (GET /api/v1/lookup: a query to its own UDP listener).
+  const lname = h("input", { "data-key": "name", required: true, placeholder: "www.example.com" });
+  const ltype = h("input", { "data-key": "type", value: "A", size: 8 });
+  const lout = h("div", { "aria-live": "polite", id: "lookup-result" });
+  const lform = h("form", { class: "inline", id: "lookup" }, field("Name", lname), field("Type", ltype), h("button", { type: "submit" }, "Look up"));
+  lform.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      const r = await get("/lookup" + qs({ name: lname.value.trim(), type: ltype.value.trim() }));
+      const rows = [...(r.answers || []).map((x) => ["answer", x]), ...(r.authority || []).map((x) => ["authority", x])];
+      lout.replaceChildren(h("p", { id: "lookup-status" }, `${r.name} ${r.type}: ${r.rcode} (${(r.flags || []).join(" ")}) from ${r.server} in ${r.timeMs} ms`),
+        table(null, ["section", "name", "TTL", "type", "data"], rows.map(([sec, x]) => [sec, h("span", { class: "mono" }, x.name), String(x.ttl), x.type, h("span", { class: "mono" }, x.data)])));
+    } catch (e) { showFieldError(lform, e); }
+  });
+  main.append(h("h2", {}, "Lookup through this node"), lform, lout);
 
   const cacheBox = h("div", {});
   async function cache() {
