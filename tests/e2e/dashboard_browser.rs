@@ -23,6 +23,16 @@ fn dashboard_in_chromium() {
         std::path::Path::new(&chromium).exists(),
         "{chromium} is missing: run .ci/test-deps (apt install chromium)"
     );
+    let modules = Command::new(python())
+        .args(["-c", "import playwright, axe_playwright_python, dns"])
+        .output()
+        .expect("the venv's python runs");
+    assert!(
+        modules.status.success(),
+        "{} lacks playwright, axe-playwright-python or dnspython: run .ci/test-deps\n{}",
+        python().display(),
+        String::from_utf8_lossy(&modules.stderr)
+    );
     let upstream = TestUpstream::start();
     let dir = std::env::temp_dir().join(format!("kudurru-dashboard-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
