@@ -59,6 +59,8 @@ pub const HOT_KEYS: &[&str] = &[
     "querylog.maxBytes",
     "querylog.pseudonymRotation",
     "log.level",
+    // Read at each sign-in from the running configuration: no subscriber needed.
+    "api.sessionTTL",
 ];
 
 /// What is running now.

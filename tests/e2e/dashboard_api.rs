@@ -609,6 +609,18 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
         401
     );
 
+    // api.sessionTTL is hot: the next sign-in gets the new lifetime.
+    let ttl = c.bearer(
+        &admin,
+        "PATCH",
+        "/api/v1/settings",
+        Some(r#"{"api.sessionTTL": "2h"}"#),
+    );
+    assert_eq!(ttl.status, 200, "{}", ttl.text());
+    let longer = c.sign_in(&admin);
+    let set = longer.header("set-cookie").unwrap();
+    assert!(set.split("; ").any(|f| f == "Max-Age=7200"), "{set}");
+
     // Sign-out: 204, the cookie cleared, the session gone server-side.
     let no_csrf = c.send("DELETE", "/api/v1/session", &[("Cookie", &cookie)], None);
     assert_eq!(no_csrf.status, 403);
