@@ -10,6 +10,8 @@ mod cache;
 mod control;
 mod crash;
 mod dashboard_api;
+// The dashboard in Chromium (ui-web).
+mod dashboard_browser;
 mod defaults;
 mod doh;
 mod dot;
