@@ -430,7 +430,7 @@ impl Api {
     fn dispatch_fixed(&self, request: &Request, authorized: &Authorized) -> Reply {
         match (request.method.as_str(), request.path.as_str()) {
             ("GET", "/api/v1/session") => self.session_info(authorized),
-            ("GET", "/api/v1/settings/history") => self.settings_history(),
+            ("GET", "/api/v1/settings/history") => self.settings_history(&request.query),
             ("POST", "/api/v1/settings/rollback") => self.rollback(request, authorized),
             ("GET", "/api/v1/tokens") => self.list_tokens(),
             ("POST", "/api/v1/tokens") => self.create_token(request, authorized),

@@ -513,6 +513,16 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
         verify.status.success() && verified.contains("the audit chain is intact"),
         "{verified}"
     );
+    let newest = c
+        .bearer(&viewer, "GET", "/api/v1/settings/history?limit=1", None)
+        .json();
+    assert_eq!(newest["versions"].as_array().unwrap().len(), 1);
+    assert_eq!(newest["versions"][0], history["versions"][0]);
+    let out_of_range = c.bearer(&viewer, "GET", "/api/v1/settings/history?limit=0", None);
+    assert_eq!(
+        (out_of_range.status, &out_of_range.json()["key"]),
+        (400, &json!("limit"))
+    );
     let missing = c.bearer(
         &operator,
         "POST",
