@@ -569,9 +569,26 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
         c.bearer(&new_token, "GET", "/api/v1/settings", None).status,
         200
     );
+    // The command line names its tokens too, in the same file.
+    let named = Command::new(kudurru_e2e::kudurru_bin())
+        .args([
+            "token",
+            "create",
+            "--role",
+            "viewer",
+            "--name",
+            "from cli",
+            "--data-dir",
+        ])
+        .arg(&k.data_dir)
+        .env_remove("KUDURRU_SETTINGS_FILE")
+        .output()
+        .unwrap();
+    assert!(named.status.success());
     let list = c.bearer(&admin, "GET", "/api/v1/tokens", None);
     let listed = list.json()["tokens"].as_array().unwrap().clone();
-    assert_eq!(listed.len(), 4);
+    assert_eq!(listed.len(), 5);
+    assert!(listed.iter().any(|t| t["name"] == "from cli"));
     assert!(
         listed
             .iter()
