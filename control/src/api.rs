@@ -1,7 +1,8 @@
 //! The HTTP API on `api.address`: JSON under `/api/v1/`, bearer tokens with roles.
 //!
 //! ```text
-//! request ─▶ route? (404 / 405) ─▶ token? (401) ─▶ role grants? (403)
+//! request ─▶ route? (404 / 405) ─▶ bearer token, or session cookie? (401)
+//!         ─▶ cookie writes: X-CSRF-Token and Origin (403 csrf) ─▶ role grants? (403)
 //!         ─▶ body: ≤ 64 KiB (413), application/json (415), a JSON object (400)
 //!         ─▶ handler ─▶ 200 JSON | error JSON {code, message} (400 names the key, 409 locked)
 //! ```
@@ -9,6 +10,9 @@
 //! file atomically (temp, fsync, rename, mode 0640; other keys kept) and applies it through the
 //! same subscribers as a file reload. Without a settings file the change stays in memory
 //! (`persisted: false`). `PATCH /node/config` changes node-scope keys in memory only.
+//! Outside `/api/` the listener serves the dashboard's files; `POST /api/v1/session` signs a
+//! browser in (`dashboard_routes`); settings changes are diffed, dry-run and versioned
+//! (`settings_versions`); `GET /api/v1/lookup` asks the node itself (`lookup`).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -426,7 +430,7 @@ impl Api {
     fn dispatch_fixed(&self, request: &Request, authorized: &Authorized) -> Reply {
         match (request.method.as_str(), request.path.as_str()) {
             ("GET", "/api/v1/session") => self.session_info(authorized),
-            ("GET", "/api/v1/settings/history") => self.settings_history(),
+            ("GET", "/api/v1/settings/history") => self.settings_history(&request.query),
             ("POST", "/api/v1/settings/rollback") => self.rollback(request, authorized),
             ("GET", "/api/v1/tokens") => self.list_tokens(),
             ("POST", "/api/v1/tokens") => self.create_token(request, authorized),

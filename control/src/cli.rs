@@ -563,6 +563,9 @@ pub enum TokenCommand {
         /// Lifetime (default and maximum: auth.tokens.maxLifetime).
         #[arg(long, value_parser = parse_duration)]
         ttl: Option<std::time::Duration>,
+        /// A name for people (`token list`, the dashboard's Tokens page).
+        #[arg(long, default_value = "")]
+        name: String,
         /// Where the configuration comes from (storage.dataDir, auth.tokens.maxLifetime).
         #[command(flatten)]
         args: ServeArgs,

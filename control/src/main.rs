@@ -265,10 +265,12 @@ fn token(command: TokenCommand) -> Result<String, Failure> {
     }
     let store = tokens::TokenStore::new(&validated.data_dir);
     match command {
-        TokenCommand::Create { role, ttl, .. } => {
+        TokenCommand::Create {
+            role, ttl, name, ..
+        } => {
             let role = tokens::Role::parse(&role)?;
             let ttl = tokens::lifetime(ttl, validated.token_max_lifetime)?;
-            let (token, entry) = store.create(role, ttl)?;
+            let (token, entry) = store.create_named(name.trim(), role, ttl)?;
             eprintln!(
                 "kudurru token: created {} ({}, expires in {}) in {}",
                 entry.id,
@@ -290,8 +292,13 @@ fn token(command: TokenCommand) -> Result<String, Failure> {
             Ok(list
                 .iter()
                 .map(|e| {
+                    let name = if e.name.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" name {:?}", e.name)
+                    };
                     format!(
-                        "{} {} created {} expires {}\n",
+                        "{} {} created {} expires {}{name}\n",
                         e.id,
                         e.role.name(),
                         e.created,

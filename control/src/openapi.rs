@@ -907,6 +907,10 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         responses["502"] = error_response("lookup_failed: the node's answer could not be read");
         responses["504"] = error_response("lookup_timeout: no answer within 5 s");
     }
+    if path == "/api/v1/settings/history" {
+        op["parameters"] = json!([{ "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": 10000 }, "description": "the newest N versions (default 100)" }]);
+        responses["400"] = error_response("limit is out of range (it is named)");
+    }
     if path == "/api/v1/settings/rollback" {
         responses["404"] = error_response("No settings version of that number");
         responses["410"] = error_response("The version's document was pruned from the audit log");

@@ -195,6 +195,9 @@ pub enum TokenError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A name longer than [`MAX_NAME`] characters or with control characters.
+    #[error("a token name is at most {MAX_NAME} characters, none of them control characters")]
+    InvalidName,
     /// `revoke` named no stored token.
     #[error("no token {id} in {}", path.display())]
     NotFound {
@@ -203,6 +206,17 @@ pub enum TokenError {
         /// The token file.
         path: PathBuf,
     },
+}
+
+/// Longest token name, in characters.
+pub const MAX_NAME: usize = 64;
+
+/// Checks a token name: at most [`MAX_NAME`] characters, no control characters (empty: none).
+pub fn check_name(name: &str) -> Result<(), TokenError> {
+    if name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
+        return Err(TokenError::InvalidName);
+    }
+    Ok(())
 }
 
 /// A token lifetime from `--ttl`, capped by `auth.tokens.maxLifetime` (the cap when none is
@@ -345,6 +359,7 @@ impl TokenStore {
         role: Role,
         ttl: Duration,
     ) -> Result<(String, Entry), TokenError> {
+        check_name(name)?;
         let mut entries = self.load()?;
         let id = hex(&rand::random::<[u8; 4]>());
         let secret = hex(&rand::random::<[u8; 32]>());
@@ -451,6 +466,17 @@ mod tests {
             "--ttl 2days is longer than auth.tokens.maxLifetime (1day)"
         );
         assert!(matches!(Role::parse("root"), Err(TokenError::UnknownRole(r)) if r == "root"));
+    }
+
+    #[test]
+    fn token_names_are_short_and_printable() {
+        assert!(check_name("").is_ok() && check_name("ci bot").is_ok());
+        assert!(check_name(&"é".repeat(MAX_NAME)).is_ok());
+        assert!(matches!(
+            check_name(&"x".repeat(MAX_NAME + 1)),
+            Err(TokenError::InvalidName)
+        ));
+        assert!(matches!(check_name("a\nb"), Err(TokenError::InvalidName)));
     }
 
     #[test]

@@ -513,6 +513,16 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
         verify.status.success() && verified.contains("the audit chain is intact"),
         "{verified}"
     );
+    let newest = c
+        .bearer(&viewer, "GET", "/api/v1/settings/history?limit=1", None)
+        .json();
+    assert_eq!(newest["versions"].as_array().unwrap().len(), 1);
+    assert_eq!(newest["versions"][0], history["versions"][0]);
+    let out_of_range = c.bearer(&viewer, "GET", "/api/v1/settings/history?limit=0", None);
+    assert_eq!(
+        (out_of_range.status, &out_of_range.json()["key"]),
+        (400, &json!("limit"))
+    );
     let missing = c.bearer(
         &operator,
         "POST",
@@ -559,9 +569,26 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
         c.bearer(&new_token, "GET", "/api/v1/settings", None).status,
         200
     );
+    // The command line names its tokens too, in the same file.
+    let named = Command::new(kudurru_e2e::kudurru_bin())
+        .args([
+            "token",
+            "create",
+            "--role",
+            "viewer",
+            "--name",
+            "from cli",
+            "--data-dir",
+        ])
+        .arg(&k.data_dir)
+        .env_remove("KUDURRU_SETTINGS_FILE")
+        .output()
+        .unwrap();
+    assert!(named.status.success());
     let list = c.bearer(&admin, "GET", "/api/v1/tokens", None);
     let listed = list.json()["tokens"].as_array().unwrap().clone();
-    assert_eq!(listed.len(), 4);
+    assert_eq!(listed.len(), 5);
+    assert!(listed.iter().any(|t| t["name"] == "from cli"));
     assert!(
         listed
             .iter()

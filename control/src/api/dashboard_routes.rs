@@ -16,7 +16,7 @@ use crate::http::{HttpError, Request as HttpRequest, Response};
 use crate::tokens::{Permission, Role};
 
 /// Longest token name.
-const MAX_TOKEN_NAME: usize = 64;
+const MAX_TOKEN_NAME: usize = crate::tokens::MAX_NAME;
 
 fn now_unix() -> u64 {
     std::time::SystemTime::now()
@@ -409,10 +409,7 @@ pub fn parse_token_request(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .trim();
-    if name.is_empty()
-        || name.chars().count() > MAX_TOKEN_NAME
-        || name.chars().any(char::is_control)
-    {
+    if name.is_empty() || crate::tokens::check_name(name).is_err() {
         return Err(error(
             400,
             "invalid_value",

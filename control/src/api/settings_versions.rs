@@ -20,6 +20,11 @@ use crate::objects::kinds::{SETTINGS, SETTINGS_NAME};
 use crate::reload::Running;
 use kudurru_storage::{Actor, AuditQuery, Object, StoreError, Timestamp};
 
+/// Versions `GET /api/v1/settings/history` lists unless `limit` says otherwise.
+const HISTORY_DEFAULT_LIMIT: usize = 100;
+/// The most it lists.
+const HISTORY_MAX_LIMIT: usize = 10_000;
+
 /// How often recording a version re-reads the object after a write conflict.
 const RECORD_RETRIES: usize = 3;
 
@@ -136,11 +141,28 @@ impl Api {
             .unwrap_or(Value::Null)
     }
 
-    /// `GET /api/v1/settings/history`: every recorded version, newest first.
-    pub(super) fn settings_history(&self) -> Reply {
+    /// `GET /api/v1/settings/history?limit=N`: the newest N recorded versions (default
+    /// [`HISTORY_DEFAULT_LIMIT`]), newest first.
+    pub(super) fn settings_history(&self, query: &str) -> Reply {
+        let query = match crate::objects::routes::Query::parse(query) {
+            Ok(query) => query,
+            Err(e) => return e.into(),
+        };
+        let limit = match query.get("limit").map(str::parse::<usize>) {
+            None => HISTORY_DEFAULT_LIMIT,
+            Some(Ok(limit)) if (1..=HISTORY_MAX_LIMIT).contains(&limit) => limit,
+            Some(_) => {
+                return error(
+                    400,
+                    "invalid_value",
+                    format!("limit must be 1 to {HISTORY_MAX_LIMIT}"),
+                )
+                .with_key("limit");
+            }
+        };
         match self.settings_versions() {
             Ok(versions) => ok(json!({
-                "versions": versions.into_iter().rev().map(|v| json!({
+                "versions": versions.into_iter().rev().take(limit).map(|v| json!({
                     "version": v.version,
                     "time": v.time,
                     "actor": v.actor,
