@@ -87,41 +87,15 @@ impl BodyCache for EtcdStore {
 
     fn get_body(&self, key: &str) -> Result<Option<(Vec<u8>, BodyMeta)>> {
         body_cache::check_key(key)?;
-        let inner = &self.inner;
-        let (kvs, revision) = inner.get(inner.keys.body_meta(key), GetOptions::new())?;
-        let Some(kv) = kvs.first() else {
-            return Ok(None);
-        };
-        let corrupt = |reason: String| -> StoreError {
-            StorageError::Corrupt {
-                table: "bodies",
-                key: key.to_owned(),
-                reason,
+        // A compaction (etcd-wide: another fleet's, or this one's) between reading the metadata
+        // and a chunk makes the chunk's revision unreadable: read again, from the metadata.
+        let mut attempts = 0;
+        loop {
+            match self.read_body(key) {
+                Err(StoreError::Gone { .. }) if attempts < 3 => attempts += 1,
+                other => return other,
             }
-            .into()
-        };
-        let (meta, rest) = body_cache::decode_header("bodies", key, kv.value())?;
-        if !rest.is_empty() {
-            return Err(corrupt("the metadata record carries body bytes".into()));
         }
-        let sha = body_cache::sha256_hex(&meta.sha256);
-        let chunks = meta.bytes.div_ceil(BODY_CHUNK_BYTES as u64);
-        let mut body = Vec::new();
-        for n in 0..chunks {
-            let (kvs, _) = inner.get(
-                inner.keys.body_chunk(key, &sha, n),
-                GetOptions::new().with_revision(revision),
-            )?;
-            let chunk = kvs
-                .first()
-                .ok_or_else(|| corrupt(format!("chunk {n} of {chunks} is missing")))?;
-            if chunk.value().len() > BODY_CHUNK_BYTES {
-                return Err(corrupt(format!("chunk {n} is larger than a chunk")));
-            }
-            body.extend_from_slice(chunk.value());
-        }
-        body_cache::check_body("bodies", key, &meta, &body)?;
-        Ok(Some((body, meta)))
     }
 
     fn delete_bodies(&self, prefix: &str) -> Result<u64> {
@@ -157,5 +131,45 @@ impl BodyCache for EtcdStore {
             .collect();
         keys.sort();
         Ok(keys)
+    }
+}
+
+impl EtcdStore {
+    fn read_body(&self, key: &str) -> Result<Option<(Vec<u8>, BodyMeta)>> {
+        let inner = &self.inner;
+        let (kvs, revision) = inner.get(inner.keys.body_meta(key), GetOptions::new())?;
+        let Some(kv) = kvs.first() else {
+            return Ok(None);
+        };
+        let corrupt = |reason: String| -> StoreError {
+            StorageError::Corrupt {
+                table: "bodies",
+                key: key.to_owned(),
+                reason,
+            }
+            .into()
+        };
+        let (meta, rest) = body_cache::decode_header("bodies", key, kv.value())?;
+        if !rest.is_empty() {
+            return Err(corrupt("the metadata record carries body bytes".into()));
+        }
+        let sha = body_cache::sha256_hex(&meta.sha256);
+        let chunks = meta.bytes.div_ceil(BODY_CHUNK_BYTES as u64);
+        let mut body = Vec::new();
+        for n in 0..chunks {
+            let (kvs, _) = inner.get(
+                inner.keys.body_chunk(key, &sha, n),
+                GetOptions::new().with_revision(revision),
+            )?;
+            let chunk = kvs
+                .first()
+                .ok_or_else(|| corrupt(format!("chunk {n} of {chunks} is missing")))?;
+            if chunk.value().len() > BODY_CHUNK_BYTES {
+                return Err(corrupt(format!("chunk {n} is larger than a chunk")));
+            }
+            body.extend_from_slice(chunk.value());
+        }
+        body_cache::check_body("bodies", key, &meta, &body)?;
+        Ok(Some((body, meta)))
     }
 }

@@ -121,9 +121,9 @@ const ETCD: &str = "/usr/bin/etcd";
 
 impl EtcdServer {
     /// The test binary's shared server, started on first use.
-    pub(crate) fn shared() -> &'static EtcdServer {
+    pub(crate) fn shared() -> &'static Self {
         static SHARED: std::sync::OnceLock<EtcdServer> = std::sync::OnceLock::new();
-        SHARED.get_or_init(EtcdServer::start)
+        SHARED.get_or_init(Self::start)
     }
 
     /// A server of the caller's own (for tests that stop or kill it).
