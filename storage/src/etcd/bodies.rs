@@ -100,15 +100,19 @@ impl BodyCache for EtcdStore {
 
     fn delete_bodies(&self, prefix: &str) -> Result<u64> {
         let inner = &self.inner;
-        let range = inner.keys.bodies(prefix);
+        let metas = inner.keys.body_metas(prefix);
         let result = inner.fenced_txn(
             Vec::new(),
             vec![
                 TxnOp::get(
-                    range.clone(),
+                    metas.clone(),
                     Some(GetOptions::new().with_prefix().with_keys_only()),
                 ),
-                TxnOp::delete(range, Some(etcd_client::DeleteOptions::new().with_prefix())),
+                TxnOp::delete(metas, Some(etcd_client::DeleteOptions::new().with_prefix())),
+                TxnOp::delete(
+                    inner.keys.bodies(prefix),
+                    Some(etcd_client::DeleteOptions::new().with_prefix()),
+                ),
             ],
         )?;
         let removed = result.ranges.first().map_or(0, |kvs| {
@@ -122,7 +126,7 @@ impl BodyCache for EtcdStore {
     fn body_keys(&self) -> Result<Vec<String>> {
         let inner = &self.inner;
         let (kvs, _) = inner.get(
-            inner.keys.bodies(""),
+            inner.keys.body_metas(""),
             GetOptions::new().with_prefix().with_keys_only(),
         )?;
         let mut keys: Vec<String> = kvs
