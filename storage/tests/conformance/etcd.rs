@@ -483,7 +483,7 @@ fn a_list_longer_than_one_range_page_is_read_whole_at_one_revision() {
                 for i in (part..OBJECTS).step_by(4) {
                     let object = kudurru_storage::Object::new(
                         "Gadget",
-                        &format!("g{i:04}"),
+                        format!("g{i:04}"),
                         serde_json::json!({ "payload": payload }),
                     );
                     store.create(&alice(), &object).unwrap();
