@@ -139,6 +139,9 @@ pub(crate) struct Inner {
 /// What the watch task maintains.
 pub(crate) struct State {
     pub(crate) hub: Hub,
+    /// Whether the head was read and the watch follows from it (false until etcd first
+    /// answers).
+    pub(crate) following: bool,
     /// The etcd revision of the last event (or reset) the hub has applied.
     pub(crate) etcd_revision: i64,
     /// (store revision, etcd revision) of the recent writes, for [`Store::compact`].
@@ -150,6 +153,32 @@ impl EtcdStore {
     /// [`StoreError::Unavailable`] if etcd does not answer within `dial_timeout` +
     /// `request_timeout`.
     pub fn connect(options: EtcdOptions, store: StoreOptions) -> Result<Self> {
+        let wait = options.dial_timeout + options.request_timeout;
+        let opened = Self::open(options, store)?;
+        let deadline = Instant::now() + wait;
+        let mut state = opened.inner.state();
+        while !state.following {
+            let now = Instant::now();
+            if now >= deadline {
+                drop(state);
+                return Err(unavailable_error(&opened.inner.options, None));
+            }
+            state = opened
+                .inner
+                .advanced
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        drop(state);
+        Ok(opened)
+    }
+
+    /// Like [`EtcdStore::connect`], but returns at once, etcd reachable or not: calls answer
+    /// [`StoreError::Unavailable`] until etcd answers, and the store starts following its
+    /// changes then ([`EtcdStore::connected`] turns true). For a node that starts while etcd is
+    /// down and serves its last snapshot meanwhile. Fails only on invalid options.
+    pub fn open(options: EtcdOptions, store: StoreOptions) -> Result<Self> {
         validate_prefix(&options.prefix)?;
         if options.endpoints.is_empty() {
             return Err(StoreError::invalid("cluster.etcd.endpoints", "is empty"));
@@ -195,6 +224,7 @@ impl EtcdStore {
             keys,
             state: Mutex::new(State {
                 hub: Hub::new(0, store.watch_history, store.watch_buffer),
+                following: false,
                 etcd_revision: 0,
                 revisions: Default::default(),
             }),
@@ -205,16 +235,6 @@ impl EtcdStore {
             connected: AtomicBool::new(false),
             body_watchers: Mutex::new(Vec::new()),
         });
-        let (head, etcd_revision) = inner.read_head()?;
-        {
-            let mut state = inner.state();
-            state.hub = Hub::new(
-                head.revision,
-                inner.store.watch_history,
-                inner.store.watch_buffer,
-            );
-            state.etcd_revision = etcd_revision;
-        }
         inner.runtime.spawn(sync::follow(inner.clone()));
         Ok(Self {
             inner,

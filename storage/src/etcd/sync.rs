@@ -33,6 +33,7 @@ const REVISIONS_KEPT: usize = 100_000;
 /// client library unwraps some fields of etcd's answers) restarts it from the last revision
 /// applied.
 pub(crate) async fn follow(inner: Arc<Inner>) {
+    start(&inner).await;
     loop {
         let from = inner.state().etcd_revision;
         if tokio::spawn(follow_from(inner.clone(), from))
@@ -205,7 +206,24 @@ fn object_event(
     Ok((type_, before, after))
 }
 
-/// After a compaction took events this node had not applied: start over from the head.
+/// Reads the head until etcd answers, then starts the hub at its revision.
+async fn start(inner: &Inner) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut from = 0;
+        let read = tokio::time::timeout(inner.options.request_timeout, resync(inner, &mut from));
+        if let Ok(Ok(())) = read.await {
+            inner.set_connected(true);
+            return;
+        }
+        inner.set_connected(false);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// After a compaction took events this node had not applied (or at the start): start over from
+/// the head.
 async fn resync(inner: &Inner, from: &mut i64) -> Result<(), etcd_client::Error> {
     let mut client = inner.kv.clone();
     let response = client
@@ -222,6 +240,7 @@ async fn resync(inner: &Inner, from: &mut i64) -> Result<(), etcd_client::Error>
         Err(_) => state.hub.revision(),
     };
     state.hub.reset(store_revision);
+    state.following = true;
     state.etcd_revision = revision;
     *from = revision;
     drop(state);

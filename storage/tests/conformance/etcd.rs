@@ -504,3 +504,42 @@ fn a_list_longer_than_one_range_page_is_read_whole_at_one_revision() {
     );
     assert_eq!(second.audit_verify().unwrap().records, OBJECTS as u64);
 }
+
+#[test]
+fn a_store_opened_while_etcd_is_down_follows_once_etcd_answers() {
+    let mut server = EtcdServer::start();
+    let clock = ManualClock::default();
+    clock.set(1_000_000);
+    let mut etcd_options = server.options(&unique_prefix());
+    etcd_options.request_timeout = Duration::from_secs(1);
+    etcd_options.dial_timeout = Duration::from_secs(1);
+    let writer = EtcdStore::connect(etcd_options.clone(), options(&clock)).unwrap();
+    writer.create(&alice(), &widget("a", 1)).unwrap();
+    server.kill();
+    assert!(matches!(
+        EtcdStore::connect(etcd_options.clone(), options(&clock)),
+        Err(StoreError::Unavailable { .. })
+    ));
+    let store = EtcdStore::open(etcd_options, options(&clock)).unwrap();
+    assert!(!store.connected());
+    assert!(matches!(
+        store.get("Widget", "a"),
+        Err(StoreError::Unavailable { .. })
+    ));
+    server.restart();
+    let a = eventually(|| store.get("Widget", "a"));
+    assert_eq!(a.metadata.resource_version, 1);
+    let mut watch = eventually(|| {
+        store.watch(
+            "Widget",
+            &WatchOptions {
+                resource_version: Some(1),
+                ..WatchOptions::default()
+            },
+        )
+    });
+    let b = eventually(|| writer.create(&alice(), &widget("b", 1)));
+    let event = next_event(&mut watch);
+    assert_eq!((event.type_, event.object), (EventType::Added, b));
+    assert!(store.connected());
+}
