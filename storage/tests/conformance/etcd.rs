@@ -543,3 +543,33 @@ fn a_store_opened_while_etcd_is_down_follows_once_etcd_answers() {
     assert_eq!((event.type_, event.object), (EventType::Added, b));
     assert!(store.connected());
 }
+
+#[test]
+fn tls_with_a_client_certificate_works_and_a_wrong_ca_is_refused() {
+    let server = EtcdServer::start_tls();
+    let clock = ManualClock::default();
+    clock.set(1_000_000);
+    let etcd_options = server.options(&unique_prefix());
+    assert!(etcd_options.endpoints[0].starts_with("https://"));
+    let store = EtcdStore::connect(etcd_options.clone(), options(&clock)).unwrap();
+    let created = store.create(&alice(), &widget("a", 1)).unwrap();
+    assert_eq!(store.get("Widget", "a").unwrap(), created);
+    // Without the client certificate etcd refuses the connection.
+    let mut anonymous = etcd_options.clone();
+    if let Some(tls) = anonymous.tls.as_mut() {
+        tls.cert_file = None;
+        tls.key_file = None;
+    }
+    anonymous.dial_timeout = Duration::from_secs(1);
+    anonymous.request_timeout = Duration::from_secs(2);
+    assert!(EtcdStore::connect(anonymous, options(&clock)).is_err());
+    // A CA file that is not there is named in the error.
+    let mut missing = etcd_options;
+    if let Some(tls) = missing.tls.as_mut() {
+        tls.ca_file = "/nonexistent/ca.pem".into();
+    }
+    let error = EtcdStore::connect(missing, options(&clock))
+        .err()
+        .expect("no CA file");
+    assert!(error.to_string().contains("/nonexistent/ca.pem"), "{error}");
+}
