@@ -43,7 +43,7 @@ pub use enabled::{
     set_condition,
 };
 pub use error::{Result, StorageError, StoreError};
-pub use etcd::{BODY_CHUNK_BYTES, EtcdOptions, EtcdStore, EtcdTls, Fence};
+pub use etcd::{BODY_CHUNK_BYTES, EtcdOptions, EtcdStore, EtcdTls, Fence, fuzz_decode_value};
 pub use kind::{FieldError, KindRegistry, KindSchema, SpecValidator, validate_name};
 pub use memory::MemoryStore;
 pub use object::{

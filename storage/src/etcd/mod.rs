@@ -666,7 +666,7 @@ impl Inner {
         let objects = self
             .range_at(start, prefix_end(&prefix), revision)?
             .iter()
-            .map(|kv| decode_kv(&self.keys, kv))
+            .map(|kv| decode_kv(&self.keys, kv.key(), kv.value()))
             .collect();
         Ok((objects, head))
     }
@@ -683,17 +683,16 @@ fn head_of(kv: Option<&KeyValue>) -> Result<Head> {
 }
 
 /// Decodes an object value read under [`Keys::objects`].
-pub(crate) fn decode_kv(keys: &Keys, kv: &KeyValue) -> Result<Object> {
-    let key = kv
-        .key()
+pub(crate) fn decode_kv(keys: &Keys, key: &[u8], value: &[u8]) -> Result<Object> {
+    let name = key
         .strip_prefix(keys.objects().as_slice())
         .and_then(|key| std::str::from_utf8(key).ok())
         .ok_or_else(|| StorageError::Corrupt {
             table: "etcd",
-            key: Keys::object_name(kv.key()),
+            key: Keys::object_name(key),
             reason: "not an object key".into(),
         })?;
-    decode_object(key, kv.value())
+    decode_object(name, value)
 }
 
 fn op_again<'a>(op: &Op<'a>) -> Op<'a> {
@@ -1067,5 +1066,27 @@ impl AuditLog for EtcdStore {
             walk.step(record.time.unix_millis(), seq, kv.value())?;
         }
         walk.finish(head.point)
+    }
+}
+
+/// Decodes `value` as the etcd driver would if etcd returned it under `key` (a key of the store
+/// `/kudurru/fuzz/`): the head, an object, an audit record or a body's metadata. For the fuzz
+/// target `etcd_values`: what etcd returns is peer input, and no value may panic a decoder.
+#[doc(hidden)]
+pub fn fuzz_decode_value(key: &[u8], value: &[u8]) -> Result<()> {
+    let keys = Keys::new("fuzz");
+    match keys.classify(key) {
+        keys::KeyClass::Head => Head::decode(value).map(drop),
+        keys::KeyClass::Object(_) => decode_kv(&keys, key, value).map(drop),
+        keys::KeyClass::BodyMeta(body) => {
+            crate::body_cache::decode_header("bodies", body, value).map(drop)
+        }
+        keys::KeyClass::Other => {
+            if key.starts_with(&keys.audit_prefix()) {
+                audit::decode(value, "audit", "fuzz").map(drop)
+            } else {
+                Ok(())
+            }
+        }
     }
 }
