@@ -573,3 +573,142 @@ fn tls_with_a_client_certificate_works_and_a_wrong_ca_is_refused() {
         .expect("no CA file");
     assert!(error.to_string().contains("/nonexistent/ca.pem"), "{error}");
 }
+
+/// A TCP forwarder between one node and etcd that the test can cut: a partition of that node
+/// alone, while other nodes keep writing.
+struct Partition {
+    url: String,
+    blocked: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Partition {
+    fn in_front_of(url: &str) -> Self {
+        use std::sync::atomic::Ordering;
+        let target: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let blocked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (blocked_, open_) = (blocked.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if blocked_.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(target) else {
+                    continue;
+                };
+                let mut open = open_.lock().unwrap();
+                open.push(client.try_clone().unwrap());
+                open.push(server.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Self { url, blocked, open }
+    }
+
+    fn cut(&self) {
+        self.blocked
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn heal(&self) {
+        self.blocked
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_node_partitioned_across_a_compaction_starts_over_lagged_then_gone_then_lists() {
+    let server = EtcdServer::start();
+    let clock = ManualClock::default();
+    clock.set(1_000_000);
+    let prefix = unique_prefix();
+    let writer = EtcdStore::connect(server.options(&prefix), options(&clock)).unwrap();
+    let partition = Partition::in_front_of(&server.url);
+    let mut through = server.options(&prefix);
+    through.endpoints = vec![partition.url.clone()];
+    through.request_timeout = Duration::from_secs(2);
+    let node = EtcdStore::connect(through, options(&clock)).unwrap();
+    let mut watch = node.watch("Widget", &WatchOptions::default()).unwrap();
+    writer.create(&alice(), &widget("a", 1)).unwrap();
+    assert_eq!(next_event(&mut watch).object.metadata.name, "a");
+
+    partition.cut();
+    let deadline = Instant::now() + SOON;
+    while node.connected() || node.get("Widget", "a").is_ok() {
+        assert!(Instant::now() < deadline, "the node still reaches etcd");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    writer.create(&alice(), &widget("b", 1)).unwrap();
+    writer.create(&alice(), &widget("c", 1)).unwrap();
+    let mut client = writer.client();
+    writer
+        .runtime()
+        .block_on(async move {
+            let revision = client.get("x", None).await?.header().unwrap().revision();
+            client.compact(revision, None).await
+        })
+        .unwrap();
+    partition.heal();
+
+    // The node's watch could not resume (the events it missed are compacted): it ends as
+    // lagging, watching again from its last event is Gone, and a list shows the fleet's state.
+    let deadline = Instant::now() + SOON;
+    let ended = loop {
+        match watch.try_next() {
+            Some(Err(error)) => break error,
+            Some(Ok(event)) => panic!("unexpected event {event:?}"),
+            None => {
+                assert!(Instant::now() < deadline, "the watch did not end");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    assert!(
+        matches!(ended, StoreError::Lagged { last_seen: 1, .. }),
+        "{ended}"
+    );
+    assert!(matches!(
+        node.watch(
+            "Widget",
+            &WatchOptions {
+                resource_version: Some(1),
+                ..WatchOptions::default()
+            }
+        ),
+        Err(StoreError::Gone { .. })
+    ));
+    let list = eventually(|| node.list("Widget", &ListOptions::default()));
+    assert_eq!(list.resource_version, 3);
+    assert_eq!(list.items.len(), 3);
+    let mut watch = node
+        .watch(
+            "Widget",
+            &WatchOptions {
+                resource_version: Some(list.resource_version),
+                ..WatchOptions::default()
+            },
+        )
+        .unwrap();
+    writer.create(&alice(), &widget("d", 1)).unwrap();
+    let event = next_event(&mut watch);
+    assert_eq!(
+        (event.type_, event.object.metadata.name.as_str()),
+        (EventType::Added, "d")
+    );
+    assert!(node.connected());
+}
