@@ -387,6 +387,14 @@ fn is_unavailable(error: &etcd_client::Error) -> bool {
     }
 }
 
+/// etcd's "etcdserver: request is too large" (gRPC InvalidArgument), or its gRPC server's
+/// "received message larger than max" (ResourceExhausted) for requests past the limit + 512 KiB.
+fn is_too_large(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status)
+        if (i32::from(status.code()) == 3 && status.message().contains("too large"))
+            || (i32::from(status.code()) == 8 && status.message().contains("larger than max")))
+}
+
 /// gRPC OutOfRange: "mvcc: required revision has been compacted".
 fn is_compacted(error: &etcd_client::Error) -> bool {
     matches!(error, etcd_client::Error::GRpcStatus(status) if i32::from(status.code()) == 11)
@@ -420,6 +428,16 @@ impl Inner {
             }
             Err(Some(error)) if !is_unavailable(&error) => {
                 self.set_connected(true);
+                if is_too_large(&error) {
+                    return Err(StoreError::invalid(
+                        "object",
+                        format!(
+                            "the write is larger than etcd accepts in one request \
+                             (--max-request-bytes, 1.5 MiB by default; an object and its audit \
+                             record travel together): {error}"
+                        ),
+                    ));
+                }
                 if is_compacted(&error) {
                     return Err(StoreError::Gone {
                         requested: 0,

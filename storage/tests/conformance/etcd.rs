@@ -712,3 +712,30 @@ fn a_node_partitioned_across_a_compaction_starts_over_lagged_then_gone_then_list
     );
     assert!(node.connected());
 }
+
+#[test]
+fn an_object_over_etcds_request_limit_is_invalid_and_changes_nothing() {
+    let (h, _) = setup::<Etcd>();
+    let big = kudurru_storage::Object::new(
+        "Gadget",
+        "big",
+        serde_json::json!({ "payload": "x".repeat(1 << 20) }),
+    );
+    let error = h.store().create(&alice(), &big).unwrap_err();
+    match &error {
+        StoreError::Invalid { field, message } => {
+            assert_eq!(field, "object");
+            assert!(message.contains("max-request-bytes"), "{message}");
+        }
+        other => panic!("expected Invalid, got {other}"),
+    }
+    assert_eq!(h.store().revision().unwrap(), 0);
+    assert!(h.store().get("Gadget", "big").is_err());
+    // Half a MiB (and its audit record) fits.
+    let fits = kudurru_storage::Object::new(
+        "Gadget",
+        "fits",
+        serde_json::json!({ "payload": "x".repeat(1 << 19) }),
+    );
+    h.store().create(&alice(), &fits).unwrap();
+}
