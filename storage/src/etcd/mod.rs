@@ -139,7 +139,7 @@ pub(crate) struct Inner {
 /// What the watch task maintains.
 pub(crate) struct State {
     pub(crate) hub: Hub,
-    /// Whether the head was read and the watch follows from it (false until etcd first
+    /// Whether the head was read and the watch from it is live (false until etcd first
     /// answers).
     pub(crate) following: bool,
     /// The etcd revision of the last event (or reset) the hub has applied.
@@ -488,7 +488,23 @@ impl Inner {
     /// Every kv from `start` up to `end` at etcd revision `revision`, read in pages of
     /// [`RANGE_PAGE`] keys.
     fn range_at(&self, start: Vec<u8>, end: Vec<u8>, revision: i64) -> Result<Vec<KeyValue>> {
-        let mut kvs: Vec<KeyValue> = Vec::new();
+        let mut kvs = Vec::new();
+        self.range_pages(start, end, revision, |kv| {
+            kvs.push(kv);
+            Ok(true)
+        })?;
+        Ok(kvs)
+    }
+
+    /// Feeds `each` the kvs from `start` up to `end` at etcd revision `revision`, read in pages
+    /// of [`RANGE_PAGE`] keys, until it answers false.
+    fn range_pages(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        revision: i64,
+        mut each: impl FnMut(KeyValue) -> Result<bool>,
+    ) -> Result<()> {
         let mut from = start;
         loop {
             let options = GetOptions::new()
@@ -501,15 +517,49 @@ impl Inner {
                 Ok((response.take_kvs(), more))
             })?;
             let last = page.last().map(|kv| kv.key().to_vec());
-            kvs.extend(page);
+            for kv in page {
+                if !each(kv)? {
+                    return Ok(());
+                }
+            }
             match last {
                 Some(mut last) if more => {
                     last.push(0);
                     from = last;
                 }
-                _ => return Ok(kvs),
+                _ => return Ok(()),
             }
         }
+    }
+
+    /// The audit record `seq`'s time at etcd revision `revision`, if it is kept.
+    fn audit_time(&self, seq: u64, revision: i64) -> Result<Option<i64>> {
+        let (kvs, _) = self.get(
+            self.keys.audit(seq),
+            GetOptions::new().with_revision(revision),
+        )?;
+        kvs.first()
+            .map(|kv| {
+                audit::decode(kv.value(), "audit", &Keys::object_name(kv.key()))
+                    .map(|record| record.time.unix_millis())
+            })
+            .transpose()
+    }
+
+    /// The first kept audit record at or after `since` (ms), at `revision`: a binary search
+    /// over the sequence (record times never go backwards), so a query reads O(log n) records
+    /// before its first match instead of the whole log.
+    fn audit_seek(&self, since: i64, first: u64, last: u64, revision: i64) -> Result<u64> {
+        let (mut low, mut high) = (first, last.saturating_add(1));
+        while low < high {
+            let middle = low + (high - low) / 2;
+            match self.audit_time(middle, revision)? {
+                Some(time) if time >= since => high = middle,
+                // Older, or pruned meanwhile (pruning removes the oldest): look later.
+                _ => low = middle + 1,
+            }
+        }
+        Ok(low)
     }
 
     /// The head (a fresh store's is zero) and the etcd revision it was read at.
@@ -962,30 +1012,46 @@ fn behind(wanted: u64, hub: u64) -> StoreError {
 
 impl AuditLog for EtcdStore {
     fn audit_query(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
-        let prefix = self.inner.keys.audit_prefix();
-        let (_, revision) = self.inner.read_head()?;
-        let kvs = self
-            .inner
-            .range_at(prefix.clone(), prefix_end(&prefix), revision)?;
+        let inner = &self.inner;
+        let prefix = inner.keys.audit_prefix();
+        let result = inner.txn(Txn::new().and_then(vec![
+            TxnOp::get(inner.keys.anchor(), None),
+            TxnOp::get(inner.keys.head(), None),
+        ]))?;
+        let mut ranges = result.ranges.into_iter();
+        let anchor = match ranges.next().unwrap_or_default().first() {
+            None => ChainPoint::default(),
+            Some(kv) => ChainPoint::decode(kv.value(), "meta/anchor")?,
+        };
+        let head = head_of(ranges.next().unwrap_or_default().first())?;
         let (since, until) = query.time_range();
+        let first = anchor.seq.saturating_add(1);
+        let start = if since > 0 {
+            inner.audit_seek(since, first, head.point.seq, result.revision)?
+        } else {
+            first
+        };
         let mut records = Vec::new();
-        for kv in &kvs {
-            if query.limit > 0 && records.len() == query.limit {
-                break;
-            }
-            let key = Keys::object_name(kv.key());
-            let record = audit::decode(kv.value(), "audit", &key)?;
-            let time = record.time.unix_millis();
-            if time < since {
-                continue;
-            }
-            if time >= until {
-                break;
-            }
-            if query.matches(&record) {
-                records.push(record);
-            }
-        }
+        inner.range_pages(
+            inner.keys.audit(start),
+            prefix_end(&prefix),
+            result.revision,
+            |kv| {
+                if query.limit > 0 && records.len() == query.limit {
+                    return Ok(false);
+                }
+                let key = Keys::object_name(kv.key());
+                let record = audit::decode(kv.value(), "audit", &key)?;
+                let time = record.time.unix_millis();
+                if time >= until {
+                    return Ok(false);
+                }
+                if time >= since && query.matches(&record) {
+                    records.push(record);
+                }
+                Ok(true)
+            },
+        )?;
         Ok(records)
     }
 

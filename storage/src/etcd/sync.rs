@@ -82,6 +82,10 @@ async fn watch_once(
         .with_progress_notify()
         .with_start_revision(*from + 1);
     let (_watcher, mut stream) = client.watch(start, Some(options)).await?;
+    // The client returns once etcd answered "created": the watch is live, and `connect`
+    // returns now (a compaction that took its start revision arrives as the next message).
+    inner.state().following = true;
+    inner.notify_advanced();
     while let Some(response) = stream.message().await? {
         inner.set_connected(true);
         *progressed = true;
@@ -91,6 +95,7 @@ async fn watch_once(
         if response.canceled() {
             return Ok(Ended::Broken);
         }
+
         let events = response.events();
         let mut start = 0;
         while start < events.len() {
@@ -240,7 +245,6 @@ async fn resync(inner: &Inner, from: &mut i64) -> Result<(), etcd_client::Error>
         Err(_) => state.hub.revision(),
     };
     state.hub.reset(store_revision);
-    state.following = true;
     state.etcd_revision = revision;
     *from = revision;
     drop(state);
