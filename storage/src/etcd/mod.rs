@@ -1097,7 +1097,7 @@ impl AuditLog for EtcdStore {
             if let Some((key, mod_revision)) = first_kept_mod {
                 compares.push(Compare::mod_revision(key, CompareOp::Equal, mod_revision));
             }
-            let end = inner.keys.audit(anchor.seq + 1);
+            let end = inner.keys.audit(anchor.seq.saturating_add(1));
             let result = inner.fenced_txn(
                 compares,
                 vec![

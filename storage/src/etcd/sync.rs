@@ -80,7 +80,7 @@ async fn watch_once(
         .with_range(end)
         .with_prev_key()
         .with_progress_notify()
-        .with_start_revision(*from + 1);
+        .with_start_revision(from.saturating_add(1));
     let (_watcher, mut stream) = client.watch(start, Some(options)).await?;
     // The client returns once etcd answered "created": the watch is live, and `connect`
     // returns now (a compaction that took its start revision arrives as the next message).
