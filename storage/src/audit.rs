@@ -172,8 +172,18 @@ pub(crate) struct Encoded {
 /// Encodes `change` as the record after `head`, at `now` (or the head's time if that is later).
 pub(crate) fn encode(head: ChainPoint, change: &Change<'_>, now: Timestamp) -> Result<Encoded> {
     let time_millis = now.unix_millis().max(head.time_millis).max(0);
+    // The head is stored data (for the etcd driver, peer input): a last sequence number at the
+    // end of its range is a damaged head, not an overflow.
+    let seq = head
+        .seq
+        .checked_add(1)
+        .ok_or_else(|| StorageError::Corrupt {
+            table: "meta",
+            key: "audit.head".into(),
+            reason: "the last audit sequence number is at its maximum".into(),
+        })?;
     let body = Body {
-        seq: head.seq + 1,
+        seq,
         time_unix_millis: time_millis,
         actor: change.actor.as_str().to_owned(),
         verb: change.verb,
@@ -198,7 +208,7 @@ pub(crate) fn encode(head: ChainPoint, change: &Change<'_>, now: Timestamp) -> R
     value.extend_from_slice(&body);
     Ok(Encoded {
         point: ChainPoint {
-            seq: head.seq + 1,
+            seq,
             hash,
             time_millis,
         },
@@ -317,8 +327,9 @@ impl ChainWalk {
     pub(crate) fn step(&mut self, time_millis: i64, seq: u64, value: &[u8]) -> Result<()> {
         let broken = |reason: String| StorageError::ChainBroken { seq, reason };
         let record = decode(value, "audit", &format!("({time_millis}, {seq})"))?;
-        if seq != self.previous.seq + 1 {
-            return Err(broken(format!("expected record {}", self.previous.seq + 1)).into());
+        let expected = self.previous.seq.wrapping_add(1);
+        if seq != expected {
+            return Err(broken(format!("expected record {expected}")).into());
         }
         if record.seq != seq || record.time.unix_millis() != time_millis {
             return Err(broken("key does not match the record's body".into()).into());
