@@ -219,6 +219,24 @@ impl LoopProbes {
             })
             .collect();
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        // A loop is gone only when the probe resolved (NOERROR or NXDOMAIN): a SERVFAIL or
+        // no reply without an arrival may be the other resolver holding kudurru down after
+        // the refusals, not a fixed loop.
+        let mut verdicts = verdicts;
+        for probe in &mut verdicts {
+            let resolved = matches!(
+                probe.verdict,
+                Verdict::Clear { rcode } if rcode == wire::rcode::NOERROR || rcode == wire::rcode::NXDOMAIN
+            );
+            if !resolved
+                && !probe.looping()
+                && let Some(before) = last
+                    .iter()
+                    .find(|p| p.upstream == probe.upstream && p.looping())
+            {
+                probe.verdict = before.verdict.clone();
+            }
+        }
         for probe in &verdicts {
             let was_looping = last
                 .iter()

@@ -16,6 +16,8 @@ mod drain;
 mod fairness;
 mod http2;
 mod lifecycle;
+// Forwarding loops through another resolver (issue 32 item 9); `loop` is a keyword.
+mod r#loop;
 mod objects;
 mod querylog_dnstap;
 mod quic;

@@ -1032,3 +1032,101 @@ pub fn unique_name(prefix: &str) -> String {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("{prefix}{}-{n}.kudurru-e2e.example.", std::process::id())
 }
+
+/// Waits until something accepts TCP connections on `addr`; panics when `child` exits first
+/// or after 20 s.
+pub fn wait_listening(addr: SocketAddr, child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening on {addr}: {status}");
+        }
+        assert!(Instant::now() < deadline, "{what} did not listen on {addr}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Unbound (Debian's `unbound`) on loopback, in the foreground, from `unbound.conf` in its
+/// directory: the settings every test wants (no daemon, no chroot, no syslog, one thread,
+/// loopback clients, the iterator only: nothing leaves the machine unless a forward-zone
+/// says so), plus the test's own. Stopped when dropped.
+pub struct Unbound {
+    child: Option<Child>,
+    conf: PathBuf,
+    /// The TCP address waited for before a start returns.
+    listening: SocketAddr,
+}
+
+impl Unbound {
+    /// Writes the configuration (`server` lines appended to the common `server:` section,
+    /// then `tail`: forward zones, say) into `dir` and starts Unbound; returns once it accepts
+    /// TCP on `listening` (one of its interfaces).
+    pub fn start(dir: &std::path::Path, listening: SocketAddr, server: &str, tail: &str) -> Self {
+        let conf = dir.join("unbound.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                r#"server:
+  do-daemonize: no
+  username: ""
+  chroot: ""
+  directory: "{dir}"
+  pidfile: ""
+  use-syslog: no
+  logfile: "{dir}/unbound.log"
+  verbosity: 0
+  do-ip6: no
+  num-threads: 1
+  access-control: 127.0.0.0/8 allow
+  module-config: "iterator"
+{server}
+{tail}
+remote-control:
+  control-enable: no
+"#,
+                dir = dir.display(),
+            ),
+        )
+        .expect("unbound.conf written");
+        let mut unbound = Self {
+            child: None,
+            conf,
+            listening,
+        };
+        unbound.spawn();
+        unbound
+    }
+
+    fn spawn(&mut self) {
+        let mut child = Command::new("unbound")
+            .arg("-d")
+            .arg("-c")
+            .arg(&self.conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("unbound runs (apt-get install unbound)");
+        wait_listening(self.listening, &mut child, "unbound");
+        self.child = Some(child);
+    }
+
+    /// Stops it and starts it again with the same configuration.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// Stops it (SIGKILL) and waits for it to be gone.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = wait_timeout(&mut child, Duration::from_secs(10));
+        }
+    }
+}
+
+impl Drop for Unbound {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
