@@ -166,7 +166,7 @@ fn unbound_forwarding_to_a_local_responder_is_no_loop() {
     let scratch = Scratch::new("noloop");
     let responder = TestUpstream::start();
     let (_unbound, upstream) = forwarding_unbound(&scratch, responder.addr);
-    let k = Kudurru::builder(&[upstream.clone()]).start();
+    let k = Kudurru::builder(std::slice::from_ref(&upstream)).start();
     let viewer = k.token("viewer", None);
     let message = wait_for_check(&k, &viewer, &upstream, "ok");
     assert!(message.starts_with("no loop: the probe "), "{message}");
