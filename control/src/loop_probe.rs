@@ -14,9 +14,9 @@
 //! names the upstream the loop runs through (dnsmasq's `--dns-loop-detect` does the same per
 //! server; CoreDNS's `loop` sends through itself and so must see its probe more than twice).
 //! One arrival is enough: the name is random per round and nobody else can ask it. A looping
-//! upstream stays in rotation (docs/operations.md, "Forwarding loops"): the cores refuse a
-//! returning probe at once, and queries that loop fail and take it out through the ordinary
-//! health tracking.
+//! upstream is taken out of rotation (as dnsmasq disables such a server; docs/operations.md,
+//! "Forwarding loops"): each core's health check reads the marks this sets and holds it down
+//! without probing it back until a round finds the loop gone.
 //!
 //! Encrypted upstreams (DoT, DoH, DoQ, DoH3) are not probed: the control thread has no client
 //! for them; doctor says so.
@@ -124,6 +124,9 @@ impl UpstreamProbe {
 #[derive(Debug, Default)]
 pub struct LoopProbes {
     last: Mutex<Vec<UpstreamProbe>>,
+    /// The published set the cores' looping marks are about, kept alive so its address (the
+    /// marks' identity) is not reused by another set.
+    marked: Mutex<Option<Arc<[UpstreamSpec]>>>,
 }
 
 impl LoopProbes {
@@ -145,17 +148,24 @@ impl LoopProbes {
             let soon = self.round(&upstreams, &metrics).await;
             let wait = if soon { RECHECK } else { PERIOD };
             let until = tokio::time::Instant::now() + wait;
+            let mut marked = upstreams;
             while tokio::time::Instant::now() < until {
                 tokio::time::sleep(CHANGE_POLL.min(until - tokio::time::Instant::now())).await;
-                if identity(&settings.load().upstreams) != probed {
+                let now = settings.load().upstreams.clone();
+                if identity(&now) != probed {
                     break;
+                }
+                if !Arc::ptr_eq(&now, &marked) {
+                    // A reload published the same upstreams anew: the marks follow.
+                    self.mark(&now, self.mask(), &metrics);
+                    marked = now;
                 }
             }
         }
     }
 
     /// One round over `upstreams`; returns whether the next should come soon.
-    async fn round(&self, upstreams: &[UpstreamSpec], metrics: &[Arc<CoreMetrics>]) -> bool {
+    async fn round(&self, upstreams: &Arc<[UpstreamSpec]>, metrics: &[Arc<CoreMetrics>]) -> bool {
         let token = loop {
             let token: u64 = rand::random();
             if token != 0 {
@@ -243,7 +253,7 @@ impl LoopProbes {
                 .any(|p| p.upstream == probe.upstream && p.looping());
             match (&probe.verdict, was_looping) {
                 (Verdict::Looping { arrivals }, false) => {
-                    tracing::error!(upstream = %probe.upstream, probe = %probe.name, arrivals, "forwarding loop: the probe sent to this upstream came back to kudurru as a client query; queries through it fail until the loop is fixed");
+                    tracing::error!(upstream = %probe.upstream, probe = %probe.name, arrivals, "forwarding loop: the probe sent to this upstream came back to kudurru as a client query; it is out of rotation until the loop is fixed");
                 }
                 (Verdict::Looping { .. }, true) => {}
                 (_, true) => {
@@ -255,8 +265,37 @@ impl LoopProbes {
         let soon = verdicts
             .iter()
             .any(|p| matches!(p.verdict, Verdict::Looping { .. } | Verdict::NoReply { .. }));
+        // The cores hold the looping upstreams of this set out of rotation (their health
+        // checks read the marks); a set without a loop clears them.
+        let mask = verdicts
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.looping())
+            .fold(0u32, |mask, (index, _)| mask | (1 << index));
+        self.mark(upstreams, mask, metrics);
         *last = verdicts;
         soon
+    }
+
+    /// The looping upstreams of the last round, a bit per index.
+    fn mask(&self) -> u32 {
+        self.last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.looping())
+            .fold(0u32, |mask, (index, _)| mask | (1 << index))
+    }
+
+    /// Marks the upstreams of `set` in `mask` as looping on every core (their health checks
+    /// hold them out of rotation), keeping `set` alive while the marks name it.
+    fn mark(&self, set: &Arc<[UpstreamSpec]>, mask: u32, metrics: &[Arc<CoreMetrics>]) {
+        let id = Arc::as_ptr(set).cast::<()>() as usize;
+        *self.marked.lock().unwrap_or_else(PoisonError::into_inner) = Some(set.clone());
+        for core in metrics {
+            core.loop_probe.set_looping(id, mask);
+        }
     }
 }
 

@@ -22,7 +22,7 @@
 //! counted) and the upstream's index (so the loop is attributed to the upstream it went
 //! through, as dnsmasq's per-server probes are).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::key::CacheKey;
 use crate::wire;
@@ -106,6 +106,11 @@ pub struct LoopProbe {
     token: AtomicU64,
     /// Arrivals of this round's probe, by upstream index.
     arrivals: [AtomicU32; PROBED_UPSTREAMS],
+    /// The upstreams a loop runs through, a bit per index of the set `looping_set` names.
+    looping: AtomicU32,
+    /// Which upstream set `looping` is about (an identity the control thread chose: the
+    /// address of the published set it keeps alive); 0: none.
+    looping_set: AtomicUsize,
 }
 
 impl LoopProbe {
@@ -135,6 +140,28 @@ impl LoopProbe {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Marks the upstreams of set `set` (not 0) that a loop runs through, a bit per index,
+    /// for the cores to hold out of rotation.
+    pub fn set_looping(&self, set: usize, mask: u32) {
+        self.looping_set.store(0, Ordering::Release);
+        self.looping.store(mask, Ordering::Release);
+        self.looping_set.store(set, Ordering::Release);
+    }
+
+    /// The upstreams of set `set` a loop runs through (a bit per index); 0 when the marks are
+    /// about another set.
+    pub fn looping_in(&self, set: usize) -> u32 {
+        if set == 0 || self.looping_set.load(Ordering::Acquire) != set {
+            return 0;
+        }
+        let mask = self.looping.load(Ordering::Acquire);
+        if self.looping_set.load(Ordering::Acquire) == set {
+            mask
+        } else {
+            0
         }
     }
 
@@ -231,5 +258,17 @@ mod tests {
             "the last round's name is not counted"
         );
         assert_eq!(probe.arrivals(1), 0);
+    }
+
+    #[test]
+    fn looping_marks_apply_to_their_own_set_only() {
+        let probe = LoopProbe::default();
+        assert_eq!(probe.looping_in(7), 0);
+        probe.set_looping(7, 0b101);
+        assert_eq!(probe.looping_in(7), 0b101);
+        assert_eq!(probe.looping_in(8), 0, "another set: no marks");
+        assert_eq!(probe.looping_in(0), 0);
+        probe.set_looping(8, 0);
+        assert_eq!(probe.looping_in(7), 0);
     }
 }

@@ -183,3 +183,58 @@ fn unbound_forwarding_to_a_local_responder_is_no_loop() {
     // Ordinary queries are answered through the same path.
     assert_eq!(dig(k.addr, &["www.example.com", "A"]).status, "NOERROR");
 }
+
+/// The looping upstream is taken out of rotation (docs/operations.md, "Forwarding loops"):
+/// with a good upstream beside it, queries stop going to it, and its health probes stop too
+/// (they would come back through the loop and succeed on the good upstream's answer).
+#[test]
+fn a_looping_upstream_is_held_out_of_rotation_while_another_answers() {
+    let scratch = Scratch::new("loop-rotation");
+    let good = TestUpstream::start();
+    let settings = scratch.join("settings.toml");
+    std::fs::write(
+        &settings,
+        format!(
+            "upstreams = [\"{}\"]\n[upstream]\nstrategy = \"ordered\"\n",
+            good.udp_url()
+        ),
+    )
+    .unwrap();
+    let k = Kudurru::builder(&[])
+        .env("KUDURRU_SETTINGS_FILE", settings.to_str().unwrap())
+        .env("KUDURRU_UPSTREAM__HEALTHCHECKINTERVAL", "300ms")
+        .start();
+    let operator = k.token("operator", None);
+    let (_unbound, looping) = forwarding_unbound(&scratch, k.addr);
+    // The looping upstream first: `ordered` would ask it first for every query.
+    let patch = format!(r#"{{"upstreams": ["{looping}", "{}"]}}"#, good.udp_url());
+    let (status, body) = curl(
+        &k,
+        "PATCH",
+        "/api/v1/settings",
+        Some(&operator),
+        Some((JSON, &patch)),
+    );
+    assert_eq!(status, 200, "{body}");
+    wait_for_check(&k, &operator, &looping, "fail");
+    let healthy = format!("kudurru_upstream_healthy{{upstream=\"{looping}\"}}");
+    let deadline = Instant::now() + ROUND_BOUND;
+    while k.metric(&healthy) != Some(0.0) {
+        assert!(
+            Instant::now() < deadline,
+            "the looping upstream stayed in rotation: {:?}",
+            k.metric(&healthy)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let sent = format!("kudurru_upstream_queries_total{{upstream=\"{looping}\"}}");
+    let before = k.metric(&sent);
+    for i in 0..5 {
+        let name = format!("rotation-{i}.example");
+        assert_eq!(dig(k.addr, &[&name, "A"]).status, "NOERROR", "{name}");
+    }
+    // Several health-check intervals pass: it is not probed back in either.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(k.metric(&sent), before, "nothing more went to {looping}");
+    assert_eq!(k.metric(&healthy), Some(0.0));
+}
