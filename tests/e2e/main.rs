@@ -4,6 +4,8 @@
 
 mod acl;
 mod api;
+// Recorded bad upstream replies (issue 32).
+mod bad_replies;
 mod bench;
 mod blocking;
 mod cache;

@@ -1130,3 +1130,95 @@ impl Drop for Unbound {
         self.stop();
     }
 }
+
+/// A fault-injecting upstream on loopback (UDP and TCP on one port): the first label of the
+/// qname picks the bad reply it sends, as recorded from misbehaving servers.
+///
+/// | first label starts with | reply |
+/// |---|---|
+/// | `wrongid-` | the answer with another message ID |
+/// | `wrongclass-` | the answer with the question's class changed to CH |
+/// | `tcloop-` | TC=1 and nothing else, over UDP and over TCP alike |
+/// | `oversized-` | 40 TXT records of 255 bytes (about 10 KB), over UDP too |
+/// | `cnameloop-` | the qname as a CNAME to itself |
+/// | anything else | one A record, 192.0.2.1, TTL 300 |
+pub struct FaultyUpstream {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<HashMap<String, usize>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl FaultyUpstream {
+    /// Starts it on a free loopback port.
+    pub fn start() -> Self {
+        let seen: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let addr = serve_loopback(stop.clone(), Udp::ThreadPerMessage, Arc::default(), {
+            let seen = seen.clone();
+            move |message, _| {
+                let Ok(query) = Query::parse(message) else {
+                    return Vec::new();
+                };
+                let name = query.key().qname_text();
+                *seen.lock().unwrap().entry(name.clone()).or_default() += 1;
+                vec![faulty_reply(&query, &name)]
+            }
+        });
+        Self { addr, seen, stop }
+    }
+
+    /// `udp://ADDR`.
+    pub fn udp_url(&self) -> String {
+        format!("udp://{}", self.addr)
+    }
+
+    /// Queries for `name` (presentation form, trailing dot) over either transport.
+    pub fn asked(&self, name: &str) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .get(&name.to_ascii_lowercase())
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for FaultyUpstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn faulty_reply(query: &Query<'_>, name: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let first = name.split('.').next().unwrap_or("");
+    wire::start_response(query, rcode::NOERROR, false, &mut out);
+    if first.starts_with("tcloop-") {
+        out[2] |= 0x02;
+    } else if first.starts_with("oversized-") {
+        for i in 0..40u8 {
+            let mut txt = vec![254u8];
+            txt.extend(std::iter::repeat_n(b'a' + i % 26, 254));
+            wire::push_record(&mut out, wire::HEADER_LEN, rtype::TXT, 300, &txt);
+            wire::count_answer(&mut out);
+        }
+    } else if first.starts_with("cnameloop-") {
+        wire::push_record(&mut out, wire::HEADER_LEN, rtype::CNAME, 300, &[0xc0, 12]);
+        wire::count_answer(&mut out);
+    } else {
+        wire::push_record(&mut out, wire::HEADER_LEN, rtype::A, 300, &[192, 0, 2, 1]);
+        wire::count_answer(&mut out);
+    }
+    if first.starts_with("wrongid-") {
+        out[0] ^= 0xff;
+        out[1] ^= 0xff;
+    } else if first.starts_with("wrongclass-") {
+        // The question's class: its last two bytes, right after the qname and type.
+        let at = wire::HEADER_LEN + query.key().qname().len() + 2;
+        if let Some(class) = out.get_mut(at..at + 2) {
+            class.copy_from_slice(&3u16.to_be_bytes());
+        }
+    }
+    out
+}
