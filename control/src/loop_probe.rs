@@ -244,7 +244,9 @@ impl LoopProbes {
                     .iter()
                     .find(|p| p.upstream == probe.upstream && p.looping())
             {
+                // The loop as last seen: its probe name and count.
                 probe.verdict = before.verdict.clone();
+                probe.name = before.name.clone();
             }
         }
         for probe in &verdicts {
