@@ -995,6 +995,11 @@ impl Api {
             };
             check(&format!("upstream {}", t.upstream), status, message);
         }
+        // Forwarding loops: the last probe round's verdict per upstream.
+        for probe in self.ops.loops.iter().flat_map(|l| l.statuses()) {
+            let (status, message) = probe.check();
+            check(&format!("loop {}", probe.upstream), status, message);
+        }
         for (host, status) in self.bootstrap.iter().flat_map(|b| b.statuses()) {
             let (state, message) = match (&status.addr, &status.error, &status.from) {
                 (None, Some(error), _) => (
@@ -1717,6 +1722,7 @@ mod tests {
             blocking: blocking.clone(),
             zones: None,
             querylog: None,
+            loops: None,
         });
         let store = crate::objects::open_store(Path::new("/nonexistent"), true).unwrap();
         let (_stop, stopping) = tokio::sync::watch::channel(false);

@@ -23,6 +23,7 @@ pub mod health;
 pub mod http;
 pub mod lameduck;
 pub mod layers;
+pub mod loop_probe;
 pub mod noise;
 pub mod objects;
 pub mod openapi;

@@ -39,6 +39,8 @@ pub struct OpsState {
     pub zones: Option<Arc<crate::zones::Shared>>,
     /// The query log: its counters; `None` in tests.
     pub querylog: Option<crate::querylog::QueryLog>,
+    /// Forwarding-loop probes: the last round's verdicts; `None` in tests.
+    pub loops: Option<Arc<crate::loop_probe::LoopProbes>>,
 }
 
 /// Whether a peer may change lameduck: loopback only, since the ops listener has no
@@ -549,6 +551,25 @@ pub fn render_metrics(state: &OpsState) -> String {
             );
         }
     }
+    // Forwarding loops (issue 32 item 9): one gauge per probed upstream of the last round.
+    if let Some(loops) = &state.loops {
+        head(
+            &mut out,
+            "kudurru_upstream_loop_detected",
+            "gauge",
+            "1 while the last forwarding-loop probe sent to the upstream came back to kudurru as a client query (a loop through it), else 0; upstreams not probed (encrypted) have no series.",
+        );
+        for probe in loops.statuses() {
+            if !matches!(probe.verdict, crate::loop_probe::Verdict::NotProbed { .. }) {
+                let _ = writeln!(
+                    out,
+                    "kudurru_upstream_loop_detected{{upstream=\"{}\"}} {}",
+                    probe.upstream,
+                    u8::from(probe.looping())
+                );
+            }
+        }
+    }
     head(
         &mut out,
         "kudurru_upstream_latency_seconds",
@@ -661,6 +682,7 @@ mod tests {
             blocking: synced_blocking(),
             zones: None,
             querylog: None,
+            loops: None,
         }
     }
 

@@ -353,6 +353,13 @@ async fn control(
             secondaries,
         },
     ));
+    // Forwarding-loop probes of the published upstreams (at start, on a change, periodically).
+    let loops = Arc::new(crate::loop_probe::LoopProbes::default());
+    tokio::spawn(
+        loops
+            .clone()
+            .run(settings.clone(), server.metrics().to_vec()),
+    );
     let state = Arc::new(ops::OpsState {
         ready,
         metrics: server.metrics().to_vec(),
@@ -363,6 +370,7 @@ async fn control(
         blocking: blocking.clone(),
         zones: Some(zones.clone()),
         querylog: Some(querylog_handle.clone()),
+        loops: Some(loops.clone()),
     });
     // Subscribers, in order: the log filter, then the data plane's snapshot.
     reloadable.subscribe("log.level", move |change| {

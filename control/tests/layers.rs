@@ -23,8 +23,9 @@ const FLOORS: &[&[&str]] = &[
     // The effective configuration and its subscribers; `config check` over the layers.
     &["reload", "check"],
     // Host names in upstream URLs, resolved through the bootstrap resolvers (on the effective
-    // configuration; it hands their addresses to the publisher above it).
-    &["bootstrap"],
+    // configuration; it hands their addresses to the publisher above it). Forwarding-loop
+    // probes of the published upstreams (on the cores' counters alone).
+    &["bootstrap", "loop_probe"],
     // Block lists, client groups and policies: the list manager, the publisher of the
     // settings snapshot, status, readiness, metrics and the check explanation.
     &["blocking"],

@@ -242,6 +242,29 @@ impl CachedAnswer {
         }
     }
 
+    /// A REFUSED for `key`, never cached (lifetime 0): the answer to a forwarding-loop probe
+    /// that came back in (`crate::loop_probe`), so the upstream that sent it stops at once.
+    pub fn loop_refused(key: &CacheKey, now: Instant) -> Self {
+        let mut message = Vec::with_capacity(HEADER_LEN + key.question().len());
+        message.extend_from_slice(&[0, 0, 0x81, 0x80 | rcode::REFUSED, 0, 1, 0, 0, 0, 0, 0, 0]);
+        message.extend_from_slice(key.question());
+        Self {
+            question_end: message.len() as u16,
+            message_len: message.len() as u16,
+            data: message.into_boxed_slice(),
+            key_flags: key_flags(key),
+            kind: AnswerKind::Failure,
+            has_cname: false,
+            stored: now,
+            lifetime: 0,
+            expires: now,
+            refresh_at: now,
+            ede: 0,
+            upstream: 0,
+            upstream_rtt_us: 0,
+        }
+    }
+
     /// This expired answer served stale at `now` (RFC 8767 §4): every TTL set to
     /// [`STALE_ANSWER_TTL`], EDE 3 "Stale Answer" for clients with EDNS (RFC 8914 §4.4). A copy
     /// for one resolution's clients: it is never stored in place of the expired answer.

@@ -29,6 +29,7 @@ pub mod http3;
 pub mod key;
 pub mod limiter;
 pub mod local;
+pub mod loop_probe;
 pub mod pipeline;
 pub mod policy;
 pub mod querylog;

@@ -437,6 +437,15 @@ impl Selector {
         }
     }
 
+    /// Takes upstream `index` out of rotation as if it had failed [`FAILURES_BEFORE_DOWN`]
+    /// times in a row (a forwarding loop runs through it); a success brings it back.
+    pub fn take_down(&mut self, index: usize) {
+        if let Some(h) = self.health.get_mut(index) {
+            h.consecutive_failures = h.consecutive_failures.max(FAILURES_BEFORE_DOWN);
+            h.down = true;
+        }
+    }
+
     /// Whether upstream `index` is in rotation (not down).
     pub fn is_healthy(&self, index: usize) -> bool {
         self.health.get(index).is_some_and(|h| !h.down)

@@ -38,6 +38,8 @@ const FLOORS: &[&[&str]] = &[
         "doq",
         "policy::matcher",
         "bootstrap",
+        // Forwarding-loop probes: their names and queries (over the wire format).
+        "loop_probe",
         // The query log's record and the summary of its messages.
         "querylog",
     ],

@@ -9,7 +9,7 @@ use std::time::Duration;
 use kudurru_e2e::{Kudurru, TestUpstream, dig, unique_name};
 
 /// (status, body) of one curl request.
-fn curl(
+pub(crate) fn curl(
     k: &Kudurru,
     method: &str,
     path: &str,

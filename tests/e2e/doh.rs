@@ -326,6 +326,42 @@ fn every_bad_request_gets_its_status_and_a_json_reason_and_the_connection_still_
     );
 }
 
+/// An early 413 on HTTP/1.1 (the declared length is refused before the body is read) reaches
+/// the client: the server closes its side and reads on for a while (a linger close) instead
+/// of closing with the body unread, which would make the kernel reset the connection and could
+/// destroy the response in flight. curl sends 10 MB without `Expect: 100-continue`, five times.
+#[test]
+fn an_early_413_on_http1_reaches_a_client_still_sending_a_large_body() {
+    let d = dir("linger");
+    let (cert, key) = cert_pair(&d, "a");
+    let k = Kudurru::builder(&["udp://127.0.0.1:9".into()])
+        .tls(&cert, &key)
+        .start();
+    let doh = Endpoint::new(&k, &cert, &d.join("curl"));
+    let body = d.join("large");
+    std::fs::write(&body, vec![0u8; 10_000_000]).unwrap();
+    let body = format!("@{}", body.display());
+    for i in 0..5 {
+        let reply = doh.request(
+            "--http1.1",
+            "/dns-query",
+            &[
+                "-H",
+                "content-type: application/dns-message",
+                "-H",
+                "Expect:",
+                "--data-binary",
+                &body,
+            ],
+        );
+        assert_eq!(reply.status, 413, "request {i}: {reply:?}");
+        assert!(reply.json_error().contains("65535"), "request {i}");
+    }
+    // The server is unharmed: a query on a new connection is answered.
+    let localhost = query_bytes(7, "localhost.", 1, 1, None);
+    assert_eq!(doh.post("--http1.1", &localhost).status, 200);
+}
+
 /// Sends raw bytes over TLS with ALPN `alpn` and returns what came back before the server
 /// closed or 5 s passed.
 fn raw_tls(addr: SocketAddr, ca: &Path, alpn: &str, request: &[u8]) -> (Vec<u8>, bool) {

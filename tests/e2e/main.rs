@@ -4,6 +4,8 @@
 
 mod acl;
 mod api;
+// Recorded bad upstream replies (issue 32).
+mod bad_replies;
 mod bench;
 mod blocking;
 mod cache;
@@ -19,6 +21,8 @@ mod drain;
 mod fairness;
 mod http2;
 mod lifecycle;
+// Forwarding loops through another resolver (issue 32 item 9); `loop` is a keyword.
+mod r#loop;
 mod objects;
 mod querylog_dnstap;
 mod quic;

@@ -5,14 +5,14 @@
 //! queries, session resumption, a wrong CA and a wrong SPKI pin refused (SERVFAIL, counted,
 //! logged), the right pin accepted, and reconnection after the upstream restarts.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
-use kudurru_e2e::{Kudurru, Scratch, dig, free_port, wait_timeout};
+use kudurru_e2e::{Kudurru, Scratch, dig, free_port, wait_listening, wait_timeout};
 use sha2::{Digest, Sha256};
 
 /// The name the test servers' certificate carries.
@@ -71,108 +71,44 @@ fn stranger_ca(dir: &Path) -> PathBuf {
     path
 }
 
-/// Waits until something accepts TCP connections on `addr`.
-fn wait_listening(addr: SocketAddr, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited before listening on {addr}: {status}");
-        }
-        assert!(Instant::now() < deadline, "{what} did not listen on {addr}");
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Unbound on loopback: DNS over TLS on `tls`, plain DNS on `plain`, answering
 /// `upstream.example` from local data (no recursion leaves the machine: the zone is static).
 struct Unbound {
-    child: Option<Child>,
+    process: kudurru_e2e::Unbound,
     tls: SocketAddr,
     plain: SocketAddr,
-    conf: PathBuf,
 }
 
 impl Unbound {
     fn start(dir: &Path, pki: &Pki) -> Self {
         let (tls, plain) = (free_port(), free_port());
-        let conf = dir.join("unbound.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                r#"server:
-  interface: 127.0.0.1@{tls}
+        let server = format!(
+            r#"  interface: 127.0.0.1@{tls}
   interface: 127.0.0.1@{plain}
   tls-port: {tls}
   tls-service-key: "{key}"
   tls-service-pem: "{cert}"
-  do-daemonize: no
-  username: ""
-  chroot: ""
-  directory: "{dir}"
-  pidfile: ""
-  use-syslog: no
-  logfile: "{dir}/unbound.log"
-  verbosity: 0
-  do-ip6: no
-  num-threads: 1
-  access-control: 127.0.0.0/8 allow
-  module-config: "iterator"
   local-zone: "upstream.example." static
   local-data: "a.upstream.example. 300 IN A 192.0.2.1"
-  local-data: "b.upstream.example. 300 IN A 192.0.2.2"
-remote-control:
-  control-enable: no
-"#,
-                key = pki.key.display(),
-                cert = pki.cert.display(),
-                dir = dir.display(),
-            ),
-        )
-        .unwrap();
-        let mut unbound = Self {
-            child: None,
-            tls: ([127, 0, 0, 1], tls).into(),
+  local-data: "b.upstream.example. 300 IN A 192.0.2.2""#,
+            key = pki.key.display(),
+            cert = pki.cert.display(),
+        );
+        let tls: SocketAddr = ([127, 0, 0, 1], tls).into();
+        Self {
+            process: kudurru_e2e::Unbound::start(dir, tls, &server, ""),
+            tls,
             plain: ([127, 0, 0, 1], plain).into(),
-            conf,
-        };
-        unbound.spawn();
-        unbound
-    }
-
-    fn spawn(&mut self) {
-        let mut child = Command::new("unbound")
-            .arg("-d")
-            .arg("-c")
-            .arg(&self.conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("unbound runs (apt-get install unbound)");
-        wait_listening(self.tls, &mut child, "unbound");
-        self.child = Some(child);
+        }
     }
 
     /// Stops it and starts it again on the same ports (new TLS session keys).
     fn restart(&mut self) {
-        self.stop();
-        self.spawn();
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = wait_timeout(&mut child, Duration::from_secs(10));
-        }
+        self.process.restart();
     }
 
     fn url(&self) -> String {
         format!("tls://{}#{SERVER_NAME}", self.tls)
-    }
-}
-
-impl Drop for Unbound {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

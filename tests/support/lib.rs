@@ -1032,3 +1032,193 @@ pub fn unique_name(prefix: &str) -> String {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("{prefix}{}-{n}.kudurru-e2e.example.", std::process::id())
 }
+
+/// Waits until something accepts TCP connections on `addr`; panics when `child` exits first
+/// or after 20 s.
+pub fn wait_listening(addr: SocketAddr, child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening on {addr}: {status}");
+        }
+        assert!(Instant::now() < deadline, "{what} did not listen on {addr}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Unbound (Debian's `unbound`) on loopback, in the foreground, from `unbound.conf` in its
+/// directory: the settings every test wants (no daemon, no chroot, no syslog, one thread,
+/// loopback clients, the iterator only: nothing leaves the machine unless a forward-zone
+/// says so), plus the test's own. Stopped when dropped.
+pub struct Unbound {
+    child: Option<Child>,
+    conf: PathBuf,
+    /// The TCP address waited for before a start returns.
+    listening: SocketAddr,
+}
+
+impl Unbound {
+    /// Writes the configuration (`server` lines appended to the common `server:` section,
+    /// then `tail`: forward zones, say) into `dir` and starts Unbound; returns once it accepts
+    /// TCP on `listening` (one of its interfaces).
+    pub fn start(dir: &std::path::Path, listening: SocketAddr, server: &str, tail: &str) -> Self {
+        let conf = dir.join("unbound.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                r#"server:
+  do-daemonize: no
+  username: ""
+  chroot: ""
+  directory: "{dir}"
+  pidfile: ""
+  use-syslog: no
+  logfile: "{dir}/unbound.log"
+  verbosity: 0
+  do-ip6: no
+  num-threads: 1
+  access-control: 127.0.0.0/8 allow
+  module-config: "iterator"
+{server}
+{tail}
+remote-control:
+  control-enable: no
+"#,
+                dir = dir.display(),
+            ),
+        )
+        .expect("unbound.conf written");
+        let mut unbound = Self {
+            child: None,
+            conf,
+            listening,
+        };
+        unbound.spawn();
+        unbound
+    }
+
+    fn spawn(&mut self) {
+        let mut child = Command::new("unbound")
+            .arg("-d")
+            .arg("-c")
+            .arg(&self.conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("unbound runs (apt-get install unbound)");
+        wait_listening(self.listening, &mut child, "unbound");
+        self.child = Some(child);
+    }
+
+    /// Stops it and starts it again with the same configuration.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// Stops it (SIGKILL) and waits for it to be gone.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = wait_timeout(&mut child, Duration::from_secs(10));
+        }
+    }
+}
+
+impl Drop for Unbound {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A fault-injecting upstream on loopback (UDP and TCP on one port): the first label of the
+/// qname picks the bad reply it sends, as recorded from misbehaving servers.
+///
+/// | first label starts with | reply |
+/// |---|---|
+/// | `wrongid-` | the answer with another message ID |
+/// | `wrongclass-` | the answer with the question's class changed to CH |
+/// | `tcloop-` | TC=1 and nothing else, over UDP and over TCP alike |
+/// | `oversized-` | 40 TXT records of 255 bytes (about 10 KB), over UDP too |
+/// | `cnameloop-` | the qname as a CNAME to itself |
+/// | anything else | one A record, 192.0.2.1, TTL 300 |
+pub struct FaultyUpstream {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<HashMap<String, usize>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl FaultyUpstream {
+    /// Starts it on a free loopback port.
+    pub fn start() -> Self {
+        let seen: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let addr = serve_loopback(stop.clone(), Udp::ThreadPerMessage, Arc::default(), {
+            let seen = seen.clone();
+            move |message, _| {
+                let Ok(query) = Query::parse(message) else {
+                    return Vec::new();
+                };
+                let name = query.key().qname_text();
+                *seen.lock().unwrap().entry(name.clone()).or_default() += 1;
+                vec![faulty_reply(&query, &name)]
+            }
+        });
+        Self { addr, seen, stop }
+    }
+
+    /// `udp://ADDR`.
+    pub fn udp_url(&self) -> String {
+        format!("udp://{}", self.addr)
+    }
+
+    /// Queries for `name` (presentation form, trailing dot) over either transport.
+    pub fn asked(&self, name: &str) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .get(&name.to_ascii_lowercase())
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for FaultyUpstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn faulty_reply(query: &Query<'_>, name: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let first = name.split('.').next().unwrap_or("");
+    wire::start_response(query, rcode::NOERROR, false, &mut out);
+    if first.starts_with("tcloop-") {
+        out[2] |= 0x02;
+    } else if first.starts_with("oversized-") {
+        for i in 0..40u8 {
+            let mut txt = vec![254u8];
+            txt.extend(std::iter::repeat_n(b'a' + i % 26, 254));
+            wire::push_record(&mut out, wire::HEADER_LEN, rtype::TXT, 300, &txt);
+            wire::count_answer(&mut out);
+        }
+    } else if first.starts_with("cnameloop-") {
+        wire::push_record(&mut out, wire::HEADER_LEN, rtype::CNAME, 300, &[0xc0, 12]);
+        wire::count_answer(&mut out);
+    } else {
+        wire::push_record(&mut out, wire::HEADER_LEN, rtype::A, 300, &[192, 0, 2, 1]);
+        wire::count_answer(&mut out);
+    }
+    if first.starts_with("wrongid-") {
+        out[0] ^= 0xff;
+        out[1] ^= 0xff;
+    } else if first.starts_with("wrongclass-") {
+        // The question's class: its last two bytes, right after the qname and type.
+        let at = wire::HEADER_LEN + query.key().qname().len() + 2;
+        if let Some(class) = out.get_mut(at..at + 2) {
+            class.copy_from_slice(&3u16.to_be_bytes());
+        }
+    }
+    out
+}

@@ -272,6 +272,9 @@ pub struct CoreMetrics {
     /// Query-log records dropped because the channel to the control thread was full
     /// (`kudurru_querylog_dropped_total`).
     pub querylog_dropped: AtomicU64,
+    /// The forwarding-loop probe round as this core sees it: the token the control thread set
+    /// and the probes that came back in, by upstream (`kudurru_core::loop_probe`).
+    pub loop_probe: kudurru_core::loop_probe::LoopProbe,
 }
 
 fn bump(counter: &AtomicU64) {

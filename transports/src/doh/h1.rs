@@ -156,8 +156,11 @@ where
     }
 }
 
-/// Most bytes read and discarded after the last response on a closing connection.
-const LINGER_BYTES: usize = 128 * 1024;
+/// Most bytes read and discarded after the last response on a closing connection: enough for
+/// a client that sends a body of several megabytes without waiting for `100 Continue` to see
+/// its early 413 (stopping at 128 KiB reset such a client under load before it read the
+/// response); [`LINGER_TIME`] bounds the wait whatever the amount.
+const LINGER_BYTES: usize = 16 * 1024 * 1024;
 
 /// Closes our side (TLS close_notify), then reads and discards what the client still sends, for
 /// a bounded time and amount: closing with unread bytes makes the kernel send a reset, which

@@ -45,7 +45,42 @@ impl Upstreams {
         loop {
             let interval = self.settings.load().upstream_health_interval;
             glommio::timer::sleep(interval.max(MIN_INTERVAL)).await;
+            self.hold_looping_down();
             self.probe_down().await;
+        }
+    }
+
+    /// The global upstreams the control thread found a forwarding loop through
+    /// (`kudurru_core::loop_probe`), a bit per index of `set`.
+    fn looping(&self, set: &Arc<[UpstreamSpec]>) -> u32 {
+        let id = Arc::as_ptr(set).cast::<()>() as usize;
+        self.metrics.loop_probe.looping_in(id)
+    }
+
+    /// Takes the global upstreams a forwarding loop runs through out of rotation; they are not
+    /// probed back while the loop lasts (a health probe would come back through the loop and
+    /// succeed on another upstream's answer).
+    fn hold_looping_down(&self) {
+        let settings = self.settings.load();
+        let (set, looping) = {
+            let mut state = self.selector.borrow_mut();
+            if !Arc::ptr_eq(&state.0, &settings.upstreams) {
+                // No query since the set was published: follow it here, as a miss would.
+                self.follow_global(&mut state, &settings.upstreams);
+            }
+            (state.0.clone(), self.looping(&state.0))
+        };
+        if looping == 0 {
+            return;
+        }
+        for index in (0..set.len().min(32)).filter(|i| looping & (1 << i) != 0) {
+            let global = UpstreamSet {
+                route: Route::Global,
+                upstreams: &set,
+            };
+            if let Some(spec) = set.get(index) {
+                self.with_selector(global, index, spec, |selector| selector.take_down(index));
+            }
         }
     }
 
@@ -59,7 +94,11 @@ impl Upstreams {
             if Arc::ptr_eq(set, &settings.upstreams)
                 && let Some(question) = root
             {
+                let looping = self.looping(set);
                 for index in selector.down() {
+                    if index < 32 && looping & (1 << index) != 0 {
+                        continue;
+                    }
                     if let Some(spec) = set.get(index) {
                         probes.push(Probe {
                             route: Route::Global,

@@ -429,22 +429,34 @@ impl Upstreams {
         }
         let mut state = self.selector.borrow_mut();
         if !Arc::ptr_eq(&state.0, &settings.upstreams) {
-            if *state.0 == *settings.upstreams {
-                // The same set from another snapshot: compare by pointer from now on.
-                state.0 = settings.upstreams.clone();
-            } else if std::ptr::eq(settings, &**self.settings.load()) {
-                *state = (
-                    settings.upstreams.clone(),
-                    Selector::new(settings.upstreams.len(), rand::random()),
-                );
-                for index in 0..settings.upstreams.len() {
-                    self.metrics.upstream(index).down.store(0, Relaxed);
-                }
+            if *state.0 == *settings.upstreams || std::ptr::eq(settings, &**self.settings.load()) {
+                self.follow_global(&mut state, &settings.upstreams);
             } else {
                 return Selector::new(settings.upstreams.len(), rand::random()).order(strategy);
             }
         }
         state.1.order(strategy)
+    }
+
+    /// Points the core's global selector at `upstreams`: the same set from another snapshot
+    /// keeps its state (compared by pointer from now on); another set (the published one)
+    /// starts a fresh selector.
+    fn follow_global(
+        &self,
+        state: &mut (Arc<[UpstreamSpec]>, Selector),
+        upstreams: &Arc<[UpstreamSpec]>,
+    ) {
+        if *state.0 == **upstreams {
+            state.0 = upstreams.clone();
+            return;
+        }
+        *state = (
+            upstreams.clone(),
+            Selector::new(upstreams.len(), rand::random()),
+        );
+        for index in 0..upstreams.len() {
+            self.metrics.upstream(index).down.store(0, Relaxed);
+        }
     }
 
     /// Retires connection `serial` to `spec` (counted in `slot`) from new queries: an

@@ -525,4 +525,48 @@ mod tests {
             "the first miss only reached it"
         );
     }
+
+    /// A forwarding-loop probe that comes back in is refused on the miss path: counted for its
+    /// upstream when it is this round's, never sent upstream, never cached.
+    #[test]
+    fn a_returning_loop_probe_is_refused_counted_and_not_forwarded() {
+        let (addr, asked) = upstream([192, 0, 2, 1]);
+        let metrics = Arc::new(CoreMetrics::default());
+        let shared = metrics.clone();
+        let executor = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(IO_MEMORY_PER_CORE)
+            .ring_depth(RING_DEPTH)
+            .spawn(move || async move {
+                let snapshot = Arc::new(settings(addr, 300));
+                let published: SharedSettings = Arc::new(ArcSwap::new(snapshot.clone()));
+                let worker = Worker::new(
+                    0,
+                    Ownership::new(1, 1),
+                    published,
+                    shared.clone(),
+                    None,
+                    Arc::new(AtomicBool::new(false)),
+                );
+                shared.loop_probe.start_round(0xfeed);
+                let probe = kudurru_core::loop_probe::probe_query(0xfeed, 2, 9);
+                let key = *Query::parse(&probe).expect("parses").key();
+                for _ in 0..2 {
+                    let answer = worker.resolve(&key, &snapshot).await;
+                    assert_eq!(answer.rcode(), kudurru_core::wire::rcode::REFUSED);
+                    assert!(
+                        worker.serve_local(&key, Instant::now(), |_| ()).is_none(),
+                        "not cached"
+                    );
+                }
+                // Another round's name is refused too, but not counted.
+                let stale = kudurru_core::loop_probe::probe_query(0xbeef, 2, 9);
+                let key = *Query::parse(&stale).expect("parses").key();
+                let answer = worker.resolve(&key, &snapshot).await;
+                assert_eq!(answer.rcode(), kudurru_core::wire::rcode::REFUSED);
+            })
+            .expect("a glommio executor");
+        executor.join().expect("executor thread");
+        assert_eq!(metrics.loop_probe.arrivals(2), 2);
+        assert_eq!(asked.load(Ordering::SeqCst), 0, "nothing went upstream");
+    }
 }

@@ -256,6 +256,12 @@ impl Resolver {
         key: &CacheKey,
         settings: &Arc<Settings>,
     ) -> Arc<CachedAnswer> {
+        // A forwarding-loop probe that came back in (the control thread sent it to an
+        // upstream): counted and refused here, never forwarded or cached, so the loop drains.
+        if kudurru_core::loop_probe::is_probe_name(key.qname()) {
+            self.metrics.loop_probe.observe(key.qname());
+            return Arc::new(CachedAnswer::loop_refused(key, Instant::now()));
+        }
         if self.owns(key) {
             // `serve_local` already missed the shard.
             self.resolve_owned(key, Mode::Local, settings).await
