@@ -405,6 +405,36 @@ impl Api {
             .ok_or_else(|| error(503, "no_list_manager", "no list manager runs"))
     }
 
+    /// Leader-only work on a node that does not lead: 409 `not_leader` naming the leader's
+    /// advertised address (send it there), 503 `no_leader` while none is elected, 503
+    /// `cluster_unavailable` while etcd cannot be reached. `None` on the leader (and on a
+    /// single node, which always leads).
+    fn not_leader(&self) -> Option<Reply> {
+        let cluster = self.ops.cluster.as_ref()?;
+        match cluster.leadership() {
+            crate::cluster::Leadership::Leader { .. } => None,
+            crate::cluster::Leadership::Follower { leader } => {
+                let mut reply = error(
+                    409,
+                    "not_leader",
+                    format!("this node does not lead the fleet; send this to the leader at {leader}"),
+                );
+                reply.body["leader"] = leader.into();
+                Some(reply)
+            }
+            crate::cluster::Leadership::NoLeader => Some(error(
+                503,
+                "no_leader",
+                "no node leads the fleet now (an election is under way); retry in a few seconds",
+            )),
+            crate::cluster::Leadership::Disconnected => Some(error(
+                503,
+                "cluster_unavailable",
+                "this node cannot reach etcd, so it cannot tell which node leads; retry later or ask another node",
+            )),
+        }
+    }
+
     /// `POST /api/v1/blocklists/{name}/refresh`: 202 when a refresh started (skipping the
     /// interval and any failure cooldown), 404 for an unknown list, 409 for a disabled one.
     fn refresh_list(&self, name: &str) -> Reply {
@@ -425,6 +455,9 @@ impl Api {
                     kudurru_storage::ENABLED_ANNOTATION
                 ),
             );
+        }
+        if let Some(reply) = self.not_leader() {
+            return reply;
         }
         if !handle.refresh(name) {
             return error(503, "no_list_manager", "the list manager has stopped");
@@ -1554,6 +1587,7 @@ mod tests {
             blocking: blocking.clone(),
             zones: None,
             querylog: None,
+            cluster: None,
         });
         let store = crate::objects::open_store(Path::new("/nonexistent"), true).unwrap();
         let (_stop, stopping) = tokio::sync::watch::channel(false);

@@ -66,6 +66,9 @@ pub enum ServeError {
     /// The TSIG key file (`zones.tsigKeyFile`) could not be read or parsed.
     #[error("cannot load the TSIG keys: {0}")]
     TsigKeys(#[from] crate::zones::keys::KeyFileError),
+    /// The cluster agent could not start (`cluster.*`).
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::AgentError),
     /// The control thread's runtime or its signal handlers could not be set up.
     #[error("cannot start the control thread: {0}")]
     Runtime(#[source] std::io::Error),
@@ -83,6 +86,7 @@ impl ServeError {
             | Self::Watch(_)
             | Self::Store(_)
             | Self::QueryLog(_)
+            | Self::Cluster(_)
             | Self::Runtime(_) => exit::START,
         }
     }
@@ -204,6 +208,17 @@ async fn control(
     }
     let config = &running.config;
     let validated = running.validated.clone();
+    // The fleet (cluster.driver = etcd): the agent registers this node and campaigns on a
+    // thread of its own; etcd down now is not an error (the node starts disconnected).
+    let cluster = match validated.cluster.clone() {
+        crate::config::ClusterSettings::None => crate::cluster::ClusterHandle::single(),
+        crate::config::ClusterSettings::Etcd(settings) => {
+            tracing::info!(endpoints = ?settings.endpoints, name = %settings.name, node = %settings.node_name, advertise = %settings.advertise_address, "joining the fleet on etcd");
+            tokio::task::spawn_blocking(move || crate::cluster::start(settings))
+                .await
+                .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
+        }
+    };
     let store = {
         let data_dir = validated.data_dir.clone();
         tokio::task::spawn_blocking(move || crate::objects::open_store(&data_dir, ephemeral))
@@ -323,6 +338,7 @@ async fn control(
         settings: validated.blocking.clone(),
         cores: validated.cpus.len(),
         follow: None,
+        leading: cluster.is_fleet().then(|| cluster.leading()),
     });
     let list_commands = manager.commands();
     // Zones: the manager publishes through the same publisher; its handle is what transfers,
@@ -363,6 +379,7 @@ async fn control(
         blocking: blocking.clone(),
         zones: Some(zones.clone()),
         querylog: Some(querylog_handle.clone()),
+        cluster: Some(cluster.clone()),
     });
     // Subscribers, in order: the log filter, then the data plane's snapshot.
     reloadable.subscribe("log.level", move |change| {
@@ -484,6 +501,7 @@ async fn control(
     tokio::spawn(crate::objects::prune_audit(
         store.clone(),
         validated.audit_retention,
+        cluster.leading(),
     ));
     tokio::spawn(crate::objects::bookmarks(store.clone()));
     tasks.spawn(http::serve(ops_listener, ops::handler(state), stopped));
@@ -498,6 +516,8 @@ async fn control(
         }
     };
     let signal = signals.stop(hangup).await;
+    // Leader work moves to another node at once instead of after the lease TTL.
+    cluster.leave();
     if signal == SignalKind::terminate() && !validated.drain_delay.is_zero() {
         lameduck.store(true, Ordering::Relaxed);
         tracing::info!(delay = %humantime::format_duration(validated.drain_delay), "SIGTERM: lameduck before closing the listeners (shutdown.drainDelay)");

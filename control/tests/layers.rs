@@ -22,6 +22,9 @@ const FLOORS: &[&[&str]] = &[
     // Host names in upstream URLs, resolved through the bootstrap resolvers (on the effective
     // configuration; it hands their addresses to the publisher above it).
     &["bootstrap"],
+    // The fleet on etcd: membership, leader election and fencing, cluster settings (on the
+    // effective configuration); the list manager, the API and ops read its handle.
+    &["cluster"],
     // Block lists, client groups and policies: the list manager, the publisher of the
     // settings snapshot, status, readiness, metrics and the check explanation.
     &["blocking"],

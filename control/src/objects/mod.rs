@@ -113,11 +113,17 @@ pub fn open_store(data_dir: &Path, ephemeral: bool) -> Result<Arc<dyn ObjectStor
 pub const AUDIT_PRUNE_PERIOD: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Removes audit records older than `retention`, now and every [`AUDIT_PRUNE_PERIOD`], on the
-/// blocking pool; runs until the runtime ends.
-pub async fn prune_audit(store: Arc<dyn ObjectStore>, retention: std::time::Duration) {
-    let mut tick = tokio::time::interval(AUDIT_PRUNE_PERIOD);
+/// blocking pool, while `leading` is true (in a fleet only the leader prunes; a node that
+/// becomes leader prunes at once); runs until the runtime ends.
+pub async fn prune_audit(
+    store: Arc<dyn ObjectStore>,
+    retention: std::time::Duration,
+    mut leading: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
-        tick.tick().await;
+        if leading.wait_for(|leads| *leads).await.is_err() {
+            return;
+        }
         let store = store.clone();
         let pruned = tokio::task::spawn_blocking(move || {
             let cutoff = kudurru_storage::Timestamp::now().unix_millis()
@@ -135,6 +141,12 @@ pub async fn prune_audit(store: Arc<dyn ObjectStore>, retention: std::time::Dura
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::error!(error = %e, "the audit log could not be pruned"),
             Err(e) => tracing::error!(error = %e, "the audit prune task failed"),
+        }
+        // The next period, or sooner when leadership is lost (and later regained).
+        let lost = leading.wait_for(|leads| !*leads);
+        tokio::select! {
+            () = tokio::time::sleep(AUDIT_PRUNE_PERIOD) => {}
+            _ = lost => {}
         }
     }
 }
