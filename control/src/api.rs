@@ -417,7 +417,9 @@ impl Api {
                 let mut reply = error(
                     409,
                     "not_leader",
-                    format!("this node does not lead the fleet; send this to the leader at {leader}"),
+                    format!(
+                        "this node does not lead the fleet; send this to the leader at {leader}"
+                    ),
                 );
                 reply.body["leader"] = leader.into();
                 Some(reply)

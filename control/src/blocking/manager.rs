@@ -251,7 +251,9 @@ impl Manager {
 
     /// Whether this node does the fleet's list work now (always, on a single node).
     fn leads(&self) -> bool {
-        self.leading.as_ref().is_none_or(|leading| *leading.borrow())
+        self.leading
+            .as_ref()
+            .is_none_or(|leading| *leading.borrow())
     }
 
     /// Sets the file watcher's hook (it needs [`Manager::commands`], so it comes after `new`).

@@ -87,6 +87,21 @@ async fn bounded<T>(
     }
 }
 
+/// Runs `call` until `deadline` at the latest: the instant the lease is in doubt, so a call
+/// that hangs cannot keep a node leading past it.
+async fn until<T>(
+    call: &'static str,
+    deadline: Instant,
+    future: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, AgentError> {
+    bounded(
+        call,
+        deadline.saturating_duration_since(Instant::now()),
+        future,
+    )
+    .await
+}
+
 impl Agent {
     /// The bound of one unary call: half the lease TTL.
     fn call_bound(&self) -> Duration {
@@ -107,7 +122,9 @@ impl Agent {
                     tracing::info!("left the fleet: lease revoked");
                     return;
                 }
-                e => tracing::warn!(error = %e, "cluster session ended; leader work stopped; reconnecting"),
+                e => {
+                    tracing::warn!(error = %e, "cluster session ended; leader work stopped; reconnecting")
+                }
             }
             if began.elapsed() > MAX_RETRY * 2 {
                 retry = FIRST_RETRY;
@@ -143,11 +160,20 @@ impl Agent {
         let mut client = self.client.clone();
         let ttl_secs = i64::try_from(ttl.as_secs()).unwrap_or(60).max(2);
         let sent = Instant::now();
-        let lease = match bounded("lease grant", self.call_bound(), client.lease_grant(ttl_secs, None)).await {
+        let lease = match bounded(
+            "lease grant",
+            self.call_bound(),
+            client.lease_grant(ttl_secs, None),
+        )
+        .await
+        {
             Ok(lease) => lease.id(),
             Err(e) => return e,
         };
         let ended = self.with_lease(started, lease, sent).await;
+        // Leader work stops before anything else is tried.
+        self.set(Leadership::Disconnected);
+        self.connected.store(false, Ordering::Relaxed);
         // Best effort, bounded: a revoked lease lets another node lead at once instead of
         // after the TTL; when etcd is unreachable the lease expires on its own.
         let mut revoke = self.client.clone();
@@ -158,15 +184,20 @@ impl Agent {
     async fn with_lease(&mut self, started: &str, lease: i64, granted_at: Instant) -> AgentError {
         let ttl = self.settings.lease_ttl;
         let mut client = self.client.clone();
-        let (mut keeper, mut keep_alives) =
-            match bounded("lease keep-alive", self.call_bound(), client.lease_keep_alive(lease)).await {
-                Ok(pair) => pair,
-                Err(e) => return e,
-            };
+        let (mut keeper, mut keep_alives) = match bounded(
+            "lease keep-alive",
+            self.call_bound(),
+            client.lease_keep_alive(lease),
+        )
+        .await
+        {
+            Ok(pair) => pair,
+            Err(e) => return e,
+        };
         // Sent times of keep-alives not answered yet, oldest first (answers come in order).
         let mut pending: VecDeque<Instant> = VecDeque::new();
         let mut renewed_at = granted_at;
-        if let Err(e) = self.put_member(lease, started).await {
+        if let Err(e) = self.put_member(lease, started, granted_at + ttl / 2).await {
             return e;
         }
         let mut campaign_client = self.client.clone();
@@ -180,12 +211,13 @@ impl Agent {
             format!("{election}/"),
             Some(WatchOptions::new().with_prefix()),
         );
-        let (_watcher, mut leader_events) = match bounded("watch", self.call_bound(), watched).await {
+        let (_watcher, mut leader_events) = match bounded("watch", self.call_bound(), watched).await
+        {
             Ok(pair) => pair,
             Err(e) => return e,
         };
         self.connected.store(true, Ordering::Relaxed);
-        if let Err(e) = self.observe(&elected).await {
+        if let Err(e) = self.observe(&elected, lease, granted_at + ttl / 2).await {
             return e;
         }
         let mut keep_alive = tokio::time::interval(ttl / 4);
@@ -197,8 +229,8 @@ impl Agent {
             tokio::select! {
                 _ = keep_alive.tick() => {
                     pending.push_back(Instant::now());
-                    if let Err(e) = keeper.keep_alive().await {
-                        return e.into();
+                    if let Err(e) = until("keep-alive", doubt_at, keeper.keep_alive()).await {
+                        return e;
                     }
                 }
                 answer = keep_alives.message() => match answer {
@@ -224,7 +256,7 @@ impl Agent {
                 won = &mut campaign, if elected.is_none() => match won {
                     Ok(mut won) => {
                         elected = won.take_leader();
-                        if let Err(e) = self.observe(&elected).await {
+                        if let Err(e) = self.observe(&elected, lease, doubt_at).await {
                             return e;
                         }
                     }
@@ -244,7 +276,7 @@ impl Agent {
                         if deleted_ours {
                             return AgentError::Deposed;
                         }
-                        if let Err(e) = self.observe(&elected).await {
+                        if let Err(e) = self.observe(&elected, lease, doubt_at).await {
                             return e;
                         }
                     }
@@ -252,7 +284,7 @@ impl Agent {
                     Err(e) => return e.into(),
                 },
                 _ = member_refresh.tick() => {
-                    if let Err(e) = self.put_member(lease, started).await {
+                    if let Err(e) = self.put_member(lease, started, doubt_at).await {
                         return e;
                     }
                 }
@@ -262,7 +294,12 @@ impl Agent {
     }
 
     /// Writes this node's member key, attached to `lease`.
-    async fn put_member(&self, lease: i64, started: &str) -> Result<(), AgentError> {
+    async fn put_member(
+        &self,
+        lease: i64,
+        started: &str,
+        deadline: Instant,
+    ) -> Result<(), AgentError> {
         let member = Member {
             name: self.settings.node_name.clone(),
             advertise_address: self.settings.advertise_address.clone(),
@@ -278,13 +315,18 @@ impl Agent {
             value,
             Some(PutOptions::new().with_lease(lease)),
         );
-        bounded("member put", self.call_bound(), put).await?;
+        until("member put", deadline, put).await?;
         Ok(())
     }
 
     /// Reads who leads now (the campaign key with the lowest create revision) and sets the
     /// handle's state: `Leader` only when that key is the one this node's campaign won.
-    async fn observe(&self, elected: &Option<LeaderKey>) -> Result<(), AgentError> {
+    async fn observe(
+        &self,
+        elected: &Option<LeaderKey>,
+        lease: i64,
+        deadline: Instant,
+    ) -> Result<(), AgentError> {
         let mut client = self.client.clone();
         let prefix = format!("{}/", self.keys.election());
         let get = client.get(
@@ -296,13 +338,15 @@ impl Agent {
                     .with_limit(1),
             ),
         );
-        let response = bounded("leader read", self.call_bound(), get).await?;
+        let response = until("leader read", deadline, get).await?;
         let first = response.kvs().first();
         let leadership = match (first, elected) {
             (Some(kv), Some(ours)) if kv.key() == ours.key() => Leadership::Leader {
                 revision: kv.create_revision(),
             },
             (Some(_), Some(_)) => return Err(AgentError::Deposed),
+            // This node's own campaign key leads, and the campaign's answer is on its way.
+            (Some(kv), None) if kv.lease() == lease => return Ok(()),
             (Some(kv), None) => Leadership::Follower {
                 leader: String::from_utf8_lossy(kv.value()).into_owned(),
             },

@@ -29,15 +29,17 @@ pub struct Member {
 
 /// The fleet's members as etcd holds them now, with the store revision of the read; a value
 /// that does not decode (another version's, or damaged) is skipped with a warning.
-pub async fn list_members(
-    etcd: &EtcdInfo,
-    bound: Duration,
-) -> Result<(Vec<Member>, i64), String> {
+pub async fn list_members(etcd: &EtcdInfo, bound: Duration) -> Result<(Vec<Member>, i64), String> {
     let mut client = etcd.client.clone();
     let get = client.get(etcd.keys.members(), Some(GetOptions::new().with_prefix()));
     let response = tokio::time::timeout(bound, get)
         .await
-        .map_err(|_| format!("etcd did not answer within {}", humantime::format_duration(bound)))?
+        .map_err(|_| {
+            format!(
+                "etcd did not answer within {}",
+                humantime::format_duration(bound)
+            )
+        })?
         .map_err(|e| e.to_string())?;
     let revision = response.header().map_or(0, |h| h.revision());
     let mut members = Vec::new();
