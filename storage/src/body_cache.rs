@@ -149,6 +149,49 @@ pub(crate) fn encode_header(meta: &BodyMeta) -> Vec<u8> {
 
 /// Decodes a stored body value and checks its length and checksum.
 pub(crate) fn decode(table: &'static str, key: &str, value: &[u8]) -> Result<(Vec<u8>, BodyMeta)> {
+    let (meta, body) = decode_header(table, key, value)?;
+    check_body(table, key, &meta, body)?;
+    Ok((body.to_vec(), meta))
+}
+
+/// Checks `body` against the length and checksum in `meta`.
+pub(crate) fn check_body(
+    table: &'static str,
+    key: &str,
+    meta: &BodyMeta,
+    body: &[u8],
+) -> Result<()> {
+    if meta.bytes != body.len() as u64 {
+        return Err(StorageError::Corrupt {
+            table,
+            key: key.to_owned(),
+            reason: format!(
+                "metadata says {} bytes but the body has {}",
+                meta.bytes,
+                body.len()
+            ),
+        }
+        .into());
+    }
+    let computed: [u8; 32] = Sha256::digest(body).into();
+    if computed != meta.sha256 {
+        return Err(StorageError::ChecksumMismatch {
+            table,
+            key: key.to_owned(),
+            stored: hex(&meta.sha256),
+            computed: hex(&computed),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Decodes a stored header: the metadata, and the bytes after the header (the body, unchecked).
+pub(crate) fn decode_header<'v>(
+    table: &'static str,
+    key: &str,
+    value: &'v [u8],
+) -> Result<(BodyMeta, &'v [u8])> {
     let corrupt = |reason: String| -> StoreError {
         StorageError::Corrupt {
             table,
@@ -182,23 +225,6 @@ pub(crate) fn decode(table: &'static str, key: &str, value: &[u8]) -> Result<(Ve
         .map_err(|error| corrupt(format!("metadata does not decode: {error}")))?;
     let sha256 =
         unhex(&stored.sha256).ok_or_else(|| corrupt("sha256 is not 64 hex digits".into()))?;
-    if stored.bytes != body.len() as u64 {
-        return Err(corrupt(format!(
-            "metadata says {} bytes but the body has {}",
-            stored.bytes,
-            body.len()
-        )));
-    }
-    let computed: [u8; 32] = Sha256::digest(body).into();
-    if computed != sha256 {
-        return Err(StorageError::ChecksumMismatch {
-            table,
-            key: key.to_owned(),
-            stored: stored.sha256,
-            computed: hex(&computed),
-        }
-        .into());
-    }
     let meta = BodyMeta {
         etag: stored.etag,
         last_modified: stored.last_modified,
@@ -206,7 +232,12 @@ pub(crate) fn decode(table: &'static str, key: &str, value: &[u8]) -> Result<(Ve
         sha256,
         bytes: stored.bytes,
     };
-    Ok((body.to_vec(), meta))
+    Ok((meta, body))
+}
+
+/// The SHA-256 as 64 lowercase hex digits.
+pub(crate) fn sha256_hex(sha256: &[u8; 32]) -> String {
+    hex(sha256)
 }
 
 fn hex(bytes: &[u8]) -> String {

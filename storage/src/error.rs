@@ -68,6 +68,21 @@ pub enum StoreError {
         /// What is wrong with it.
         message: String,
     },
+    /// The store's backend (etcd) cannot be reached or did not answer in time: nothing was
+    /// changed (or, for a write, its outcome is unknown until the backend answers again). The
+    /// API answers 503 with the reason.
+    #[error("the object store is unavailable: {reason}")]
+    Unavailable {
+        /// What failed, with the endpoints and the timeout.
+        reason: String,
+    },
+    /// A leader-only write carried the leader's fence and the fence no longer holds: this node
+    /// lost its leadership, and the write changed nothing. The API answers 503.
+    #[error("fenced: {reason}")]
+    Fenced {
+        /// Which fence failed.
+        reason: String,
+    },
     /// The storage engine or its file failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -143,6 +158,12 @@ pub enum StorageError {
         /// The record where verification stopped.
         seq: u64,
         /// What did not match.
+        reason: String,
+    },
+    /// etcd refused a request (not a connection failure: a request too large, a quota).
+    #[error("etcd: {reason}")]
+    Etcd {
+        /// etcd's answer.
         reason: String,
     },
     /// The store was closed.

@@ -6,7 +6,7 @@
 //!  control thread ──spawn_blocking──▶ Store (create get list update update_status delete)
 //!         ▲                                │ engine: validate → precondition → audit → commit
 //!         └──── Watch::next().await ◀──── Hub (history, watchers)      │
-//!                                          drivers: MemoryStore, RedbStore (etcd: the cluster issue)
+//!                                          drivers: MemoryStore, RedbStore, EtcdStore
 //! ```
 //!
 //! Contract: every driver passes `tests/conformance`; a write is atomic with its audit record
@@ -22,6 +22,7 @@ mod body_cache;
 mod enabled;
 mod engine;
 mod error;
+mod etcd;
 pub mod files;
 mod kind;
 mod list;
@@ -42,6 +43,7 @@ pub use enabled::{
     set_condition,
 };
 pub use error::{Result, StorageError, StoreError};
+pub use etcd::{BODY_CHUNK_BYTES, EtcdOptions, EtcdStore, EtcdTls, Fence};
 pub use kind::{FieldError, KindRegistry, KindSchema, SpecValidator, validate_name};
 pub use memory::MemoryStore;
 pub use object::{

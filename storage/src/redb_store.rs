@@ -184,11 +184,11 @@ fn read_point(
     }
 }
 
-fn object_key(kind: &str, name: &str) -> String {
+pub(crate) fn object_key(kind: &str, name: &str) -> String {
     format!("{kind}/{name}")
 }
 
-fn encode_object(object: &Object) -> Result<Vec<u8>> {
+pub(crate) fn encode_object(object: &Object) -> Result<Vec<u8>> {
     let mut value = vec![OBJECT_VERSION];
     serde_json::to_writer(&mut value, object).map_err(|error| {
         StoreError::invalid("object", format!("does not encode as JSON: {error}"))
@@ -196,7 +196,7 @@ fn encode_object(object: &Object) -> Result<Vec<u8>> {
     Ok(value)
 }
 
-fn decode_object(key: &str, value: &[u8]) -> Result<Object> {
+pub(crate) fn decode_object(key: &str, value: &[u8]) -> Result<Object> {
     let (version, json) = value
         .split_first()
         .ok_or_else(|| corrupt("objects", key, "empty value".into()))?;

@@ -144,15 +144,47 @@ impl Hub {
                     .filter_map(|change| filter(change, kind, &options.label_selector))
                     .collect()
             }
-            None => current()?
-                .into_iter()
-                .filter(|object| options.label_selector.matches(&object.metadata.labels))
-                .map(|object| WatchEvent {
-                    type_: EventType::Added,
-                    object,
-                })
-                .collect(),
+            None => added(current()?, &options.label_selector).collect(),
         };
+        Ok(self.register(kind, options, initial))
+    }
+
+    /// Starts a watch of `kind` without a resourceVersion from `objects`, the objects of `kind`
+    /// at revision `at` (read outside the hub's lock, as the etcd driver does): they are sent as
+    /// ADDED, then the history after `at`. `at` must be retained and not after the hub.
+    pub(crate) fn watch_snapshot(
+        &mut self,
+        kind: &str,
+        options: &WatchOptions,
+        objects: Vec<Object>,
+        at: u64,
+    ) -> Result<Watch> {
+        self.check_retained(at)?;
+        let mut initial: Vec<WatchEvent> = added(objects, &options.label_selector).collect();
+        initial.extend(
+            self.history
+                .iter()
+                .filter(|change| change.revision > at)
+                .filter_map(|change| filter(change, kind, &options.label_selector)),
+        );
+        let mut options = options.clone();
+        options.resource_version = None;
+        Ok(self.register(kind, &options, initial))
+    }
+
+    /// Forgets all history and closes every watcher as lagging: the driver lost events (its
+    /// source compacted them). Watchers that watch again from their last event get Gone, list
+    /// again, and continue from the store at `revision`.
+    pub(crate) fn reset(&mut self, revision: u64) {
+        for watcher in self.watchers.drain(..) {
+            watcher.lagged.store(true, Ordering::Release);
+        }
+        self.history.clear();
+        self.revision = self.revision.max(revision);
+        self.oldest = self.revision;
+    }
+
+    fn register(&mut self, kind: &str, options: &WatchOptions, initial: Vec<WatchEvent>) -> Watch {
         let (sender, receiver) = mpsc::channel(self.buffer + initial.len() + 1);
         for event in initial {
             // Cannot fail: the channel was sized for the initial events, and we hold the receiver.
@@ -169,13 +201,13 @@ impl Hub {
             sender,
             lagged: lagged.clone(),
         });
-        Ok(Watch {
+        Watch {
             kind: kind.to_owned(),
             receiver,
             lagged,
             last_seen: options.resource_version.unwrap_or(self.revision),
             done: false,
-        })
+        }
     }
 
     /// The state at `revision` of the objects of `kind` named after `after` that changed since:
@@ -187,9 +219,25 @@ impl Hub {
         revision: u64,
         after: &str,
     ) -> Result<BTreeMap<String, Option<Arc<Object>>>> {
+        self.undo_between(kind, revision, u64::MAX, after)
+    }
+
+    /// [`Hub::undo_since`] for the changes after `revision` up to `until` only: the current
+    /// objects were read at `until`, which the hub may have passed since.
+    pub(crate) fn undo_between(
+        &self,
+        kind: &str,
+        revision: u64,
+        until: u64,
+        after: &str,
+    ) -> Result<BTreeMap<String, Option<Arc<Object>>>> {
         self.check_retained(revision)?;
         let mut undo = BTreeMap::new();
-        for change in self.history.iter().filter(|c| c.revision > revision) {
+        for change in self
+            .history
+            .iter()
+            .filter(|c| c.revision > revision && c.revision <= until)
+        {
             let name = &change.after.metadata.name;
             if change.after.kind == kind && name.as_str() > after {
                 // The first change after `revision` holds the state at `revision` as `before`.
@@ -199,6 +247,16 @@ impl Hub {
         }
         Ok(undo)
     }
+}
+
+fn added(objects: Vec<Object>, selector: &LabelSelector) -> impl Iterator<Item = WatchEvent> {
+    objects
+        .into_iter()
+        .filter(|object| selector.matches(&object.metadata.labels))
+        .map(|object| WatchEvent {
+            type_: EventType::Added,
+            object,
+        })
 }
 
 fn deliver(watcher: &Watcher, event: WatchEvent) -> bool {

@@ -463,6 +463,9 @@ pub fn store_error(e: StoreError) -> HttpError {
         StoreError::Gone { .. } => HttpError::new(410, "gone", message),
         StoreError::Lagged { .. } => HttpError::new(410, "lagged", message),
         StoreError::UnknownKind { .. } => HttpError::new(404, "unknown_kind", message),
+        // The etcd driver: etcd unreachable, or this node's leadership lost mid-write.
+        StoreError::Unavailable { .. } => HttpError::new(503, "store_unavailable", message),
+        StoreError::Fenced { .. } => HttpError::new(503, "fenced", message),
         StoreError::Invalid { field, .. } => {
             HttpError::new(400, "invalid_value", message).with_key(&field)
         }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use kudurru_storage::{
-    Actor, AuditLog, BodyCache, FieldError, KindRegistry, KindSchema, MemoryStore, Object,
-    RedbStore, Store, StoreOptions, Timestamp,
+    Actor, AuditLog, BodyCache, EtcdOptions, EtcdStore, FieldError, KindRegistry, KindSchema,
+    MemoryStore, Object, RedbStore, Store, StoreOptions, Timestamp,
 };
 use serde_json::{Value, json};
 
@@ -64,6 +64,198 @@ impl Harness for Redb {
             .as_ref()
             .expect("the store is open between restarts")
     }
+}
+
+/// The etcd driver, on the test binary's one etcd server, under a prefix of its own (so tests
+/// run in parallel on one server).
+pub(crate) struct Etcd {
+    pub(crate) store: EtcdStore,
+    pub(crate) options: EtcdOptions,
+}
+
+impl Etcd {
+    /// Another handle on the same store, as a second node has.
+    pub(crate) fn second_node(&self, options: StoreOptions) -> EtcdStore {
+        EtcdStore::connect(self.options.clone(), options).unwrap()
+    }
+}
+
+impl Harness for Etcd {
+    type Store = EtcdStore;
+    fn open(options: StoreOptions) -> Self {
+        let etcd_options = EtcdServer::shared().options(&unique_prefix());
+        let store = EtcdStore::connect(etcd_options.clone(), options).unwrap();
+        Self {
+            store,
+            options: etcd_options,
+        }
+    }
+    fn store(&self) -> &EtcdStore {
+        &self.store
+    }
+}
+
+/// A prefix (`cluster.name`) no other test uses.
+pub(crate) fn unique_prefix() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "t{}-{}-{:x}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        rand::random::<u32>()
+    )
+}
+
+/// A real etcd (Debian's `etcd-server`) on random loopback ports with a temporary data
+/// directory, automatic compaction off. It is killed when the test binary ends: a shell
+/// watchdog kills it once the test process is gone, so an aborted run leaves nothing behind.
+pub(crate) struct EtcdServer {
+    pub(crate) url: String,
+    peer_url: String,
+    watchdog: std::process::Child,
+    pid: u32,
+    dir: TempDir,
+}
+
+const ETCD: &str = "/usr/bin/etcd";
+
+impl EtcdServer {
+    /// The test binary's shared server, started on first use.
+    pub(crate) fn shared() -> &'static EtcdServer {
+        static SHARED: std::sync::OnceLock<EtcdServer> = std::sync::OnceLock::new();
+        SHARED.get_or_init(EtcdServer::start)
+    }
+
+    /// A server of the caller's own (for tests that stop or kill it).
+    pub(crate) fn start() -> Self {
+        assert!(
+            Path::new(ETCD).exists(),
+            "{ETCD} is missing: the etcd driver's tests need a real etcd. Install Debian's \
+             etcd-server and etcd-client (.ci/test-deps does)."
+        );
+        let dir = TempDir::new();
+        std::fs::create_dir_all(dir.path()).unwrap();
+        let url = format!("http://127.0.0.1:{}", free_port());
+        let peer_url = format!("http://127.0.0.1:{}", free_port());
+        let mut server = Self {
+            url,
+            peer_url,
+            watchdog: spawn_placeholder(),
+            pid: 0,
+            dir,
+        };
+        server.run();
+        server
+    }
+
+    // Starts etcd (again, on the same data directory and ports) and waits until it answers.
+    fn run(&mut self) {
+        let data = self.dir.path().join("data");
+        let log = self.dir.path().join("etcd.log");
+        let pid_file = self.dir.path().join("etcd.pid");
+        let _ = std::fs::remove_file(&pid_file);
+        let command = format!(
+            "{ETCD} --name conformance --data-dir {data} --listen-client-urls {url} \
+             --advertise-client-urls {url} --listen-peer-urls {peer} \
+             --initial-advertise-peer-urls {peer} --initial-cluster conformance={peer} \
+             --auto-compaction-retention 0 >>{log} 2>&1 & echo $! > {pid_file}; \
+             while kill -0 {test} 2>/dev/null && kill -0 $(cat {pid_file}) 2>/dev/null; do \
+             sleep 0.5; done; kill -9 $(cat {pid_file}) 2>/dev/null",
+            data = data.display(),
+            url = self.url,
+            peer = self.peer_url,
+            log = log.display(),
+            pid_file = pid_file.display(),
+            test = std::process::id(),
+        );
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+        self.watchdog = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("sh starts");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let healthy = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|pid| pid.trim().parse().ok())
+                .inspect(|pid| self.pid = *pid)
+                .is_some()
+                && std::process::Command::new("etcdctl")
+                    .env("ETCDCTL_API", "3")
+                    .args(["--endpoints", &self.url, "--dial-timeout", "1s"])
+                    .args(["endpoint", "health"])
+                    .output()
+                    .is_ok_and(|out| out.status.success());
+            if healthy {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "etcd did not become healthy in 30 s: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Driver options for `prefix` on this server (5 s to connect, 5 s per request).
+    pub(crate) fn options(&self, prefix: &str) -> EtcdOptions {
+        EtcdOptions {
+            endpoints: vec![self.url.clone()],
+            prefix: prefix.to_owned(),
+            tls: None,
+            dial_timeout: std::time::Duration::from_secs(5),
+            request_timeout: std::time::Duration::from_secs(5),
+        }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`) to etcd.
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid.to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {}", self.pid);
+    }
+
+    /// Kills etcd and waits until its process is gone.
+    pub(crate) fn kill(&mut self) {
+        self.signal("KILL");
+        let _ = self.watchdog.wait();
+    }
+
+    /// Starts etcd again on the same data and ports.
+    pub(crate) fn restart(&mut self) {
+        self.run();
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .arg("-9")
+            .arg(self.pid.to_string())
+            .status();
+        let _ = self.watchdog.wait();
+    }
+}
+
+fn spawn_placeholder() -> std::process::Child {
+    std::process::Command::new("true")
+        .spawn()
+        .expect("true runs")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A directory removed on drop.

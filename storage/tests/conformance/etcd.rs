@@ -1,0 +1,1 @@
+//! etcd-only rules.
