@@ -219,13 +219,33 @@ async fn control(
                 .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
         }
     };
-    let store = {
-        let data_dir = validated.data_dir.clone();
-        tokio::task::spawn_blocking(move || crate::objects::open_store(&data_dir, ephemeral))
-            .await
-            .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
+    // In a fleet the objects, the audit log and the list bodies live in etcd.
+    let etcd_store = match validated.cluster.clone() {
+        crate::config::ClusterSettings::Etcd(settings) => Some(
+            tokio::task::spawn_blocking(move || crate::objects::open_etcd_store(&settings))
+                .await
+                .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??,
+        ),
+        crate::config::ClusterSettings::None => None,
     };
-    if ephemeral {
+    let store: Arc<dyn crate::objects::ObjectStore> = match &etcd_store {
+        Some(etcd) => etcd.clone(),
+        None => {
+            let data_dir = validated.data_dir.clone();
+            tokio::task::spawn_blocking(move || crate::objects::open_store(&data_dir, ephemeral))
+                .await
+                .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
+        }
+    };
+    // Leader work (list fetching, audit pruning) runs while this node leads and its writes
+    // carry the fence; on a single node, always.
+    let leading = match &etcd_store {
+        Some(etcd) => crate::cluster::follow_leadership(&cluster, etcd.clone()),
+        None => cluster.leading(),
+    };
+    if etcd_store.is_some() {
+        tracing::info!("object store: etcd (shared by the fleet)");
+    } else if ephemeral {
         tracing::warn!("--ephemeral: objects are kept in memory and lost when the process ends");
     } else {
         tracing::info!(file = %validated.data_dir.join(kudurru_storage::FILE_NAME).display(), "object store");
@@ -338,7 +358,7 @@ async fn control(
         settings: validated.blocking.clone(),
         cores: validated.cpus.len(),
         follow: None,
-        leading: cluster.is_fleet().then(|| cluster.leading()),
+        leading: cluster.is_fleet().then(|| leading.clone()),
     });
     let list_commands = manager.commands();
     // Zones: the manager publishes through the same publisher; its handle is what transfers,
@@ -468,6 +488,21 @@ async fn control(
             tracing::warn!(file = %path.display(), error = %e, "a block list file is read on refresh only");
         }
     }));
+    // In a fleet, a follower compiles the bodies the leader stores as they change.
+    if let Some(etcd) = &etcd_store {
+        let mut changed = etcd.watch_bodies();
+        let commands = list_commands.clone();
+        tokio::spawn(async move {
+            while let Some(key) = changed.recv().await {
+                if commands
+                    .send(crate::blocking::Command::BodyChanged(key))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
     tokio::spawn(manager.run());
     let (stop_http, stopped) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
@@ -501,7 +536,7 @@ async fn control(
     tokio::spawn(crate::objects::prune_audit(
         store.clone(),
         validated.audit_retention,
-        cluster.leading(),
+        leading.clone(),
     ));
     tokio::spawn(crate::objects::bookmarks(store.clone()));
     tasks.spawn(http::serve(ops_listener, ops::handler(state), stopped));

@@ -57,6 +57,9 @@ pub enum Command {
     FileChanged(PathBuf),
     /// `blocking.*` changed.
     Settings(BlockingSettings),
+    /// A stored body changed (in a fleet, another node stored it): a follower reads the
+    /// list's bodies again.
+    BodyChanged(String),
     /// A fetch or read finished.
     Fetched {
         /// The list.
@@ -648,6 +651,18 @@ impl Manager {
                 self.settings = settings;
             }
             Command::Fetched { list, key, outcome } => self.on_fetched(&list, &key, outcome).await,
+            Command::BodyChanged(key) => {
+                if self.leads() {
+                    return;
+                }
+                let list = key
+                    .strip_prefix("blocklist/")
+                    .and_then(|rest| rest.split_once('/'))
+                    .map(|(list, _)| list.to_owned());
+                if let Some(list) = list {
+                    self.reload_stored(&list).await;
+                }
+            }
         }
     }
 

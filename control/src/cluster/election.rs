@@ -343,6 +343,7 @@ impl Agent {
         let leadership = match (first, elected) {
             (Some(kv), Some(ours)) if kv.key() == ours.key() => Leadership::Leader {
                 revision: kv.create_revision(),
+                key: kv.key().to_vec(),
             },
             (Some(_), Some(_)) => return Err(AgentError::Deposed),
             // This node's own campaign key leads, and the campaign's answer is on its way.

@@ -36,10 +36,12 @@ pub use members::{Member, list_members};
 /// Whether this node leads the fleet's periodic work, as last known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Leadership {
-    /// This node leads; `revision` is its election key's create revision (the fence).
+    /// This node leads; its election key and that key's create revision are the fence.
     Leader {
         /// The election key's create revision.
         revision: i64,
+        /// The election key this node holds.
+        key: Vec<u8>,
     },
     /// Another node leads.
     Follower {
@@ -141,7 +143,10 @@ pub struct EtcdInfo {
 impl ClusterHandle {
     /// A single node (`cluster.driver = none`): always connected, always the leader.
     pub fn single() -> Self {
-        let (leadership_tx, leadership) = watch::channel(Leadership::Leader { revision: 0 });
+        let (leadership_tx, leadership) = watch::channel(Leadership::Leader {
+            revision: 0,
+            key: Vec::new(),
+        });
         let (leading_tx, leading) = watch::channel(true);
         Self {
             inner: Arc::new(Inner {
@@ -307,4 +312,38 @@ pub fn start(settings: EtcdCluster) -> Result<ClusterHandle, AgentError> {
             _senders: None,
         }),
     })
+}
+
+/// Keeps the store's fence in step with leadership: the election key and its create revision
+/// from the moment this node leads. The fence is never cleared: after leadership is lost the
+/// stale fence makes any late leader write fail (`Fenced`) instead of landing. Returns the
+/// gate of leader work: true only once the fence of the current term is set.
+pub fn follow_leadership(
+    cluster: &ClusterHandle,
+    store: Arc<kudurru_storage::EtcdStore>,
+) -> watch::Receiver<bool> {
+    let mut changes = cluster.leadership_changes();
+    let (gate, gated) = watch::channel(false);
+    tokio::spawn(async move {
+        loop {
+            let leadership = changes.borrow_and_update().clone();
+            match leadership {
+                Leadership::Leader { revision, key } => {
+                    tracing::info!(revision, "leader writes carry the election fence");
+                    store.set_fence(Some(kudurru_storage::Fence {
+                        key,
+                        create_revision: revision,
+                    }));
+                    gate.send_replace(true);
+                }
+                _ => {
+                    gate.send_replace(false);
+                }
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    gated
 }

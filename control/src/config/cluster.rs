@@ -103,7 +103,7 @@ pub(super) const KEYS: &[KeyInfo] = &[
         field: |c| c.cluster.etcd.ca_file,
         parse: parse_string,
         show: show_string,
-        description: "PEM CA bundle of the etcd servers' certificates (https:// endpoints); empty = the system roots",
+        description: "PEM CA bundle of the etcd servers' certificates; needed with https:// endpoints",
     },
     key! {
         key: "cluster.etcd.certFile",
@@ -262,6 +262,13 @@ impl ClusterSection {
             (cert, key) => Some((PathBuf::from(cert), PathBuf::from(key))),
         };
         let ca_file = (!self.etcd.ca_file.is_empty()).then(|| PathBuf::from(&self.etcd.ca_file));
+        if tls && ca_file.is_none() {
+            return Err(ConfigError::value(
+                "cluster.etcd.caFile",
+                "",
+                "https:// endpoints need the CA that signed the etcd servers' certificates",
+            ));
+        }
         if !tls && (ca_file.is_some() || client_pair.is_some()) {
             return Err(ConfigError::value(
                 "cluster.etcd.caFile",
