@@ -406,9 +406,8 @@ impl Api {
     }
 
     /// Leader-only work on a node that does not lead: 409 `not_leader` naming the leader's
-    /// advertised address (send it there), 503 `no_leader` while none is elected, 503
-    /// `cluster_unavailable` while etcd cannot be reached. `None` on the leader (and on a
-    /// single node, which always leads).
+    /// advertised address (send it there), 503 `no_leader` while none is elected or etcd
+    /// cannot be reached. `None` on the leader (and on a single node, which always leads).
     fn not_leader(&self) -> Option<Reply> {
         let cluster = self.ops.cluster.as_ref()?;
         match cluster.leadership() {
@@ -431,8 +430,8 @@ impl Api {
             )),
             crate::cluster::Leadership::Disconnected => Some(error(
                 503,
-                "cluster_unavailable",
-                "this node cannot reach etcd, so it cannot tell which node leads; retry later or ask another node",
+                "no_leader",
+                "this node cannot reach etcd, so no leader is known to it; retry later or ask another node",
             )),
         }
     }
@@ -444,6 +443,11 @@ impl Api {
             Ok(handle) => handle,
             Err(reply) => return reply,
         };
+        // Leadership first: a follower, or a node cut off from etcd, cannot act on the list
+        // and may not even read it.
+        if let Some(reply) = self.not_leader() {
+            return reply;
+        }
         let object = match self.store.get(crate::objects::kinds::BLOCK_LIST, name) {
             Ok(object) => object,
             Err(e) => return routes::store_error(e).into(),
@@ -457,9 +461,6 @@ impl Api {
                     kudurru_storage::ENABLED_ANNOTATION
                 ),
             );
-        }
-        if let Some(reply) = self.not_leader() {
-            return reply;
         }
         if !handle.refresh(name) {
             return error(503, "no_list_manager", "the list manager has stopped");

@@ -7,6 +7,7 @@ mod api;
 mod bench;
 mod blocking;
 mod cache;
+mod cluster;
 mod control;
 mod crash;
 mod defaults;
