@@ -1034,6 +1034,19 @@ impl Api {
             return reply;
         }
         let path = self.reloadable.settings_path();
+        if let Some(etcd) = self.ops.cluster.as_ref().and_then(|c| c.etcd()) {
+            return match path {
+                Some(path) => error(
+                    409,
+                    "managed_by",
+                    format!(
+                        "this node's cluster settings are managed by its settings file {} (settingsFile), which wins over the fleet's settings in etcd; change the file, or remove settingsFile to follow the fleet",
+                        path.display()
+                    ),
+                ),
+                None => self.patch_fleet_settings(etcd, patch, &keys),
+            };
+        }
         // The document to change: the file as it is now, or the in-memory settings.
         let (current, _) = self.reloadable.overlays();
         let mut document: toml::Table = match &path {
@@ -1091,6 +1104,54 @@ impl Api {
                 "persisted": persisted,
                 "changed": changed,
                 "restartRequired": restart_bound(&keys),
+            })),
+            Err(e) => config_error(&e),
+        }
+    }
+
+    /// A PATCH of the fleet's settings: the document in etcd changed (compare-and-swap), then
+    /// applied here at once; every other node applies it from its watch.
+    fn patch_fleet_settings(
+        &self,
+        etcd: &crate::cluster::EtcdInfo,
+        patch: &Map<String, Value>,
+        keys: &[&'static KeyInfo],
+    ) -> Reply {
+        use crate::cluster::settings::{SETTINGS_SOURCE, WriteError, write};
+        let source = Path::new(SETTINGS_SOURCE);
+        let written = write(etcd, |current| {
+            let mut document: toml::Table = current
+                .parse()
+                .map_err(|e: toml::de::Error| WriteError::Stored(e.to_string()))?;
+            merge(&mut document, patch, "");
+            let text = toml::to_string(&document).unwrap_or_default();
+            let layer = FileLayer::parse_settings(source, &text)?;
+            let node = self.reloadable.overlays().1;
+            self.reloadable.check(Some(&layer), node.as_ref())?;
+            Ok(text)
+        });
+        let text = match written {
+            Ok(text) => text,
+            Err(WriteError::Invalid(e)) => return config_error(&e),
+            Err(e @ WriteError::Stored(_)) => {
+                return error(409, "settings_invalid", e.to_string());
+            }
+            Err(e @ WriteError::Contended(_)) => return error(409, "conflict", e.to_string()),
+            Err(e) => {
+                return error(
+                    503,
+                    "cluster_unavailable",
+                    format!("the fleet's settings could not be written: {e}"),
+                );
+            }
+        };
+        let applied = FileLayer::parse_settings(source, &text)
+            .and_then(|layer| self.reloadable.apply(Some(&layer)));
+        match applied {
+            Ok(changed) => ok(json!({
+                "persisted": true,
+                "changed": changed,
+                "restartRequired": restart_bound(keys),
             })),
             Err(e) => config_error(&e),
         }

@@ -461,6 +461,18 @@ async fn control(
             ));
         }
     });
+    // The fleet's settings in etcd, unless a local settings file owns this node's (below).
+    if let Some(etcd) = cluster.etcd() {
+        match reloadable.settings_path() {
+            None => {
+                crate::cluster::settings::follow(etcd, reloadable.clone());
+                tracing::info!(key = %etcd.keys.settings(), "following the fleet's settings in etcd");
+            }
+            Some(path) => {
+                tracing::warn!(file = %path.display(), "settingsFile is set: it owns this node's cluster settings; the fleet's settings in etcd are not followed")
+            }
+        }
+    }
     if let Some(path) = reloadable.settings_path() {
         let removed = crate::files::remove_stale_temporaries(&path);
         if removed > 0 {

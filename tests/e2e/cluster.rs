@@ -6,6 +6,7 @@
 //! 1. one leader; refresh answers 202 on it and 409 naming it on the followers;
 //! 2. an object written through any node changes DNS answers on all three (propagation
 //!    p50/p99 printed);
+//!    a settings PATCH on one node reaches every node;
 //! 3. a URL list is fetched once per refresh across the fleet (the list server counts);
 //! 4. the leader killed: leadership moves within leaseTTL + 2 s and fetching with it (still
 //!    exactly one fetch per refresh); the killed node comes back as a follower;
@@ -374,6 +375,27 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
         samples.last().copied().unwrap_or_default()
     );
 
+    // Cluster settings: a PATCH on one node reaches every node.
+    let (code, body) = call(
+        nodes[2].k(),
+        "PATCH",
+        "/api/v1/settings",
+        &nodes[2].token,
+        Some(&json!({"blocking": {"blockTTL": "42s"}})),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["persisted"], true, "{body}");
+    for node in &nodes {
+        eventually(
+            "the fleet's settings on every node",
+            Duration::from_secs(20),
+            || {
+                let (_, settings) = call(node.k(), "GET", "/api/v1/settings", &node.token, None);
+                settings["values"]["blocking"]["blockTTL"] == "42s"
+            },
+        );
+    }
+
     // 3 and 4. Kill the leader: leadership moves within leaseTTL + 2 s, and fetching with it.
     assert_eq!(lists.hits("/domains", 200), 2, "no fetch without a refresh");
     let killed = leader(&nodes);
@@ -483,5 +505,15 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
         eventually("every node to converge", Duration::from_secs(30), || {
             rcode(node.k().addr, "after-outage.blocked.example") == "NXDOMAIN"
         });
+    }
+    // What each node said about the fleet, for the record.
+    for entry in std::fs::read_dir(&*scratch).expect("scratch").flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for line in text.lines().filter(|l| l.contains("cluster")) {
+                eprintln!("{}: {line}", path.display());
+            }
+        }
     }
 }

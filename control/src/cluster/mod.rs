@@ -21,6 +21,7 @@
 
 mod election;
 mod members;
+pub mod settings;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
