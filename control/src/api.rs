@@ -49,6 +49,7 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
     ("GET", "/api/v1/upstreams", Permission::UpstreamsRead),
     ("GET", "/api/v1/info/messages", Permission::InfoRead),
     ("GET", "/api/v1/doctor", Permission::InfoRead),
+    ("GET", "/api/v1/cluster", Permission::InfoRead),
     ("GET", "/api/v1/cache", Permission::CacheRead),
     ("DELETE", "/api/v1/cache", Permission::CacheFlush),
     ("GET", "/api/v1/cache/dump", Permission::CacheDump),
@@ -377,6 +378,7 @@ impl Api {
             ("GET", "/api/v1/upstreams") => self.upstreams(),
             ("GET", "/api/v1/info/messages") => ok(json!({ "messages": self.messages() })),
             ("GET", "/api/v1/doctor") => self.doctor(),
+            ("GET", "/api/v1/cluster") => self.cluster_status(),
             ("GET", "/api/v1/cache") => self.cache_stats(),
             ("DELETE", "/api/v1/cache") => self.cache_flush(&request.query),
             ("GET", "/api/v1/cache/dump") => self.cache_dump(&request.query),
@@ -801,6 +803,17 @@ impl Api {
         out
     }
 
+    /// `GET /api/v1/cluster`: this node's role, the leader, the members (with each one's
+    /// snapshot revision) and etcd's revision; a single node says `driver: none`.
+    fn cluster_status(&self) -> Reply {
+        match &self.ops.cluster {
+            Some(cluster) => ok(crate::cluster::status(cluster)),
+            None => {
+                ok(json!({ "driver": "none", "role": "leader", "connected": true, "members": [] }))
+            }
+        }
+    }
+
     fn doctor(&self) -> Reply {
         use std::os::unix::fs::PermissionsExt as _;
         let running = self.reloadable.current();
@@ -995,6 +1008,41 @@ impl Api {
                 "in lameduck: the health name answers SERVFAIL".into(),
             ),
             (false, _) => check("readiness", "fail", "not every core is serving yet".into()),
+        }
+        if let Some(cluster) = self.ops.cluster.as_ref().filter(|c| c.is_fleet()) {
+            let status = crate::cluster::status(cluster);
+            let members = status["members"].as_array().map(|m| {
+                m.iter()
+                    .filter_map(|m| m["name"].as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
+            let leader = status["leader"].as_str().unwrap_or("none");
+            match (status["connected"] == true, members) {
+                (true, Some(members)) => check(
+                    "cluster",
+                    if status["leader"].is_null() {
+                        "warn"
+                    } else {
+                        "ok"
+                    },
+                    format!(
+                        "connected to etcd; this node is {}; leader {leader}; members: {members}",
+                        status["role"].as_str().unwrap_or("?")
+                    ),
+                ),
+                (_, members) => check(
+                    "cluster",
+                    "fail",
+                    format!(
+                        "etcd cannot be reached ({}): answers come from the last snapshot, writes answer 503, no leader work here{}",
+                        status["error"].as_str().unwrap_or("lease not kept alive"),
+                        members
+                            .map(|m| format!("; members: {m}"))
+                            .unwrap_or_default()
+                    ),
+                ),
+            }
         }
         let count = |s: &str| checks.iter().filter(|c| c["status"] == s).count();
         let counts = json!({ "ok": count("ok"), "warn": count("warn"), "fail": count("fail") });

@@ -551,6 +551,22 @@ async fn control(
         leading.clone(),
     ));
     tokio::spawn(crate::objects::bookmarks(store.clone()));
+    // The store revision this node's objects reflect, for its member key.
+    if cluster.is_fleet() {
+        let (cluster, store) = (cluster.clone(), store.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(2));
+            loop {
+                tick.tick().await;
+                let store = store.clone();
+                if let Ok(Ok(revision)) =
+                    tokio::task::spawn_blocking(move || store.revision()).await
+                {
+                    cluster.set_snapshot_revision(i64::try_from(revision).unwrap_or(i64::MAX));
+                }
+            }
+        });
+    }
     tasks.spawn(http::serve(ops_listener, ops::handler(state), stopped));
     let hangup = || {
         tracing::info!(

@@ -375,6 +375,51 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
         samples.last().copied().unwrap_or_default()
     );
 
+    // `kudurru cluster status` on a follower lists the three members and the leader.
+    let asked = (first + 1) % 3;
+    let eventually_listed = || {
+        let out = Command::new(kudurru_e2e::kudurru_bin())
+            .args(["cluster", "status", "--api"])
+            .arg(format!("http://{}", nodes[asked].k().api))
+            .args(["--token", &nodes[asked].token])
+            .output()
+            .expect("kudurru cluster status runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.success()
+            && ["n1", "n2", "n3"].iter().all(|n| text.contains(n))
+            && text.contains(&format!("leader: {}", nodes[first].advertised())))
+        .then_some(text)
+    };
+    let mut listed = None;
+    eventually(
+        "cluster status to list the fleet",
+        Duration::from_secs(20),
+        || {
+            listed = eventually_listed();
+            listed.is_some()
+        },
+    );
+    eprintln!(
+        "cluster: kudurru cluster status\n{}",
+        listed.unwrap_or_default()
+    );
+    let (code, doctor) = call(
+        nodes[asked].k(),
+        "GET",
+        "/api/v1/doctor",
+        &nodes[asked].token,
+        None,
+    );
+    assert_eq!(code, 200);
+    let check = doctor["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "cluster")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(check["status"], "ok", "{doctor}");
+
     // Cluster settings: a PATCH on one node reaches every node.
     let (code, body) = call(
         nodes[2].k(),

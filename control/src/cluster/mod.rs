@@ -34,6 +34,9 @@ use crate::config::EtcdCluster;
 pub use election::{Agent, AgentError};
 pub use members::{Member, list_members};
 
+/// How long the API waits for etcd to list the members.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Whether this node leads the fleet's periodic work, as last known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Leadership {
@@ -347,4 +350,71 @@ pub fn follow_leadership(
         }
     });
     gated
+}
+
+impl EtcdInfo {
+    /// Runs `future` on the agent's runtime and waits for it from a blocking thread (the
+    /// API's blocking pool), for at most `bound`.
+    pub fn block_on<T: Send + 'static>(
+        &self,
+        bound: Duration,
+        future: impl Future<Output = Result<T, String>> + Send + 'static,
+    ) -> Result<T, String> {
+        let (done, result) = std::sync::mpsc::channel();
+        self.runtime.spawn(async move {
+            let outcome = tokio::time::timeout(bound, future).await;
+            let _ = done.send(outcome);
+        });
+        match result.recv_timeout(bound + Duration::from_secs(1)) {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) | Err(_) => Err(format!(
+                "etcd did not answer within {}",
+                humantime::format_duration(bound)
+            )),
+        }
+    }
+}
+
+/// The fleet as this node sees it, for `GET /api/v1/cluster` and the doctor: its own state
+/// and, when etcd answers, the members and the store revision.
+pub fn status(cluster: &ClusterHandle) -> serde_json::Value {
+    let leadership = cluster.leadership();
+    let Some(etcd) = cluster.etcd() else {
+        return serde_json::json!({
+            "driver": "none",
+            "role": "leader",
+            "connected": true,
+            "members": [],
+        });
+    };
+    let leader = match &leadership {
+        Leadership::Leader { .. } => Some(etcd.settings.advertise_address.clone()),
+        Leadership::Follower { leader } => Some(leader.clone()),
+        Leadership::NoLeader | Leadership::Disconnected => None,
+    };
+    let mut body = serde_json::json!({
+        "driver": "etcd",
+        "name": etcd.settings.name,
+        "node": etcd.settings.node_name,
+        "advertiseAddress": etcd.settings.advertise_address,
+        "role": leadership.role(),
+        "leader": leader,
+        "connected": cluster.connected(),
+        "snapshotRevision": cluster.inner.snapshot_revision.load(Ordering::Relaxed),
+    });
+    let info = etcd.clone();
+    let listed = etcd.block_on(STATUS_TIMEOUT, async move {
+        list_members(&info, STATUS_TIMEOUT).await
+    });
+    match listed {
+        Ok((members, revision)) => {
+            body["members"] = serde_json::to_value(members).unwrap_or_default();
+            body["revision"] = revision.into();
+        }
+        Err(e) => {
+            body["members"] = serde_json::Value::Null;
+            body["error"] = e.into();
+        }
+    }
+    body
 }
