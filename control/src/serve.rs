@@ -208,10 +208,68 @@ async fn control(
     }
     let config = &running.config;
     let validated = running.validated.clone();
+    // In a fleet the objects, the audit log and the list bodies live in etcd; a node that
+    // cannot reach etcd at start serves its last snapshot (cluster::snapshot), read-only.
+    let mut snapshot_store = None;
+    let etcd_store = match validated.cluster.clone() {
+        crate::config::ClusterSettings::Etcd(settings) => {
+            let opened = {
+                let settings = settings.clone();
+                tokio::task::spawn_blocking(move || crate::objects::open_etcd_store(&settings))
+                    .await
+                    .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))?
+            };
+            match opened {
+                Ok(store) => Some(store),
+                Err(e @ kudurru_storage::StoreError::Unavailable { .. }) => {
+                    let data_dir = validated.data_dir.clone();
+                    let snapshot = tokio::task::spawn_blocking(move || {
+                        crate::cluster::snapshot::open(&data_dir)
+                    })
+                    .await
+                    .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??;
+                    let Some((store, settings_text)) = snapshot else {
+                        tracing::error!(error = %e, "etcd cannot be reached and this node has no snapshot of the fleet to serve");
+                        return Err(e.into());
+                    };
+                    tracing::warn!(error = %e, "etcd cannot be reached: serving this node's last snapshot of the fleet, read-only; the node starts again once etcd answers");
+                    if reloadable.settings_path().is_none() {
+                        let applied = crate::layers::FileLayer::parse_settings(
+                            std::path::Path::new(crate::cluster::settings::SETTINGS_SOURCE),
+                            &settings_text,
+                        )
+                        .and_then(|layer| reloadable.apply(Some(&layer)));
+                        if let Err(e) = applied {
+                            tracing::error!(error = %e, "the snapshot's fleet settings are not valid; not applied");
+                        }
+                    }
+                    tokio::spawn(crate::cluster::snapshot::rejoin(settings));
+                    snapshot_store = Some(store);
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        crate::config::ClusterSettings::None => None,
+    };
+    let store: Arc<dyn crate::objects::ObjectStore> = match (&etcd_store, &snapshot_store) {
+        (Some(etcd), _) => etcd.clone(),
+        (None, Some(snapshot)) => snapshot.clone(),
+        (None, None) => {
+            let data_dir = validated.data_dir.clone();
+            tokio::task::spawn_blocking(move || crate::objects::open_store(&data_dir, ephemeral))
+                .await
+                .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
+        }
+    };
     // The fleet (cluster.driver = etcd): the agent registers this node and campaigns on a
     // thread of its own; etcd down now is not an error (the node starts disconnected).
     let cluster = match validated.cluster.clone() {
         crate::config::ClusterSettings::None => crate::cluster::ClusterHandle::single(),
+        // Serving the snapshot: not a member until the node starts again.
+        crate::config::ClusterSettings::Etcd(_) if snapshot_store.is_some() => {
+            crate::cluster::ClusterHandle::detached()
+        }
         crate::config::ClusterSettings::Etcd(settings) => {
             tracing::info!(endpoints = ?settings.endpoints, name = %settings.name, node = %settings.node_name, advertise = %settings.advertise_address, "joining the fleet on etcd");
             tokio::task::spawn_blocking(move || crate::cluster::start(settings))
@@ -219,29 +277,13 @@ async fn control(
                 .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
         }
     };
-    // In a fleet the objects, the audit log and the list bodies live in etcd.
-    let etcd_store = match validated.cluster.clone() {
-        crate::config::ClusterSettings::Etcd(settings) => Some(
-            tokio::task::spawn_blocking(move || crate::objects::open_etcd_store(&settings))
-                .await
-                .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??,
-        ),
-        crate::config::ClusterSettings::None => None,
-    };
-    let store: Arc<dyn crate::objects::ObjectStore> = match &etcd_store {
-        Some(etcd) => etcd.clone(),
-        None => {
-            let data_dir = validated.data_dir.clone();
-            tokio::task::spawn_blocking(move || crate::objects::open_store(&data_dir, ephemeral))
-                .await
-                .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
-        }
-    };
     // Leader work (list fetching, audit pruning) runs while this node leads and its writes
     // carry the fence; on a single node, always.
-    let leading = match &etcd_store {
-        Some(etcd) => crate::cluster::follow_leadership(&cluster, etcd.clone()),
-        None => cluster.leading(),
+    let leading = match (&etcd_store, &snapshot_store) {
+        (Some(etcd), _) => crate::cluster::follow_leadership(&cluster, etcd.clone()),
+        // Serving a snapshot: no leader work here, whatever the election says.
+        (None, Some(_)) => watch::channel(false).1,
+        (None, None) => cluster.leading(),
     };
     if etcd_store.is_some() {
         tracing::info!("object store: etcd (shared by the fleet)");
@@ -462,10 +504,10 @@ async fn control(
         }
     });
     // The fleet's settings in etcd, unless a local settings file owns this node's (below).
-    if let Some(etcd) = cluster.etcd() {
+    if let Some(etcd) = cluster.etcd().filter(|_| etcd_store.is_some()) {
         match reloadable.settings_path() {
             None => {
-                crate::cluster::settings::follow(etcd, reloadable.clone());
+                crate::cluster::settings::follow(&cluster, reloadable.clone());
                 tracing::info!(key = %etcd.keys.settings(), "following the fleet's settings in etcd");
             }
             Some(path) => {
@@ -500,6 +542,15 @@ async fn control(
             tracing::warn!(file = %path.display(), error = %e, "a block list file is read on refresh only");
         }
     }));
+    // The node's snapshot of the fleet, for a start while etcd is down.
+    if let Some(etcd) = &etcd_store {
+        tokio::spawn(crate::cluster::snapshot::keep(
+            store.clone(),
+            etcd.watch_bodies(),
+            cluster.clone(),
+            validated.data_dir.clone(),
+        ));
+    }
     // In a fleet, a follower compiles the bodies the leader stores as they change.
     if let Some(etcd) = &etcd_store {
         let mut changed = etcd.watch_bodies();

@@ -11,7 +11,9 @@
 //! 4. the leader killed: leadership moves within leaseTTL + 2 s and fetching with it (still
 //!    exactly one fetch per refresh); the killed node comes back as a follower;
 //! 5. every etcd member killed: all nodes keep answering (blocked names stay blocked), API
-//!    writes answer 503, refresh answers 503 no_leader; etcd back: the nodes converge.
+//!    writes answer 503, refresh answers 503 no_leader; etcd back: the nodes converge;
+//! 6. a node restarted while etcd is down serves its last snapshot (blocked names blocked,
+//!    reads answered, writes 503) and rejoins the fleet once etcd answers.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -551,12 +553,94 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
             rcode(node.k().addr, "after-outage.blocked.example") == "NXDOMAIN"
         });
     }
+    // 6. A node restarted while etcd is down serves its last snapshot, read-only, and
+    // rejoins once etcd answers.
+    let converged_at = std::time::SystemTime::now();
+    let restarted = (back + 1) % 3;
+    let snapshot = nodes[restarted]
+        .data_dir
+        .join("cluster-snapshot")
+        .join("objects.redb");
+    let fresh = || {
+        std::fs::metadata(&snapshot)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t > converged_at)
+    };
+    let waited = Instant::now();
+    while !fresh() && waited.elapsed() < Duration::from_secs(30) {
+        thread::sleep(Duration::from_millis(100));
+    }
+    if !fresh() {
+        dump_logs(&scratch, "snapshot");
+        panic!("no snapshot taken after the change within 30 s");
+    }
+    etcd.kill_all();
+    nodes[restarted].kudurru.as_mut().expect("runs").terminate();
+    nodes[restarted].kudurru = None;
+    let log = scratch.join(format!("{}-snapshot.log", nodes[restarted].name));
+    nodes[restarted].kudurru = Some(start_node(
+        &nodes[restarted].name,
+        &upstream.udp_url(),
+        &endpoints,
+        &nodes[restarted].data_dir,
+        &log,
+    ));
+    let node = &nodes[restarted];
+    eventually(
+        "the snapshot's lists to block",
+        Duration::from_secs(30),
+        || rcode(node.k().addr, "after-outage.blocked.example") == "NXDOMAIN",
+    );
+    assert_eq!(rcode(node.k().addr, "domains-blocked.example"), "NXDOMAIN");
+    assert!(!node.connected());
+    let (code, body) = call(
+        node.k(),
+        "POST",
+        "/api/v1/blocklists",
+        &node.token,
+        Some(
+            &json!({"metadata": {"name": "on-snapshot"}, "spec": {"sources": [{"inline": ["y.example"]}]}}),
+        ),
+    );
+    assert_eq!(code, 503, "{body}");
+    let (code, listed) = call(
+        node.k(),
+        "GET",
+        "/api/v1/blocklists/prop",
+        &node.token,
+        None,
+    );
+    assert_eq!(code, 200, "reads answer from the snapshot: {listed}");
+    etcd.run_all();
+    // It starts itself again (exec, same pid and ports): the ops listener is briefly away.
+    eventually(
+        "the snapshot node to rejoin",
+        Duration::from_secs(40),
+        || {
+            let out = Command::new("curl")
+                .args(["-s", "--max-time", "2"])
+                .arg(format!("http://{}/metrics", node.k().ops))
+                .output();
+            out.is_ok_and(|out| {
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|l| l == "kudurru_cluster_connected 1")
+            })
+        },
+    );
+    leader(&nodes);
+
     // What each node said about the fleet, for the record.
-    for entry in std::fs::read_dir(&*scratch).expect("scratch").flatten() {
+    dump_logs(&scratch, "cluster");
+}
+
+/// Prints the nodes' log lines that contain `word`.
+fn dump_logs(scratch: &Path, word: &str) {
+    for entry in std::fs::read_dir(scratch).expect("scratch").flatten() {
         let path = entry.path();
         if path.extension().is_some_and(|e| e == "log") {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
-            for line in text.lines().filter(|l| l.contains("cluster")) {
+            for line in text.lines().filter(|l| l.contains(word)) {
                 eprintln!("{}: {line}", path.display());
             }
         }

@@ -143,7 +143,19 @@ impl Agent {
             if *current == leadership {
                 return false;
             }
-            tracing::info!(role = leadership.role(), leader = ?leadership, "cluster leadership");
+            match &leadership {
+                Leadership::Leader { revision, .. } => {
+                    tracing::info!(
+                        role = "leader",
+                        election_revision = revision,
+                        "cluster leadership"
+                    );
+                }
+                Leadership::Follower { leader } => {
+                    tracing::info!(role = "follower", %leader, "cluster leadership");
+                }
+                other => tracing::info!(role = other.role(), "cluster leadership"),
+            }
             *current = leadership;
             true
         });

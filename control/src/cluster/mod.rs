@@ -22,6 +22,7 @@
 mod election;
 mod members;
 pub mod settings;
+pub mod snapshot;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -117,14 +118,18 @@ pub struct ClusterHandle {
 }
 
 struct Inner {
-    /// `None` for a single node.
+    /// `None` for a single node (and a detached one).
     etcd: Option<EtcdInfo>,
+    /// One of a fleet (`cluster.driver = etcd`), connected or not.
+    fleet: bool,
     leadership: watch::Receiver<Leadership>,
     /// Follows `leadership`: true while it is `Leader` (the list manager's gate).
     leading: watch::Receiver<bool>,
     connected: Arc<AtomicBool>,
     /// The store revision this node's objects reflect (reported in its member key).
     snapshot_revision: Arc<AtomicI64>,
+    /// The fleet's settings document as last applied (kept in the snapshot).
+    fleet_settings: std::sync::Mutex<String>,
     /// Set when the agent is asked to leave (shutdown): it revokes its lease.
     leave: Option<tokio::sync::mpsc::UnboundedSender<()>>,
     /// Holds the single node's senders open.
@@ -155,10 +160,32 @@ impl ClusterHandle {
         Self {
             inner: Arc::new(Inner {
                 etcd: None,
+                fleet: false,
                 leadership,
                 leading,
                 connected: Arc::new(AtomicBool::new(true)),
                 snapshot_revision: Arc::new(AtomicI64::new(0)),
+                fleet_settings: std::sync::Mutex::new(String::new()),
+                leave: None,
+                _senders: Some((leadership_tx, leading_tx)),
+            }),
+        }
+    }
+
+    /// A fleet member that serves its snapshot without etcd (started while etcd was down):
+    /// disconnected, never the leader, no agent.
+    pub fn detached() -> Self {
+        let (leadership_tx, leadership) = watch::channel(Leadership::Disconnected);
+        let (leading_tx, leading) = watch::channel(false);
+        Self {
+            inner: Arc::new(Inner {
+                etcd: None,
+                fleet: true,
+                leadership,
+                leading,
+                connected: Arc::new(AtomicBool::new(false)),
+                snapshot_revision: Arc::new(AtomicI64::new(0)),
+                fleet_settings: std::sync::Mutex::new(String::new()),
                 leave: None,
                 _senders: Some((leadership_tx, leading_tx)),
             }),
@@ -167,7 +194,7 @@ impl ClusterHandle {
 
     /// Whether this node is one of a fleet.
     pub fn is_fleet(&self) -> bool {
-        self.inner.etcd.is_some()
+        self.inner.fleet
     }
 
     /// The fleet's etcd, `None` for a single node.
@@ -202,6 +229,24 @@ impl ClusterHandle {
             .fetch_max(revision, Ordering::Relaxed);
     }
 
+    /// The fleet's settings document as last applied (empty: none).
+    pub fn fleet_settings(&self) -> String {
+        self.inner
+            .fleet_settings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records the fleet's settings document just applied.
+    pub(crate) fn set_fleet_settings(&self, text: &str) {
+        *self
+            .inner
+            .fleet_settings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = text.to_owned();
+    }
+
     /// Asks the agent to revoke its lease (shutdown): another node takes over at once.
     pub fn leave(&self) {
         if let Some(leave) = &self.inner.leave {
@@ -216,8 +261,13 @@ impl ClusterHandle {
 pub fn connect_options(settings: &EtcdCluster) -> Result<etcd_client::ConnectOptions, AgentError> {
     let mut options = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
-        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-        .with_keep_alive_while_idle(true);
+        // etcd answers pings more often than every 5 s, or without a stream, with GOAWAY
+        // (too_many_pings), which broke sessions; the lease keep-alive is what notices a
+        // silent etcd here.
+        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+        .with_keep_alive_while_idle(false)
+        // A member cut off from the raft leader refuses rather than answers stale.
+        .with_require_leader(true);
     if settings.endpoints.iter().any(|e| e.starts_with("https://")) {
         let mut tls = etcd_client::TlsOptions::new();
         if let Some(ca) = &settings.ca_file {
@@ -302,6 +352,7 @@ pub fn start(settings: EtcdCluster) -> Result<ClusterHandle, AgentError> {
         .map_err(|_| AgentError::Runtime("the agent thread ended".into()))??;
     Ok(ClusterHandle {
         inner: Arc::new(Inner {
+            fleet: true,
             etcd: Some(EtcdInfo {
                 settings,
                 keys,
@@ -312,6 +363,7 @@ pub fn start(settings: EtcdCluster) -> Result<ClusterHandle, AgentError> {
             leading,
             connected,
             snapshot_revision,
+            fleet_settings: std::sync::Mutex::new(String::new()),
             leave: Some(leave_tx),
             _senders: None,
         }),
@@ -380,6 +432,16 @@ impl EtcdInfo {
 pub fn status(cluster: &ClusterHandle) -> serde_json::Value {
     let leadership = cluster.leadership();
     let Some(etcd) = cluster.etcd() else {
+        if cluster.is_fleet() {
+            return serde_json::json!({
+                "driver": "etcd",
+                "role": leadership.role(),
+                "leader": null,
+                "connected": false,
+                "members": null,
+                "error": "etcd could not be reached at start: this node serves its last snapshot of the fleet and starts again once etcd answers",
+            });
+        }
         return serde_json::json!({
             "driver": "none",
             "role": "leader",

@@ -27,7 +27,11 @@ const REWATCH: Duration = Duration::from_secs(1);
 /// Follows the fleet's settings document on the agent's runtime until the process ends:
 /// read, apply, watch from the next revision; an invalid document is logged and the last good
 /// settings stay; a broken watch reads and watches again.
-pub fn follow(etcd: &EtcdInfo, reloadable: Arc<Reloadable>) {
+pub fn follow(cluster: &super::ClusterHandle, reloadable: Arc<Reloadable>) {
+    let Some(etcd) = cluster.etcd() else {
+        return;
+    };
+    let cluster = cluster.clone();
     let (client, key) = (etcd.client.clone(), etcd.keys.settings());
     etcd.runtime.spawn(async move {
         let mut last: Option<Vec<u8>> = None;
@@ -37,7 +41,7 @@ pub fn follow(etcd: &EtcdInfo, reloadable: Arc<Reloadable>) {
             let revision = match read {
                 Ok(Ok(response)) => {
                     let value = response.kvs().first().map(|kv| kv.value().to_vec());
-                    apply(&reloadable, &mut last, value);
+                    apply(&reloadable, &cluster, &mut last, value);
                     response.header().map_or(0, |h| h.revision())
                 }
                 _ => {
@@ -63,7 +67,7 @@ pub fn follow(etcd: &EtcdInfo, reloadable: Arc<Reloadable>) {
                         EventType::Put => event.kv().map(|kv| kv.value().to_vec()),
                         EventType::Delete => None,
                     };
-                    apply(&reloadable, &mut last, value);
+                    apply(&reloadable, &cluster, &mut last, value);
                 }
             }
             tokio::time::sleep(REWATCH).await;
@@ -73,7 +77,12 @@ pub fn follow(etcd: &EtcdInfo, reloadable: Arc<Reloadable>) {
 
 /// Applies one version of the document (`None`: no document, an empty layer) unless it is the
 /// one applied last.
-fn apply(reloadable: &Reloadable, last: &mut Option<Vec<u8>>, value: Option<Vec<u8>>) {
+fn apply(
+    reloadable: &Reloadable,
+    cluster: &super::ClusterHandle,
+    last: &mut Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+) {
     let bytes = value.unwrap_or_default();
     if last.as_ref() == Some(&bytes) {
         return;
@@ -86,6 +95,7 @@ fn apply(reloadable: &Reloadable, last: &mut Option<Vec<u8>>, value: Option<Vec<
             if !keys.is_empty() {
                 tracing::info!(keys = ?keys, "fleet settings applied");
             }
+            cluster.set_fleet_settings(&text);
             *last = Some(bytes);
         }
         Err(e) => {
