@@ -87,6 +87,59 @@ impl BodyCache for EtcdStore {
 
     fn get_body(&self, key: &str) -> Result<Option<(Vec<u8>, BodyMeta)>> {
         body_cache::check_key(key)?;
+        // A compaction (etcd-wide: another fleet's, or this one's) between reading the metadata
+        // and a chunk makes the chunk's revision unreadable: read again, from the metadata.
+        let mut attempts = 0;
+        loop {
+            match self.read_body(key) {
+                Err(StoreError::Gone { .. }) if attempts < 3 => attempts += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn delete_bodies(&self, prefix: &str) -> Result<u64> {
+        let inner = &self.inner;
+        let metas = inner.keys.body_metas(prefix);
+        let result = inner.fenced_txn(
+            Vec::new(),
+            vec![
+                TxnOp::get(
+                    metas.clone(),
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                ),
+                TxnOp::delete(metas, Some(etcd_client::DeleteOptions::new().with_prefix())),
+                TxnOp::delete(
+                    inner.keys.bodies(prefix),
+                    Some(etcd_client::DeleteOptions::new().with_prefix()),
+                ),
+            ],
+        )?;
+        let removed = result.ranges.first().map_or(0, |kvs| {
+            kvs.iter()
+                .filter(|kv| inner.keys.body_key_of(kv.key()).is_some())
+                .count()
+        });
+        Ok(removed as u64)
+    }
+
+    fn body_keys(&self) -> Result<Vec<String>> {
+        let inner = &self.inner;
+        let (kvs, _) = inner.get(
+            inner.keys.body_metas(""),
+            GetOptions::new().with_prefix().with_keys_only(),
+        )?;
+        let mut keys: Vec<String> = kvs
+            .iter()
+            .filter_map(|kv| inner.keys.body_key_of(kv.key()).map(str::to_owned))
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+}
+
+impl EtcdStore {
+    fn read_body(&self, key: &str) -> Result<Option<(Vec<u8>, BodyMeta)>> {
         let inner = &self.inner;
         let (kvs, revision) = inner.get(inner.keys.body_meta(key), GetOptions::new())?;
         let Some(kv) = kvs.first() else {
@@ -122,40 +175,5 @@ impl BodyCache for EtcdStore {
         }
         body_cache::check_body("bodies", key, &meta, &body)?;
         Ok(Some((body, meta)))
-    }
-
-    fn delete_bodies(&self, prefix: &str) -> Result<u64> {
-        let inner = &self.inner;
-        let range = inner.keys.bodies(prefix);
-        let result = inner.fenced_txn(
-            Vec::new(),
-            vec![
-                TxnOp::get(
-                    range.clone(),
-                    Some(GetOptions::new().with_prefix().with_keys_only()),
-                ),
-                TxnOp::delete(range, Some(etcd_client::DeleteOptions::new().with_prefix())),
-            ],
-        )?;
-        let removed = result.ranges.first().map_or(0, |kvs| {
-            kvs.iter()
-                .filter(|kv| inner.keys.body_key_of(kv.key()).is_some())
-                .count()
-        });
-        Ok(removed as u64)
-    }
-
-    fn body_keys(&self) -> Result<Vec<String>> {
-        let inner = &self.inner;
-        let (kvs, _) = inner.get(
-            inner.keys.bodies(""),
-            GetOptions::new().with_prefix().with_keys_only(),
-        )?;
-        let mut keys: Vec<String> = kvs
-            .iter()
-            .filter_map(|kv| inner.keys.body_key_of(kv.key()).map(str::to_owned))
-            .collect();
-        keys.sort();
-        Ok(keys)
     }
 }

@@ -5,13 +5,14 @@
 //!  /kudurru/<prefix>/meta/anchor            [chain anchor: 48 bytes] (the last pruned record)
 //!  /kudurru/<prefix>/objects/<kind>/<name>  [1][object JSON] (the redb driver's value)
 //!  /kudurru/<prefix>/audit/<seq, 20 digits> [1][hash][body JSON] (the redb driver's value)
-//!  /kudurru/<prefix>/bodies/<key>\xffm      body metadata (the redb driver's header, no body)
-//!  /kudurru/<prefix>/bodies/<key>\xffc<sha256 hex>/<n, 6 digits>   body chunk n (1 MiB)
+//!  /kudurru/<prefix>/bodymeta/<key>         body metadata (the redb driver's header, no body)
+//!  /kudurru/<prefix>/bodies/<key>\xff<sha256 hex>/<n, 6 digits>   body chunk n (1 MiB)
 //! ```
 //!
-//! A body key is UTF-8, so the byte 0xff never occurs in it: the split between a key and its
-//! suffix is unambiguous, and `bodies/<prefix>` covers exactly the bodies whose key starts with
-//! `<prefix>`.
+//! A body key is UTF-8, so the byte 0xff never occurs in it: the chunks of one key are exactly
+//! the keys under `bodies/<key>\xff`, and `bodies/<prefix>` covers exactly the chunks of the
+//! bodies whose key starts with `<prefix>`. The driver's watch covers `bodymeta/` to
+//! `objects/` (body metadata, the head, objects), never the audit records nor the chunks.
 
 use crate::audit::ChainPoint;
 use crate::error::{Result, StorageError};
@@ -73,17 +74,23 @@ impl Keys {
         self.join(&[b"audit/", format!("{seq:020}").as_bytes()])
     }
 
+    /// The chunks of every body whose key starts with `prefix`.
     pub(crate) fn bodies(&self, prefix: &str) -> Vec<u8> {
         self.join(&[b"bodies/", prefix.as_bytes()])
     }
 
+    /// The metadata of every body whose key starts with `prefix`.
+    pub(crate) fn body_metas(&self, prefix: &str) -> Vec<u8> {
+        self.join(&[b"bodymeta/", prefix.as_bytes()])
+    }
+
     pub(crate) fn body_meta(&self, key: &str) -> Vec<u8> {
-        self.join(&[b"bodies/", key.as_bytes(), b"\xffm"])
+        self.body_metas(key)
     }
 
     /// The prefix of every chunk of `key`, of any version.
     pub(crate) fn body_chunks(&self, key: &str) -> Vec<u8> {
-        self.join(&[b"bodies/", key.as_bytes(), b"\xffc"])
+        self.join(&[b"bodies/", key.as_bytes(), b"\xff"])
     }
 
     /// The prefix of the chunks of `key`'s version with SHA-256 `sha_hex`.
@@ -91,7 +98,7 @@ impl Keys {
         self.join(&[
             b"bodies/",
             key.as_bytes(),
-            b"\xffc",
+            b"\xff",
             sha_hex.as_bytes(),
             b"/",
         ])
@@ -101,6 +108,11 @@ impl Keys {
         let mut chunk = self.body_version(key, sha_hex);
         chunk.extend_from_slice(format!("{n:06}").as_bytes());
         chunk
+    }
+
+    /// The range the driver watches: `[bodymeta/, objects0)`.
+    pub(crate) fn watched(&self) -> (Vec<u8>, Vec<u8>) {
+        (self.join(&[b"bodymeta/"]), prefix_end(&self.objects()))
     }
 
     /// What `key` (a full etcd key) is, if it is one of this store's.
@@ -114,13 +126,10 @@ impl Keys {
         if let Some(object) = rest.strip_prefix(b"objects/") {
             return KeyClass::Object(object);
         }
-        if let Some(body) = rest.strip_prefix(b"bodies/") {
-            if let Some(key) = body.strip_suffix(b"\xffm")
-                && let Ok(key) = std::str::from_utf8(key)
-            {
-                return KeyClass::BodyMeta(key);
-            }
-            return KeyClass::Other;
+        if let Some(key) = rest.strip_prefix(b"bodymeta/")
+            && let Ok(key) = std::str::from_utf8(key)
+        {
+            return KeyClass::BodyMeta(key);
         }
         KeyClass::Other
     }

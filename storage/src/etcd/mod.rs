@@ -34,7 +34,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, Txn, TxnOp,
+    TxnOpResponse, WatchClient,
 };
 
 use crate::audit::{self, AuditLog, AuditQuery, AuditRecord, ChainPoint, ChainReport, ChainWalk};
@@ -55,6 +56,14 @@ use keys::{Head, Keys, prefix_end};
 
 /// Compare-failed retries of one write before it gives up (other nodes kept winning the head).
 const WRITE_ATTEMPTS: usize = 32;
+/// Keys per range request: a list of 100,000 objects is read in pages, at one revision.
+const RANGE_PAGE: i64 = 256;
+/// The largest response accepted from etcd (tonic's default is 4 MiB): a page of
+/// [`RANGE_PAGE`] values of etcd's largest (1.5 MiB) fits.
+const MAX_RESPONSE_BYTES: usize = 400 << 20;
+/// The largest watch message: one transaction's events (an object, its previous value, the
+/// head), each under etcd's 1.5 MiB request limit.
+const MAX_WATCH_MESSAGE_BYTES: usize = 64 << 20;
 
 /// How to reach etcd, and under which prefix this fleet's keys live.
 #[derive(Clone, Debug)]
@@ -114,8 +123,10 @@ pub struct EtcdStore {
 
 pub(crate) struct Inner {
     client: Client,
+    pub(crate) kv: KvClient,
+    pub(crate) watch_client: WatchClient,
     runtime: tokio::runtime::Handle,
-    keys: Keys,
+    pub(crate) keys: Keys,
     options: EtcdOptions,
     store: StoreOptions,
     state: Mutex<State>,
@@ -128,6 +139,9 @@ pub(crate) struct Inner {
 /// What the watch task maintains.
 pub(crate) struct State {
     pub(crate) hub: Hub,
+    /// Whether the head was read and the watch follows from it (false until etcd first
+    /// answers).
+    pub(crate) following: bool,
     /// The etcd revision of the last event (or reset) the hub has applied.
     pub(crate) etcd_revision: i64,
     /// (store revision, etcd revision) of the recent writes, for [`Store::compact`].
@@ -139,6 +153,32 @@ impl EtcdStore {
     /// [`StoreError::Unavailable`] if etcd does not answer within `dial_timeout` +
     /// `request_timeout`.
     pub fn connect(options: EtcdOptions, store: StoreOptions) -> Result<Self> {
+        let wait = options.dial_timeout + options.request_timeout;
+        let opened = Self::open(options, store)?;
+        let deadline = Instant::now() + wait;
+        let mut state = opened.inner.state();
+        while !state.following {
+            let now = Instant::now();
+            if now >= deadline {
+                drop(state);
+                return Err(unavailable_error(&opened.inner.options, None));
+            }
+            state = opened
+                .inner
+                .advanced
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        drop(state);
+        Ok(opened)
+    }
+
+    /// Like [`EtcdStore::connect`], but returns at once, etcd reachable or not: calls answer
+    /// [`StoreError::Unavailable`] until etcd answers, and the store starts following its
+    /// changes then ([`EtcdStore::connected`] turns true). For a node that starts while etcd is
+    /// down and serves its last snapshot meanwhile. Fails only on invalid options.
+    pub fn open(options: EtcdOptions, store: StoreOptions) -> Result<Self> {
         validate_prefix(&options.prefix)?;
         if options.endpoints.is_empty() {
             return Err(StoreError::invalid("cluster.etcd.endpoints", "is empty"));
@@ -173,11 +213,18 @@ impl EtcdStore {
         .map_err(|error| unavailable_error(&options, error))?;
         let keys = Keys::new(&options.prefix);
         let inner = Arc::new(Inner {
+            kv: client
+                .kv_client()
+                .max_decoding_message_size(MAX_RESPONSE_BYTES),
+            watch_client: client
+                .watch_client()
+                .max_decoding_message_size(MAX_WATCH_MESSAGE_BYTES),
             client,
             runtime: handle,
             keys,
             state: Mutex::new(State {
                 hub: Hub::new(0, store.watch_history, store.watch_buffer),
+                following: false,
                 etcd_revision: 0,
                 revisions: Default::default(),
             }),
@@ -188,19 +235,7 @@ impl EtcdStore {
             connected: AtomicBool::new(false),
             body_watchers: Mutex::new(Vec::new()),
         });
-        let (head, etcd_revision) = inner.read_head()?;
-        {
-            let mut state = inner.state();
-            state.hub = Hub::new(
-                head.revision,
-                inner.store.watch_history,
-                inner.store.watch_buffer,
-            );
-            state.etcd_revision = etcd_revision;
-        }
-        inner
-            .runtime
-            .spawn(sync::follow(inner.clone(), etcd_revision));
+        inner.runtime.spawn(sync::follow(inner.clone()));
         Ok(Self {
             inner,
             stop: Some(stop),
@@ -371,13 +406,13 @@ impl Inner {
     fn call<T, F, Fut>(&self, call: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(Client) -> Fut,
+        F: FnOnce(KvClient) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>> + Send + 'static,
     {
         match run(
             &self.runtime,
             self.options.request_timeout,
-            call(self.client.clone()),
+            call(self.kv.clone()),
         ) {
             Ok(value) => {
                 self.set_connected(true);
@@ -430,6 +465,33 @@ impl Inner {
             let revision = response.header().map_or(0, |h| h.revision());
             Ok((response.take_kvs(), revision))
         })
+    }
+
+    /// Every kv from `start` up to `end` at etcd revision `revision`, read in pages of
+    /// [`RANGE_PAGE`] keys.
+    fn range_at(&self, start: Vec<u8>, end: Vec<u8>, revision: i64) -> Result<Vec<KeyValue>> {
+        let mut kvs: Vec<KeyValue> = Vec::new();
+        let mut from = start;
+        loop {
+            let options = GetOptions::new()
+                .with_range(end.clone())
+                .with_revision(revision)
+                .with_limit(RANGE_PAGE);
+            let (page, more) = self.call(move |mut kv| async move {
+                let mut response = kv.get(from, Some(options)).await?;
+                let more = response.more();
+                Ok((response.take_kvs(), more))
+            })?;
+            let last = page.last().map(|kv| kv.key().to_vec());
+            kvs.extend(page);
+            match last {
+                Some(mut last) if more => {
+                    last.push(0);
+                    from = last;
+                }
+                _ => return Ok(kvs),
+            }
+        }
     }
 
     /// The head (a fresh store's is zero) and the etcd revision it was read at.
@@ -600,18 +662,9 @@ impl Inner {
             start.push(0);
             start
         };
-        let result = self.txn(Txn::new().and_then(vec![
-            TxnOp::get(self.keys.head(), None),
-            TxnOp::get(
-                start,
-                Some(GetOptions::new().with_range(prefix_end(&prefix))),
-            ),
-        ]))?;
-        let mut ranges = result.ranges.into_iter();
-        let head = head_of(ranges.next().unwrap_or_default().first())?;
-        let objects = ranges
-            .next()
-            .unwrap_or_default()
+        let (head, revision) = self.read_head()?;
+        let objects = self
+            .range_at(start, prefix_end(&prefix), revision)?
             .iter()
             .map(|kv| decode_kv(&self.keys, kv))
             .collect();
@@ -865,8 +918,8 @@ impl Store for EtcdStore {
             etcd_revision
         };
         if let Some(etcd_revision) = etcd_revision {
-            match self.inner.call(move |mut client| async move {
-                client.compact(etcd_revision, None).await.map(|_| ())
+            match self.inner.call(move |mut kv| async move {
+                kv.compact(etcd_revision, None).await.map(|_| ())
             }) {
                 // Already compacted further (by another node or etcd's own retention).
                 Err(StoreError::Gone { .. }) | Ok(()) => {}
@@ -893,9 +946,10 @@ fn behind(wanted: u64, hub: u64) -> StoreError {
 impl AuditLog for EtcdStore {
     fn audit_query(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
         let prefix = self.inner.keys.audit_prefix();
-        let (kvs, _) = self
+        let (_, revision) = self.inner.read_head()?;
+        let kvs = self
             .inner
-            .get(prefix.clone(), GetOptions::new().with_prefix())?;
+            .range_at(prefix.clone(), prefix_end(&prefix), revision)?;
         let (since, until) = query.time_range();
         let mut records = Vec::new();
         for kv in &kvs {
@@ -923,12 +977,8 @@ impl AuditLog for EtcdStore {
         let prefix = inner.keys.audit_prefix();
         let anchor_key = inner.keys.anchor();
         for _ in 0..WRITE_ATTEMPTS {
-            let result = inner.txn(Txn::new().and_then(vec![
-                TxnOp::get(anchor_key.clone(), None),
-                TxnOp::get(prefix.clone(), Some(GetOptions::new().with_prefix())),
-            ]))?;
-            let mut ranges = result.ranges.into_iter();
-            let anchor_kv = ranges.next().unwrap_or_default();
+            let (anchor_kv, revision) = inner.get(anchor_key.clone(), GetOptions::new())?;
+            let records = inner.range_at(prefix.clone(), prefix_end(&prefix), revision)?;
             let anchor_mod = anchor_kv.first().map_or(0, KeyValue::mod_revision);
             let mut anchor = match anchor_kv.first() {
                 None => ChainPoint::default(),
@@ -936,7 +986,7 @@ impl AuditLog for EtcdStore {
             };
             let mut removed = 0u64;
             let mut first_kept_mod = None;
-            for kv in ranges.next().unwrap_or_default() {
+            for kv in records {
                 let key = Keys::object_name(kv.key());
                 let record = audit::decode(kv.value(), "audit", &key)?;
                 if record.time.unix_millis() >= before.unix_millis().max(0) {
@@ -992,10 +1042,6 @@ impl AuditLog for EtcdStore {
         let result = inner.txn(Txn::new().and_then(vec![
             TxnOp::get(inner.keys.anchor(), None),
             TxnOp::get(inner.keys.head(), None),
-            TxnOp::get(
-                inner.keys.audit_prefix(),
-                Some(GetOptions::new().with_prefix()),
-            ),
         ]))?;
         let mut ranges = result.ranges.into_iter();
         let anchor = match ranges.next().unwrap_or_default().first() {
@@ -1004,10 +1050,21 @@ impl AuditLog for EtcdStore {
         };
         let head = head_of(ranges.next().unwrap_or_default().first())?;
         let mut walk = ChainWalk::new(anchor);
-        for kv in ranges.next().unwrap_or_default() {
+        let prefix = inner.keys.audit_prefix();
+        for kv in inner.range_at(prefix.clone(), prefix_end(&prefix), result.revision)? {
             let key = Keys::object_name(kv.key());
+            let seq = kv
+                .key()
+                .strip_prefix(prefix.as_slice())
+                .and_then(|seq| std::str::from_utf8(seq).ok())
+                .and_then(|seq| seq.parse::<u64>().ok())
+                .ok_or_else(|| StorageError::Corrupt {
+                    table: "audit",
+                    key: key.clone(),
+                    reason: "the key is not a sequence number".into(),
+                })?;
             let record = audit::decode(kv.value(), "audit", &key)?;
-            walk.step(record.time.unix_millis(), record.seq, kv.value())?;
+            walk.step(record.time.unix_millis(), seq, kv.value())?;
         }
         walk.finish(head.point)
     }

@@ -1,7 +1,7 @@
 //! The watch task: one etcd watch on the store's prefix feeds the hub.
 //!
 //! ```text
-//!  etcd watch (prefix, prev_kv, from last revision + 1)
+//!  etcd watch ([bodymeta/, objects0), prev_kv, from the last revision applied + 1)
 //!     │ events grouped by revision (one group = one transaction)
 //!     ├─ meta/head put + objects/… put/delete ─▶ Change at the head's store revision ─▶ Hub
 //!     ├─ bodies/<key>\xffm put/delete ─▶ watch_bodies() receivers
@@ -29,8 +29,24 @@ use crate::watch::Change;
 /// How many (store revision, etcd revision) pairs are kept for compaction.
 const REVISIONS_KEPT: usize = 100_000;
 
-/// Follows the store's changes after etcd revision `from`, until the runtime stops.
-pub(crate) async fn follow(inner: Arc<Inner>, mut from: i64) {
+/// Follows the store's changes, until the runtime stops. A panic inside the follower (the
+/// client library unwraps some fields of etcd's answers) restarts it from the last revision
+/// applied.
+pub(crate) async fn follow(inner: Arc<Inner>) {
+    start(&inner).await;
+    loop {
+        let from = inner.state().etcd_revision;
+        if tokio::spawn(follow_from(inner.clone(), from))
+            .await
+            .is_err()
+        {
+            inner.set_connected(false);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+async fn follow_from(inner: Arc<Inner>, mut from: i64) {
     let mut backoff = Duration::from_millis(100);
     loop {
         let mut progressed = false;
@@ -58,15 +74,14 @@ async fn watch_once(
     from: &mut i64,
     progressed: &mut bool,
 ) -> Result<Ended, etcd_client::Error> {
-    let mut client = inner.client.clone();
+    let mut client = inner.watch_client.clone();
+    let (start, end) = inner.keys.watched();
     let options = WatchOptions::new()
-        .with_prefix()
+        .with_range(end)
         .with_prev_key()
         .with_progress_notify()
         .with_start_revision(*from + 1);
-    let (_watcher, mut stream) = client
-        .watch(inner.keys.root().to_vec(), Some(options))
-        .await?;
+    let (_watcher, mut stream) = client.watch(start, Some(options)).await?;
     while let Some(response) = stream.message().await? {
         inner.set_connected(true);
         *progressed = true;
@@ -191,9 +206,26 @@ fn object_event(
     Ok((type_, before, after))
 }
 
-/// After a compaction took events this node had not applied: start over from the head.
+/// Reads the head until etcd answers, then starts the hub at its revision.
+async fn start(inner: &Inner) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut from = 0;
+        let read = tokio::time::timeout(inner.options.request_timeout, resync(inner, &mut from));
+        if let Ok(Ok(())) = read.await {
+            inner.set_connected(true);
+            return;
+        }
+        inner.set_connected(false);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// After a compaction took events this node had not applied (or at the start): start over from
+/// the head.
 async fn resync(inner: &Inner, from: &mut i64) -> Result<(), etcd_client::Error> {
-    let mut client = inner.client.clone();
+    let mut client = inner.kv.clone();
     let response = client
         .get(inner.keys.head(), Some(GetOptions::new()))
         .await?;
@@ -208,6 +240,7 @@ async fn resync(inner: &Inner, from: &mut i64) -> Result<(), etcd_client::Error>
         Err(_) => state.hub.revision(),
     };
     state.hub.reset(store_revision);
+    state.following = true;
     state.etcd_revision = revision;
     *from = revision;
     drop(state);

@@ -111,6 +111,10 @@ pub(crate) fn unique_prefix() -> String {
 /// watchdog kills it once the test process is gone, so an aborted run leaves nothing behind.
 pub(crate) struct EtcdServer {
     pub(crate) url: String,
+    /// With TLS: the CA, the client certificate and its key (etcd asks for a client
+    /// certificate).
+    pub(crate) tls: Option<kudurru_storage::EtcdTls>,
+    server_tls: Option<(PathBuf, PathBuf)>,
     peer_url: String,
     watchdog: std::process::Child,
     pid: u32,
@@ -121,13 +125,23 @@ const ETCD: &str = "/usr/bin/etcd";
 
 impl EtcdServer {
     /// The test binary's shared server, started on first use.
-    pub(crate) fn shared() -> &'static EtcdServer {
+    pub(crate) fn shared() -> &'static Self {
         static SHARED: std::sync::OnceLock<EtcdServer> = std::sync::OnceLock::new();
-        SHARED.get_or_init(EtcdServer::start)
+        SHARED.get_or_init(Self::start)
     }
 
     /// A server of the caller's own (for tests that stop or kill it).
     pub(crate) fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// A server of the caller's own that speaks TLS only and requires a client certificate
+    /// signed by its CA.
+    pub(crate) fn start_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Self {
         assert!(
             Path::new(ETCD).exists(),
             "{ETCD} is missing: the etcd driver's tests need a real etcd. Install Debian's \
@@ -135,10 +149,19 @@ impl EtcdServer {
         );
         let dir = TempDir::new();
         std::fs::create_dir_all(dir.path()).unwrap();
-        let url = format!("http://127.0.0.1:{}", free_port());
+        let scheme = if tls { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{}", free_port());
         let peer_url = format!("http://127.0.0.1:{}", free_port());
+        let (client_tls, server_tls) = if tls {
+            let (client, server) = make_pki(dir.path());
+            (Some(client), Some(server))
+        } else {
+            (None, None)
+        };
         let mut server = Self {
             url,
+            tls: client_tls,
+            server_tls,
             peer_url,
             watchdog: spawn_placeholder(),
             pid: 0,
@@ -154,11 +177,20 @@ impl EtcdServer {
         let log = self.dir.path().join("etcd.log");
         let pid_file = self.dir.path().join("etcd.pid");
         let _ = std::fs::remove_file(&pid_file);
+        let tls_flags = match (&self.server_tls, &self.tls) {
+            (Some((cert, key)), Some(client)) => format!(
+                "--cert-file {} --key-file {} --trusted-ca-file {} --client-cert-auth",
+                cert.display(),
+                key.display(),
+                client.ca_file.display()
+            ),
+            _ => String::new(),
+        };
         let command = format!(
             "{ETCD} --name conformance --data-dir {data} --listen-client-urls {url} \
              --advertise-client-urls {url} --listen-peer-urls {peer} \
              --initial-advertise-peer-urls {peer} --initial-cluster conformance={peer} \
-             --auto-compaction-retention 0 >>{log} 2>&1 & echo $! > {pid_file}; \
+             --auto-compaction-retention 0 {tls_flags} >>{log} 2>&1 & echo $! > {pid_file}; \
              while kill -0 {test} 2>/dev/null && kill -0 $(cat {pid_file}) 2>/dev/null; do \
              sleep 0.5; done; kill -9 $(cat {pid_file}) 2>/dev/null",
             data = data.display(),
@@ -186,6 +218,16 @@ impl EtcdServer {
                 && std::process::Command::new("etcdctl")
                     .env("ETCDCTL_API", "3")
                     .args(["--endpoints", &self.url, "--dial-timeout", "1s"])
+                    .args(self.tls.iter().flat_map(|tls| {
+                        [
+                            "--cacert".to_owned(),
+                            tls.ca_file.display().to_string(),
+                            "--cert".to_owned(),
+                            tls.cert_file.as_ref().unwrap().display().to_string(),
+                            "--key".to_owned(),
+                            tls.key_file.as_ref().unwrap().display().to_string(),
+                        ]
+                    }))
                     .args(["endpoint", "health"])
                     .output()
                     .is_ok_and(|out| out.status.success());
@@ -206,7 +248,7 @@ impl EtcdServer {
         EtcdOptions {
             endpoints: vec![self.url.clone()],
             prefix: prefix.to_owned(),
-            tls: None,
+            tls: self.tls.clone(),
             dial_timeout: std::time::Duration::from_secs(5),
             request_timeout: std::time::Duration::from_secs(5),
         }
@@ -242,6 +284,44 @@ impl Drop for EtcdServer {
             .status();
         let _ = self.watchdog.wait();
     }
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, in `dir`: the client's
+/// TLS options, and the server's certificate and key files.
+fn make_pki(dir: &Path) -> (kudurru_storage::EtcdTls, (PathBuf, PathBuf)) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "kudurru etcd test CA");
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let issue = |name: &str, usage: rcgen::ExtendedKeyUsagePurpose| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::IpAddress([127, 0, 0, 1].into()));
+        params.extended_key_usages = vec![usage];
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        let cert_file = dir.join(format!("{name}.pem"));
+        let key_file = dir.join(format!("{name}.key"));
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        (cert_file, key_file)
+    };
+    let server = issue("localhost", rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+    let client = issue("node-1", rcgen::ExtendedKeyUsagePurpose::ClientAuth);
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    (
+        kudurru_storage::EtcdTls {
+            ca_file,
+            cert_file: Some(client.0),
+            key_file: Some(client.1),
+        },
+        server,
+    )
 }
 
 fn spawn_placeholder() -> std::process::Child {
