@@ -419,10 +419,14 @@ async fn control(
         settings: validated.zones.clone(),
     });
     let zone_commands = zone_manager.commands();
+    let zone_commands_for_bodies = zone_commands.clone();
     let zone_handle = crate::zones::ZoneHandle::new(zone_commands.clone(), zones.clone());
     tokio::spawn(zone_manager.run());
     // Transfers in, NOTIFY in and out, and the cores' inbox (NOTIFY, UPDATE).
-    let secondaries = crate::zones::secondary::Secondaries::start(zone_handle.clone());
+    let secondaries = crate::zones::secondary::Secondaries::start_gated(
+        zone_handle.clone(),
+        cluster.is_fleet().then(|| leading.clone()),
+    );
     tokio::spawn(crate::zones::notify::run(zone_handle.clone()));
     tokio::spawn(crate::zones::inbox::serve(
         inbox_receiver,
@@ -555,8 +559,17 @@ async fn control(
     if let Some(etcd) = &etcd_store {
         let mut changed = etcd.watch_bodies();
         let commands = list_commands.clone();
+        let zones = zone_commands_for_bodies.clone();
+        let leading = leading.clone();
         tokio::spawn(async move {
             while let Some(key) = changed.recv().await {
+                if key.starts_with("zone/") {
+                    // A secondary's transfer the leader stored; the leader has it already.
+                    if !*leading.borrow() {
+                        let _ = zones.send(crate::zones::Command::StoredChanged(key));
+                    }
+                    continue;
+                }
                 if commands
                     .send(crate::blocking::Command::BodyChanged(key))
                     .is_err()
