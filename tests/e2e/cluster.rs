@@ -6,7 +6,8 @@
 //! 1. one leader; refresh answers 202 on it and 409 naming it on the followers;
 //! 2. an object written through any node changes DNS answers on all three (propagation
 //!    p50/p99 printed);
-//!    a settings PATCH on one node reaches every node;
+//!    a settings PATCH on one node reaches every node; a secondary zone is transferred by the
+//!    leader alone (Knot counts one AXFR) and served by all three;
 //! 3. a URL list is fetched once per refresh across the fleet (the list server counts);
 //! 4. the leader killed: leadership moves within leaseTTL + 2 s and fetching with it (still
 //!    exactly one fetch per refresh); the killed node comes back as a follower;
@@ -25,6 +26,7 @@ use kudurru_e2e::{Kudurru, Scratch, TestUpstream, dig, free_port};
 use serde_json::{Value, json};
 
 use crate::blocking::{ListServer, call};
+use crate::transfer::{Knot, a_records, knot_config, zone_file};
 
 const ETCD: &str = "/usr/bin/etcd";
 /// The nodes' lease TTL.
@@ -443,6 +445,54 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
         );
     }
 
+    // Secondary zones: only the leader transfers (Knot counts one AXFR), every node serves.
+    let knot_dir = scratch.join("knot");
+    std::fs::create_dir_all(&knot_dir).unwrap();
+    std::fs::write(
+        knot_dir.join("corp.example.zone"),
+        zone_file(1, "3600 600 86400", ""),
+    )
+    .unwrap();
+    let knot_port = free_port();
+    let knot = Knot::start(
+        &knot_dir,
+        &knot_config(
+            &knot_dir,
+            knot_port,
+            &format!(
+                "acl:\n  - id: xfr\n    address: 127.0.0.1\n    action: transfer\n\
+                 template:\n  - id: default\n    storage: {d}\n\
+                 zone:\n  - domain: corp.example\n    file: corp.example.zone\n    acl: xfr\n",
+                d = knot_dir.display()
+            ),
+        ),
+        knot_port,
+    );
+    crate::blocking::create(
+        nodes[1].k(),
+        &nodes[1].token,
+        "zones",
+        "corp-example",
+        json!({"zone": "corp.example.", "type": "secondary",
+               "primaries": [{"address": knot.addr().to_string()}]}),
+    );
+    for node in &nodes {
+        eventually(
+            "every node to serve the secondary zone",
+            Duration::from_secs(30),
+            || a_records(node.k().addr, "www.corp.example") == ["192.0.2.10"],
+        );
+    }
+    assert_eq!(
+        knot.log()
+            .lines()
+            .filter(|l| l.contains("AXFR, outgoing") && l.contains("started"))
+            .count(),
+        1,
+        "one transfer for the fleet: {}",
+        knot.log()
+    );
+
     // 3 and 4. Kill the leader: leadership moves within leaseTTL + 2 s, and fetching with it.
     assert_eq!(lists.hits("/domains", 200), 2, "no fetch without a refresh");
     let killed = leader(&nodes);
@@ -504,6 +554,17 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
         Duration::from_secs(20),
         || rcode(nodes[killed].k().addr, "domains-blocked.example") == "NXDOMAIN",
     );
+    assert_eq!(
+        a_records(nodes[killed].k().addr, "www.corp.example"),
+        ["192.0.2.10"],
+        "the restarted follower serves the stored transfer"
+    );
+    let axfrs = knot
+        .log()
+        .lines()
+        .filter(|l| l.contains("AXFR, outgoing") && l.contains("started"))
+        .count();
+    assert_eq!(axfrs, 1, "the new leader checks the serial: no second AXFR");
 
     // 5. Every etcd member down: answers stay, writes 503, refresh 503; then convergence.
     etcd.kill_all();

@@ -137,7 +137,10 @@ impl Secondaries {
 
     /// [`Secondaries::start`] in a fleet: zones are transferred only while `leading` is true
     /// (the leader stores each transfer; the others serve what it stored).
-    pub fn start_gated(zones: ZoneHandle, leading: Option<tokio::sync::watch::Receiver<bool>>) -> Self {
+    pub fn start_gated(
+        zones: ZoneHandle,
+        leading: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> Self {
         let this = Self {
             inner: Arc::new(Mutex::new(HashMap::new())),
             leading,
