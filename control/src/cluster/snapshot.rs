@@ -302,3 +302,68 @@ fn restart_self() -> std::io::Error {
         .args(std::env::args_os().skip(1))
         .exec()
 }
+
+#[cfg(test)]
+mod tests {
+    use kudurru_storage::MemoryStore;
+    use serde_json::json;
+
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "kudurru-snapshot-{name}-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_snapshot_keeps_objects_status_bodies_and_settings_and_refuses_writes() {
+        let store = MemoryStore::new(StoreOptions::new(crate::objects::registry()));
+        let actor = Actor::system("test");
+        let group = Object::new("ClientGroup", "lab", json!({"clients": ["192.0.2.0/24"]}));
+        let created = store.create(&actor, &group).unwrap();
+        let mut with_status = created.clone();
+        with_status.status.observed_generation = 1;
+        store.update_status(&actor, &with_status).unwrap();
+        let body = b"blocked.example\n";
+        let meta = BodyMeta::for_body(body, Some("\"e1\"".into()), None, Timestamp::now());
+        store.put_body("blocklist/ads/0011", body, &meta).unwrap();
+        let dir = scratch("roundtrip");
+        write(&store, "[cache]\nmaxEntries = 5000\n", &dir).unwrap();
+        // A second snapshot replaces the first whole.
+        write(&store, "[cache]\nmaxEntries = 6000\n", &dir).unwrap();
+        let mode = |p: &Path| {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+        };
+        let snapshot = directory(&dir);
+        assert_eq!(mode(&snapshot.join(SETTINGS_FILE)), 0o600);
+        assert_eq!(mode(&snapshot.join(kudurru_storage::FILE_NAME)), 0o600);
+        assert!(!dir.join(format!("{SNAPSHOT_DIR}.tmp")).exists());
+
+        let (read_only, settings) = open(&dir).unwrap().expect("a snapshot");
+        assert_eq!(settings, "[cache]\nmaxEntries = 6000\n");
+        let kept = read_only.get("ClientGroup", "lab").unwrap();
+        assert_eq!(kept.spec, group.spec);
+        assert_eq!(kept.status.observed_generation, 1);
+        let (kept_body, kept_meta) = read_only.get_body("blocklist/ads/0011").unwrap().unwrap();
+        assert_eq!(kept_body, body);
+        assert_eq!(kept_meta.etag.as_deref(), Some("\"e1\""));
+        let refused = read_only.create(&actor, &Object::new("ClientGroup", "new", json!({})));
+        assert!(
+            matches!(refused, Err(StoreError::Unavailable { .. })),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            read_only.put_body("blocklist/x/1", body, &meta),
+            Err(StoreError::Unavailable { .. })
+        ));
+        assert!(open(&scratch("none")).unwrap().is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
