@@ -111,7 +111,7 @@ class Node:
         self.proc = subprocess.Popen(
             [binary, "serve", "--cores", "1", "--listen", f"127.0.0.1:{self.dns}",
              "--ops-address", f"127.0.0.1:{self.ops}", "--api-address", f"127.0.0.1:{self.api}",
-             "--data-dir", self.data, "--upstream", "udp://127.0.0.1:9", "--log-level", "warn"],
+             "--data-dir", self.data, "--upstream", "udp://127.0.0.1:9", "--log-level", os.environ.get("BENCH_LOG", "warn")],
             env=env, stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(root, f"{name}.log"), "w"))
         self.token = subprocess.run(
@@ -238,11 +238,16 @@ def run(binary, nodes_count, object_counts, changes):
             wait("a new leader", lambda: any(n.leads() for n in nodes if n is not leader))
             election = time.monotonic() - t0
         return rows, election
+    except BaseException:
+        print(f"failed; the nodes' logs stay in {root}", file=sys.stderr)
+        root = None
+        raise
     finally:
         for n in nodes:
             n.stop()
         etcd.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def main():

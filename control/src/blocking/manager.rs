@@ -104,7 +104,8 @@ pub struct ManagerParts {
     pub follow: Option<Follow>,
     /// In a fleet: true while this node leads. Only the leader fetches and reads sources,
     /// stores their bodies and writes statuses; the others compile the bodies the leader
-    /// stored, read again when a list's status changes. `None`: a single node, always leading.
+    /// stored, read again when the store says one changed (`Command::BodyChanged`). `None`: a
+    /// single node, always leading.
     pub leading: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
@@ -401,14 +402,10 @@ impl Manager {
         if let Some(state) = self.lists.get_mut(&name)
             && !changed(&state.object, &object)
         {
-            // A status write (ours) or a label change: nothing to fetch or compile. In a
-            // fleet, a follower sees the leader's status write after a refresh: the bodies
-            // it stored before it are read again.
-            let status_changed = state.object.status != object.status;
+            // A status write (ours, or in a fleet the leader's) or a label change: nothing to
+            // fetch or compile. A follower hears of new bodies from the store
+            // (`Command::BodyChanged`), not from statuses.
             state.object = object;
-            if status_changed && !self.leads() {
-                self.reload_stored(&name).await;
-            }
             return;
         }
         let enabled = is_enabled(&object);
