@@ -1175,13 +1175,18 @@ enum Job {
     File(PathBuf, PathBuf),
 }
 
-/// The next event of a watch; pending forever while the watch is being reopened.
+/// The next event of a watch. A watch that could not be opened (the store unavailable: etcd
+/// down in a fleet) answers `None` after [`REWATCH`], so the loop opens it again instead of
+/// waiting forever.
 async fn next(
     watch: &mut Option<kudurru_storage::Watch>,
 ) -> Option<Result<WatchEvent, kudurru_storage::StoreError>> {
     match watch {
         Some(watch) => watch.next().await,
-        None => std::future::pending().await,
+        None => {
+            tokio::time::sleep(REWATCH).await;
+            None
+        }
     }
 }
 

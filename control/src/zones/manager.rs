@@ -1418,12 +1418,17 @@ fn unix_now() -> u32 {
     seconds as u32
 }
 
+/// The next event of a watch; a watch that could not be opened (etcd down in a fleet) answers
+/// `None` after [`REWATCH`], so the loop opens it again instead of waiting forever.
 async fn next(
     watch: &mut Option<kudurru_storage::Watch>,
 ) -> Option<Result<WatchEvent, StoreError>> {
     match watch {
         Some(watch) => watch.next().await,
-        None => std::future::pending().await,
+        None => {
+            tokio::time::sleep(REWATCH).await;
+            None
+        }
     }
 }
 
