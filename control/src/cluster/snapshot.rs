@@ -1,7 +1,7 @@
 //! The node's last good copy of the fleet's data, for a start while etcd cannot be reached.
 //!
 //! ```text
-//! connected:  every 5 s, when the store's revision, a body or the settings changed:
+//! connected:  every 15 s, when the store's revision, a body or the settings changed:
 //!             objects (every kind, with status) + list bodies ─▶ <dataDir>/cluster-snapshot.tmp/
 //!             objects.redb (0600), settings.toml (0600) ─▶ fsync ─▶ rename to cluster-snapshot/
 //! start, etcd down: cluster-snapshot/ opened read-only: the managers compile from it, the
@@ -29,8 +29,9 @@ use crate::objects::ObjectStore;
 pub const SNAPSHOT_DIR: &str = "cluster-snapshot";
 /// The fleet settings document kept beside the objects.
 pub const SETTINGS_FILE: &str = "settings.toml";
-/// How often the snapshot is brought up to date (when something changed).
-pub const SNAPSHOT_PERIOD: Duration = Duration::from_secs(5);
+/// How often the snapshot is brought up to date (when something changed): each one rewrites
+/// every object (one redb commit each), so not more often than this.
+pub const SNAPSHOT_PERIOD: Duration = Duration::from_secs(15);
 
 /// Where the snapshot lives.
 pub fn directory(data_dir: &Path) -> PathBuf {
