@@ -61,6 +61,7 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
     ("GET", "/api/v1/upstreams", Permission::UpstreamsRead),
     ("GET", "/api/v1/info/messages", Permission::InfoRead),
     ("GET", "/api/v1/doctor", Permission::InfoRead),
+    ("GET", "/api/v1/cluster", Permission::InfoRead),
     ("GET", "/api/v1/cache", Permission::CacheRead),
     ("DELETE", "/api/v1/cache", Permission::CacheFlush),
     ("GET", "/api/v1/cache/dump", Permission::CacheDump),
@@ -443,6 +444,7 @@ impl Api {
             ("GET", "/api/v1/upstreams") => self.upstreams(),
             ("GET", "/api/v1/info/messages") => ok(json!({ "messages": self.messages() })),
             ("GET", "/api/v1/doctor") => self.doctor(),
+            ("GET", "/api/v1/cluster") => self.cluster_status(),
             ("GET", "/api/v1/cache") => self.cache_stats(),
             ("DELETE", "/api/v1/cache") => self.cache_flush(&request.query),
             ("GET", "/api/v1/cache/dump") => self.cache_dump(&request.query),
@@ -474,6 +476,37 @@ impl Api {
             .ok_or_else(|| error(503, "no_list_manager", "no list manager runs"))
     }
 
+    /// Leader-only work on a node that does not lead: 409 `not_leader` naming the leader's
+    /// advertised address (send it there), 503 `no_leader` while none is elected or etcd
+    /// cannot be reached. `None` on the leader (and on a single node, which always leads).
+    fn not_leader(&self) -> Option<Reply> {
+        let cluster = self.ops.cluster.as_ref()?;
+        match cluster.leadership() {
+            crate::cluster::Leadership::Leader { .. } => None,
+            crate::cluster::Leadership::Follower { leader } => {
+                let mut reply = error(
+                    409,
+                    "not_leader",
+                    format!(
+                        "this node does not lead the fleet; send this to the leader at {leader}"
+                    ),
+                );
+                reply.body["leader"] = leader.into();
+                Some(reply)
+            }
+            crate::cluster::Leadership::NoLeader => Some(error(
+                503,
+                "no_leader",
+                "no node leads the fleet now (an election is under way); retry in a few seconds",
+            )),
+            crate::cluster::Leadership::Disconnected => Some(error(
+                503,
+                "no_leader",
+                "this node cannot reach etcd, so no leader is known to it; retry later or ask another node",
+            )),
+        }
+    }
+
     /// `POST /api/v1/blocklists/{name}/refresh`: 202 when a refresh started (skipping the
     /// interval and any failure cooldown), 404 for an unknown list, 409 for a disabled one.
     fn refresh_list(&self, name: &str) -> Reply {
@@ -481,6 +514,11 @@ impl Api {
             Ok(handle) => handle,
             Err(reply) => return reply,
         };
+        // Leadership first: a follower, or a node cut off from etcd, cannot act on the list
+        // and may not even read it.
+        if let Some(reply) = self.not_leader() {
+            return reply;
+        }
         let object = match self.store.get(crate::objects::kinds::BLOCK_LIST, name) {
             Ok(object) => object,
             Err(e) => return routes::store_error(e).into(),
@@ -834,6 +872,17 @@ impl Api {
         out
     }
 
+    /// `GET /api/v1/cluster`: this node's role, the leader, the members (with each one's
+    /// snapshot revision) and etcd's revision; a single node says `driver: none`.
+    fn cluster_status(&self) -> Reply {
+        match &self.ops.cluster {
+            Some(cluster) => ok(crate::cluster::status(cluster)),
+            None => {
+                ok(json!({ "driver": "none", "role": "leader", "connected": true, "members": [] }))
+            }
+        }
+    }
+
     fn doctor(&self) -> Reply {
         use std::os::unix::fs::PermissionsExt as _;
         let running = self.reloadable.current();
@@ -1034,6 +1083,41 @@ impl Api {
             ),
             (false, _) => check("readiness", "fail", "not every core is serving yet".into()),
         }
+        if let Some(cluster) = self.ops.cluster.as_ref().filter(|c| c.is_fleet()) {
+            let status = crate::cluster::status(cluster);
+            let members = status["members"].as_array().map(|m| {
+                m.iter()
+                    .filter_map(|m| m["name"].as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
+            let leader = status["leader"].as_str().unwrap_or("none");
+            match (status["connected"] == true, members) {
+                (true, Some(members)) => check(
+                    "cluster",
+                    if status["leader"].is_null() {
+                        "warn"
+                    } else {
+                        "ok"
+                    },
+                    format!(
+                        "connected to etcd; this node is {}; leader {leader}; members: {members}",
+                        status["role"].as_str().unwrap_or("?")
+                    ),
+                ),
+                (_, members) => check(
+                    "cluster",
+                    "fail",
+                    format!(
+                        "etcd cannot be reached ({}): answers come from the last snapshot, writes answer 503, no leader work here{}",
+                        status["error"].as_str().unwrap_or("lease not kept alive"),
+                        members
+                            .map(|m| format!("; members: {m}"))
+                            .unwrap_or_default()
+                    ),
+                ),
+            }
+        }
         let count = |s: &str| checks.iter().filter(|c| c["status"] == s).count();
         let counts = json!({ "ok": count("ok"), "warn": count("warn"), "fail": count("fail") });
         ok(json!({ "checks": checks, "counts": counts }))
@@ -1071,6 +1155,16 @@ impl Api {
         if let Some(reply) = self.locked(&keys) {
             return reply;
         }
+        if let Some(reply) = self.managed_by_file() {
+            return reply;
+        }
+        if let Some(etcd) = self.ops.cluster.as_ref().and_then(|c| c.etcd()) {
+            if !dry_run {
+                return self.patch_fleet_settings(etcd, patch, &keys, principal);
+            }
+            // A dry run changes nothing: the patch is merged into the fleet's document as
+            // this node last applied it, and checked and compared below as any other.
+        }
         let mut document = match self.settings_document() {
             Ok(document) => document,
             Err(reply) => return reply,
@@ -1078,6 +1172,21 @@ impl Api {
         merge(&mut document, patch, "");
         let text = toml::to_string(&document).unwrap_or_default();
         self.apply_settings_text(&text, dry_run, principal, Some(restart_bound(&keys)))
+    }
+
+    /// In a fleet, a node with its own settings file follows the file, not etcd: its settings
+    /// writes (PATCH, rollback) answer 409 `managed_by` naming the file.
+    fn managed_by_file(&self) -> Option<Reply> {
+        self.ops.cluster.as_ref().and_then(|c| c.etcd())?;
+        let path = self.reloadable.settings_path()?;
+        Some(error(
+            409,
+            "managed_by",
+            format!(
+                "this node's cluster settings are managed by its settings file {} (settingsFile), which wins over the fleet's settings in etcd; change the file, or remove settingsFile to follow the fleet",
+                path.display()
+            ),
+        ))
     }
 
     /// The cluster settings document to change: the settings file as it is now, or the
@@ -1133,6 +1242,18 @@ impl Api {
             let restart = changes.iter().any(|c| c["restartRequired"] == true);
             return ok(json!({ "dryRun": true, "changes": changes, "restartRequired": restart }));
         }
+        // In a fleet (no settings file: patch_settings answered managed_by otherwise) the
+        // document goes to etcd, whatever it holds now: a rollback replaces it whole.
+        if path.is_none()
+            && let Some(etcd) = self.ops.cluster.as_ref().and_then(|c| c.etcd())
+        {
+            return self.write_fleet_settings(
+                etcd,
+                |_| Ok(text.to_owned()),
+                principal,
+                restart_keys,
+            );
+        }
         let persisted = match &path {
             Some(path) => match persist(path, text) {
                 Ok(()) => true,
@@ -1165,6 +1286,99 @@ impl Api {
                 });
                 if !changes.is_empty() {
                     body["version"] = self.record_settings_version(principal, text, &changes);
+                }
+                ok(body)
+            }
+            Err(e) => config_error(&e),
+        }
+    }
+
+    /// A PATCH of the fleet's settings: `patch` merged into the document in etcd as it is at
+    /// the write (compare-and-swap); see [`Api::write_fleet_settings`].
+    fn patch_fleet_settings(
+        &self,
+        etcd: &crate::cluster::EtcdInfo,
+        patch: &Map<String, Value>,
+        keys: &[&'static KeyInfo],
+        principal: &str,
+    ) -> Reply {
+        use crate::cluster::settings::WriteError;
+        self.write_fleet_settings(
+            etcd,
+            |current| {
+                let mut document: toml::Table = current
+                    .parse()
+                    .map_err(|e: toml::de::Error| WriteError::Stored(e.to_string()))?;
+                merge(&mut document, patch, "");
+                Ok(toml::to_string(&document).unwrap_or_default())
+            },
+            principal,
+            Some(restart_bound(keys)),
+        )
+    }
+
+    /// Writes the fleet's settings document to etcd (compare-and-swap: `change` gets the
+    /// stored text and returns the new one, checked before it is written), applies it here at
+    /// once (every other node applies it from its watch) and records it as a settings version
+    /// by `principal`. Called with [`Api::writes`] held; the answer is a PATCH's.
+    fn write_fleet_settings(
+        &self,
+        etcd: &crate::cluster::EtcdInfo,
+        change: impl Fn(&str) -> Result<String, crate::cluster::settings::WriteError>,
+        principal: &str,
+        restart_keys: Option<Vec<&'static str>>,
+    ) -> Reply {
+        use crate::cluster::settings::{SETTINGS_SOURCE, WriteError, write};
+        let source = Path::new(SETTINGS_SOURCE);
+        let written = write(etcd, |current| {
+            let text = change(current)?;
+            let layer = FileLayer::parse_settings(source, &text)?;
+            let node = self.reloadable.overlays().1;
+            self.reloadable.check(Some(&layer), node.as_ref())?;
+            Ok(text)
+        });
+        let text = match written {
+            Ok(text) => text,
+            Err(WriteError::Invalid(e)) => return config_error(&e),
+            Err(e @ WriteError::Stored(_)) => {
+                return error(409, "settings_invalid", e.to_string());
+            }
+            Err(e @ WriteError::Contended(_)) => return error(409, "conflict", e.to_string()),
+            Err(e) => {
+                return error(
+                    503,
+                    "cluster_unavailable",
+                    format!("the fleet's settings could not be written: {e}"),
+                );
+            }
+        };
+        let layer = match FileLayer::parse_settings(source, &text) {
+            Ok(layer) => layer,
+            Err(e) => return config_error(&e),
+        };
+        let node = self.reloadable.overlays().1;
+        let changes = match self.reloadable.check(Some(&layer), node.as_ref()) {
+            Ok(next) => settings_versions::changes(&self.reloadable.current(), &next),
+            Err(e) => return config_error(&e),
+        };
+        match self.reloadable.apply(Some(&layer)) {
+            Ok(changed) => {
+                let restart_keys = restart_keys.unwrap_or_else(|| {
+                    changes
+                        .iter()
+                        .filter(|c| c["restartRequired"] == true)
+                        .filter_map(|c| c["key"].as_str().and_then(find_key_exact))
+                        .map(|k| k.key)
+                        .collect()
+                });
+                let mut body = json!({
+                    "persisted": true,
+                    "changed": changed,
+                    "restartRequired": restart_keys,
+                    "changes": changes,
+                });
+                if !changes.is_empty() {
+                    body["version"] = self.record_settings_version(principal, &text, &changes);
                 }
                 ok(body)
             }
@@ -1723,6 +1937,7 @@ mod tests {
             zones: None,
             querylog: None,
             loops: None,
+            cluster: None,
         });
         let store = crate::objects::open_store(Path::new("/nonexistent"), true).unwrap();
         let (_stop, stopping) = tokio::sync::watch::channel(false);

@@ -59,6 +59,11 @@ pub enum Command {
         #[command(flatten)]
         api: ClientArgs,
     },
+    /// The fleet (cluster.driver = etcd): members, leader, revisions (GET /api/v1/cluster).
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
     /// Show objects (client groups, …) of a running server.
     Get {
         /// The kind (ClientGroup) or its plural (clientgroups).
@@ -583,5 +588,19 @@ pub enum TokenCommand {
         /// Where the configuration comes from.
         #[command(flatten)]
         args: ServeArgs,
+    },
+}
+
+/// `kudurru cluster …`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Members, the leader, etcd's revision and each node's snapshot revision.
+    Status {
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// How to reach the API.
+        #[command(flatten)]
+        api: ClientArgs,
     },
 }

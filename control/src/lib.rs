@@ -16,6 +16,7 @@ pub mod certs;
 pub mod check;
 pub mod cli;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod dashboard;
 pub mod files;

@@ -5,8 +5,8 @@
 use clap::{CommandFactory, Parser};
 use kudurru_control::cli::{
     ApiCommand, AuditCommand, BlockingCommand, BlocklistCommand, CacheCommand, CertCommand, Cli,
-    ClientArgs, Command, ConfigCommand, QuerylogCommand, ServeArgs, SettingsCommand, TokenCommand,
-    ZoneCommand,
+    ClientArgs, ClusterCommand, Command, ConfigCommand, QuerylogCommand, ServeArgs,
+    SettingsCommand, TokenCommand, ZoneCommand,
 };
 use kudurru_control::client::percent_encode;
 use kudurru_control::{
@@ -36,6 +36,9 @@ fn main() {
             }
         },
         Command::Upstreams { json, api } => report("upstreams", upstreams(&api, json)),
+        Command::Cluster {
+            command: ClusterCommand::Status { json, api },
+        } => report("cluster status", cluster_status(&api, json)),
         Command::Audit {
             command: AuditCommand::Verify { args },
         } => report("audit verify", audit_verify(&args)),
@@ -447,6 +450,60 @@ fn upstreams(args: &ClientArgs, json: bool) -> Result<String, Failure> {
             u["answered"].as_u64().unwrap_or(0),
             u["meanLatencyMs"].as_f64().unwrap_or(0.0),
             if u["healthy"] == true { "yes" } else { "no" },
+        ));
+    }
+    Ok(out)
+}
+
+/// `kudurru cluster status`: the fleet as the node behind the API sees it.
+fn cluster_status(args: &ClientArgs, json: bool) -> Result<String, Failure> {
+    let api = api_client(args)?;
+    let answer = api.call("GET", "/api/v1/cluster", None)?;
+    if answer.status != 200 {
+        let message = answer.body["message"].as_str().unwrap_or("");
+        return Err(format!("{} answered {}: {message}", api.url(), answer.status).into());
+    }
+    let body = &answer.body;
+    if json {
+        return Ok(format!("{body:#}\n"));
+    }
+    if body["driver"] == "none" {
+        return Ok("cluster.driver = none: a single node, its own leader\n".into());
+    }
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("-").to_owned();
+    let mut out = format!(
+        "fleet {} (etcd revision {}), asked node {} ({}, {}connected)\nleader: {}\n",
+        text(&body["name"]),
+        body["revision"]
+            .as_i64()
+            .map_or("-".into(), |r| r.to_string()),
+        text(&body["node"]),
+        text(&body["role"]),
+        if body["connected"] == true {
+            ""
+        } else {
+            "NOT "
+        },
+        text(&body["leader"]),
+    );
+    if let Some(error) = body["error"].as_str() {
+        out.push_str(&format!("members: unknown ({error})\n"));
+        return Ok(out);
+    }
+    out.push_str(&format!(
+        "{:<20} {:<32} {:<8} {:>10} {:<8} {}\n",
+        "MEMBER", "ADDRESS", "VERSION", "SNAPSHOT", "LEADER", "STARTED"
+    ));
+    for m in body["members"].as_array().into_iter().flatten() {
+        let leads = m["advertiseAddress"] == body["leader"];
+        out.push_str(&format!(
+            "{:<20} {:<32} {:<8} {:>10} {:<8} {}\n",
+            text(&m["name"]),
+            text(&m["advertiseAddress"]),
+            text(&m["version"]),
+            m["snapshotRevision"].as_i64().unwrap_or(0),
+            if leads { "yes" } else { "" },
+            text(&m["started"]),
         ));
     }
     Ok(out)

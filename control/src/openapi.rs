@@ -601,6 +601,40 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             None,
         ),
         ("GET", "/api/v1/doctor") => ("Self-checks: each ok, warn or fail", checks_schema(), None),
+        ("GET", "/api/v1/cluster") => (
+            "The fleet as this node sees it (cluster.driver = etcd): its role, the leader's advertised address, the members with their snapshot revisions, etcd's revision; driver none: a single node",
+            json!({
+                "type": "object",
+                "required": ["driver", "role", "connected"],
+                "properties": {
+                    "driver": { "type": "string", "enum": ["none", "etcd"] },
+                    "name": { "type": "string" },
+                    "node": { "type": "string" },
+                    "advertiseAddress": { "type": "string" },
+                    "role": { "type": "string", "enum": ["leader", "follower", "no_leader", "disconnected"] },
+                    "leader": { "type": ["string", "null"] },
+                    "connected": { "type": "boolean" },
+                    "snapshotRevision": { "type": "integer" },
+                    "revision": { "type": "integer" },
+                    "error": { "type": "string" },
+                    "members": {
+                        "type": ["array", "null"],
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "name": { "type": "string" },
+                                "advertiseAddress": { "type": "string" },
+                                "version": { "type": "string" },
+                                "started": { "type": "string" },
+                                "snapshotRevision": { "type": "integer" },
+                                "leader": { "type": "boolean" }
+                            }
+                        }
+                    }
+                }
+            }),
+            None,
+        ),
         ("GET", "/api/v1/cache") => (
             "Cache sizes and counters per core (shard and L1)",
             cache_stats_schema(),

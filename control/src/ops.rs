@@ -41,6 +41,8 @@ pub struct OpsState {
     pub querylog: Option<crate::querylog::QueryLog>,
     /// Forwarding-loop probes: the last round's verdicts; `None` in tests.
     pub loops: Option<Arc<crate::loop_probe::LoopProbes>>,
+    /// The fleet: `kudurru_cluster_connected`, `kudurru_cluster_leader`; `None` in tests.
+    pub cluster: Option<crate::cluster::ClusterHandle>,
 }
 
 /// Whether a peer may change lameduck: loopback only, since the ops listener has no
@@ -652,7 +654,36 @@ pub fn render_metrics(state: &OpsState) -> String {
     if let Some(querylog) = &state.querylog {
         querylog.render_metrics(&mut out);
     }
+    if let Some(cluster) = &state.cluster {
+        render_cluster(cluster, &mut out);
+    }
     out
+}
+
+/// The fleet's gauges (a single node is connected and leads).
+fn render_cluster(cluster: &crate::cluster::ClusterHandle, out: &mut String) {
+    head(
+        out,
+        "kudurru_cluster_connected",
+        "gauge",
+        "1 while this node's etcd lease is kept alive (always 1 with cluster.driver = none).",
+    );
+    let _ = writeln!(
+        out,
+        "kudurru_cluster_connected {}",
+        u8::from(cluster.connected())
+    );
+    head(
+        out,
+        "kudurru_cluster_leader",
+        "gauge",
+        "1 while this node leads the fleet's periodic work (list fetching, transfers, audit pruning).",
+    );
+    let _ = writeln!(
+        out,
+        "kudurru_cluster_leader {}",
+        u8::from(cluster.leadership().is_leader())
+    );
 }
 
 #[cfg(test)]
@@ -683,6 +714,7 @@ mod tests {
             zones: None,
             querylog: None,
             loops: None,
+            cluster: None,
         }
     }
 

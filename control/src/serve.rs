@@ -66,6 +66,9 @@ pub enum ServeError {
     /// The TSIG key file (`zones.tsigKeyFile`) could not be read or parsed.
     #[error("cannot load the TSIG keys: {0}")]
     TsigKeys(#[from] crate::zones::keys::KeyFileError),
+    /// The cluster agent could not start (`cluster.*`).
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::AgentError),
     /// The control thread's runtime or its signal handlers could not be set up.
     #[error("cannot start the control thread: {0}")]
     Runtime(#[source] std::io::Error),
@@ -83,6 +86,7 @@ impl ServeError {
             | Self::Watch(_)
             | Self::Store(_)
             | Self::QueryLog(_)
+            | Self::Cluster(_)
             | Self::Runtime(_) => exit::START,
         }
     }
@@ -204,13 +208,86 @@ async fn control(
     }
     let config = &running.config;
     let validated = running.validated.clone();
-    let store = {
-        let data_dir = validated.data_dir.clone();
-        tokio::task::spawn_blocking(move || crate::objects::open_store(&data_dir, ephemeral))
-            .await
-            .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
+    // In a fleet the objects, the audit log and the list bodies live in etcd; a node that
+    // cannot reach etcd at start serves its last snapshot (cluster::snapshot), read-only.
+    let mut snapshot_store = None;
+    let etcd_store = match validated.cluster.clone() {
+        crate::config::ClusterSettings::Etcd(settings) => {
+            let opened = {
+                let settings = settings.clone();
+                tokio::task::spawn_blocking(move || crate::objects::open_etcd_store(&settings))
+                    .await
+                    .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))?
+            };
+            match opened {
+                Ok(store) => Some(store),
+                Err(e @ kudurru_storage::StoreError::Unavailable { .. }) => {
+                    let data_dir = validated.data_dir.clone();
+                    let snapshot = tokio::task::spawn_blocking(move || {
+                        crate::cluster::snapshot::open(&data_dir)
+                    })
+                    .await
+                    .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??;
+                    let Some((store, settings_text)) = snapshot else {
+                        tracing::error!(error = %e, "etcd cannot be reached and this node has no snapshot of the fleet to serve");
+                        return Err(e.into());
+                    };
+                    tracing::warn!(error = %e, "etcd cannot be reached: serving this node's last snapshot of the fleet, read-only; the node starts again once etcd answers");
+                    if reloadable.settings_path().is_none() {
+                        let applied = crate::layers::FileLayer::parse_settings(
+                            std::path::Path::new(crate::cluster::settings::SETTINGS_SOURCE),
+                            &settings_text,
+                        )
+                        .and_then(|layer| reloadable.apply(Some(&layer)));
+                        if let Err(e) = applied {
+                            tracing::error!(error = %e, "the snapshot's fleet settings are not valid; not applied");
+                        }
+                    }
+                    tokio::spawn(crate::cluster::snapshot::rejoin(settings));
+                    snapshot_store = Some(store);
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        crate::config::ClusterSettings::None => None,
     };
-    if ephemeral {
+    let store: Arc<dyn crate::objects::ObjectStore> = match (&etcd_store, &snapshot_store) {
+        (Some(etcd), _) => etcd.clone(),
+        (None, Some(snapshot)) => snapshot.clone(),
+        (None, None) => {
+            let data_dir = validated.data_dir.clone();
+            tokio::task::spawn_blocking(move || crate::objects::open_store(&data_dir, ephemeral))
+                .await
+                .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
+        }
+    };
+    // The fleet (cluster.driver = etcd): the agent registers this node and campaigns on a
+    // thread of its own; etcd down now is not an error (the node starts disconnected).
+    let cluster = match validated.cluster.clone() {
+        crate::config::ClusterSettings::None => crate::cluster::ClusterHandle::single(),
+        // Serving the snapshot: not a member until the node starts again.
+        crate::config::ClusterSettings::Etcd(_) if snapshot_store.is_some() => {
+            crate::cluster::ClusterHandle::detached()
+        }
+        crate::config::ClusterSettings::Etcd(settings) => {
+            tracing::info!(endpoints = ?settings.endpoints, name = %settings.name, node = %settings.node_name, advertise = %settings.advertise_address, "joining the fleet on etcd");
+            tokio::task::spawn_blocking(move || crate::cluster::start(settings))
+                .await
+                .map_err(|e| ServeError::Runtime(std::io::Error::other(e)))??
+        }
+    };
+    // Leader work (list fetching, audit pruning) runs while this node leads and its writes
+    // carry the fence; on a single node, always.
+    let leading = match (&etcd_store, &snapshot_store) {
+        (Some(etcd), _) => crate::cluster::follow_leadership(&cluster, etcd.clone()),
+        // Serving a snapshot: no leader work here, whatever the election says.
+        (None, Some(_)) => watch::channel(false).1,
+        (None, None) => cluster.leading(),
+    };
+    if etcd_store.is_some() {
+        tracing::info!("object store: etcd (shared by the fleet)");
+    } else if ephemeral {
         tracing::warn!("--ephemeral: objects are kept in memory and lost when the process ends");
     } else {
         tracing::info!(file = %validated.data_dir.join(kudurru_storage::FILE_NAME).display(), "object store");
@@ -323,6 +400,7 @@ async fn control(
         settings: validated.blocking.clone(),
         cores: validated.cpus.len(),
         follow: None,
+        leading: cluster.is_fleet().then(|| leading.clone()),
     });
     let list_commands = manager.commands();
     // Zones: the manager publishes through the same publisher; its handle is what transfers,
@@ -341,10 +419,14 @@ async fn control(
         settings: validated.zones.clone(),
     });
     let zone_commands = zone_manager.commands();
+    let zone_commands_for_bodies = zone_commands.clone();
     let zone_handle = crate::zones::ZoneHandle::new(zone_commands.clone(), zones.clone());
     tokio::spawn(zone_manager.run());
     // Transfers in, NOTIFY in and out, and the cores' inbox (NOTIFY, UPDATE).
-    let secondaries = crate::zones::secondary::Secondaries::start(zone_handle.clone());
+    let secondaries = crate::zones::secondary::Secondaries::start_gated(
+        zone_handle.clone(),
+        cluster.is_fleet().then(|| leading.clone()),
+    );
     tokio::spawn(crate::zones::notify::run(zone_handle.clone()));
     tokio::spawn(crate::zones::inbox::serve(
         inbox_receiver,
@@ -371,6 +453,7 @@ async fn control(
         zones: Some(zones.clone()),
         querylog: Some(querylog_handle.clone()),
         loops: Some(loops.clone()),
+        cluster: Some(cluster.clone()),
     });
     // Subscribers, in order: the log filter, then the data plane's snapshot.
     reloadable.subscribe("log.level", move |change| {
@@ -432,6 +515,18 @@ async fn control(
             ));
         }
     });
+    // The fleet's settings in etcd, unless a local settings file owns this node's (below).
+    if let Some(etcd) = cluster.etcd().filter(|_| etcd_store.is_some()) {
+        match reloadable.settings_path() {
+            None => {
+                crate::cluster::settings::follow(&cluster, reloadable.clone());
+                tracing::info!(key = %etcd.keys.settings(), "following the fleet's settings in etcd");
+            }
+            Some(path) => {
+                tracing::warn!(file = %path.display(), "settingsFile is set: it owns this node's cluster settings; the fleet's settings in etcd are not followed")
+            }
+        }
+    }
     if let Some(path) = reloadable.settings_path() {
         let removed = crate::files::remove_stale_temporaries(&path);
         if removed > 0 {
@@ -459,6 +554,39 @@ async fn control(
             tracing::warn!(file = %path.display(), error = %e, "a block list file is read on refresh only");
         }
     }));
+    // The node's snapshot of the fleet, for a start while etcd is down.
+    if let Some(etcd) = &etcd_store {
+        tokio::spawn(crate::cluster::snapshot::keep(
+            store.clone(),
+            etcd.watch_bodies(),
+            cluster.clone(),
+            validated.data_dir.clone(),
+        ));
+    }
+    // In a fleet, a follower compiles the bodies the leader stores as they change.
+    if let Some(etcd) = &etcd_store {
+        let mut changed = etcd.watch_bodies();
+        let commands = list_commands.clone();
+        let zones = zone_commands_for_bodies.clone();
+        let leading = leading.clone();
+        tokio::spawn(async move {
+            while let Some(key) = changed.recv().await {
+                if key.starts_with("zone/") {
+                    // A secondary's transfer the leader stored; the leader has it already.
+                    if !*leading.borrow() {
+                        let _ = zones.send(crate::zones::Command::StoredChanged(key));
+                    }
+                    continue;
+                }
+                if commands
+                    .send(crate::blocking::Command::BodyChanged(key))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
     tokio::spawn(manager.run());
     let (stop_http, stopped) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
@@ -494,8 +622,25 @@ async fn control(
     tokio::spawn(crate::objects::prune_audit(
         store.clone(),
         validated.audit_retention,
+        leading.clone(),
     ));
     tokio::spawn(crate::objects::bookmarks(store.clone()));
+    // The store revision this node's objects reflect, for its member key.
+    if cluster.is_fleet() {
+        let (cluster, store) = (cluster.clone(), store.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(2));
+            loop {
+                tick.tick().await;
+                let store = store.clone();
+                if let Ok(Ok(revision)) =
+                    tokio::task::spawn_blocking(move || store.revision()).await
+                {
+                    cluster.set_snapshot_revision(i64::try_from(revision).unwrap_or(i64::MAX));
+                }
+            }
+        });
+    }
     tasks.spawn(http::serve(ops_listener, ops::handler(state), stopped));
     let hangup = || {
         tracing::info!(
@@ -508,6 +653,8 @@ async fn control(
         }
     };
     let signal = signals.stop(hangup).await;
+    // Leader work moves to another node at once instead of after the lease TTL.
+    cluster.leave();
     if signal == SignalKind::terminate() && !validated.drain_delay.is_zero() {
         lameduck.store(true, Ordering::Relaxed);
         tracing::info!(delay = %humantime::format_duration(validated.drain_delay), "SIGTERM: lameduck before closing the listeners (shutdown.drainDelay)");

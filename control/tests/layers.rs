@@ -26,6 +26,9 @@ const FLOORS: &[&[&str]] = &[
     // configuration; it hands their addresses to the publisher above it). Forwarding-loop
     // probes of the published upstreams (on the cores' counters alone).
     &["bootstrap", "loop_probe"],
+    // The fleet on etcd: membership, leader election and fencing, cluster settings (on the
+    // effective configuration); the list manager, the API and ops read its handle.
+    &["cluster"],
     // Block lists, client groups and policies: the list manager, the publisher of the
     // settings snapshot, status, readiness, metrics and the check explanation.
     &["blocking"],

@@ -19,10 +19,10 @@ use serde_json::{Value, json};
 
 /// A list server on loopback: each path a scripted answer, requests counted per path and
 /// status.
-struct ListServer {
+pub(crate) struct ListServer {
     addr: SocketAddr,
     /// `/toggle` answers 500 while set.
-    failing: Arc<AtomicBool>,
+    pub(crate) failing: Arc<AtomicBool>,
     /// (path, status) → requests.
     hits: Arc<Mutex<HashMap<(String, u16), usize>>>,
     stop: Arc<AtomicBool>,
@@ -36,7 +36,7 @@ const RPZ: &str = "$TTL 60\n@ SOA localhost. root.localhost. 1 3600 600 86400 60
 const TOGGLE: &str = "toggle-blocked.example\n";
 
 impl ListServer {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -63,11 +63,11 @@ impl ListServer {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    fn hits(&self, path: &str, status: u16) -> usize {
+    pub(crate) fn hits(&self, path: &str, status: u16) -> usize {
         self.hits
             .lock()
             .unwrap()
@@ -148,7 +148,13 @@ fn serve_one(stream: TcpStream, failing: &AtomicBool, hits: &Mutex<HashMap<(Stri
 }
 
 /// (status, JSON body) of one API request through curl (`objects::call` with a JSON body).
-fn call(k: &Kudurru, method: &str, path: &str, token: &str, body: Option<&Value>) -> (u16, Value) {
+pub(crate) fn call(
+    k: &Kudurru,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
     let text = body.map(Value::to_string);
     crate::objects::call(
         k,
@@ -205,11 +211,11 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 /// The object's status.
-fn status(k: &Kudurru, token: &str, plural: &str, name: &str) -> Value {
+pub(crate) fn status(k: &Kudurru, token: &str, plural: &str, name: &str) -> Value {
     call(k, "GET", &format!("/api/v1/{plural}/{name}"), token, None).1["status"].clone()
 }
 
-fn condition(status: &Value, type_: &str) -> (String, String) {
+pub(crate) fn condition(status: &Value, type_: &str) -> (String, String) {
     status["conditions"]
         .as_array()
         .into_iter()
@@ -224,7 +230,7 @@ fn condition(status: &Value, type_: &str) -> (String, String) {
         .unwrap_or_default()
 }
 
-fn loaded(k: &Kudurru, token: &str, list: &str) -> bool {
+pub(crate) fn loaded(k: &Kudurru, token: &str, list: &str) -> bool {
     condition(&status(k, token, "blocklists", list), "Ready").0 == "True"
 }
 
@@ -241,7 +247,7 @@ fn ask(k: &Kudurru, source: &str, name: &str, rtype: &str) -> (String, Vec<(Stri
     )
 }
 
-fn rcode(k: &Kudurru, source: &str, name: &str) -> String {
+pub(crate) fn rcode(k: &Kudurru, source: &str, name: &str) -> String {
     ask(k, source, name, "A").0
 }
 

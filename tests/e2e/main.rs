@@ -9,6 +9,7 @@ mod bad_replies;
 mod bench;
 mod blocking;
 mod cache;
+mod cluster;
 mod control;
 mod crash;
 mod dashboard_api;

@@ -18,14 +18,14 @@ const KEY_SECRET: &str = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTAxMjM=";
 const WRONG_SECRET: &str = "b3RoZXItb3RoZXItb3RoZXItb3RoZXItb3RoZXItMDE=";
 
 /// A Knot DNS server with its own directory; killed when dropped.
-struct Knot {
+pub(crate) struct Knot {
     child: Child,
     port: u16,
     dir: PathBuf,
 }
 
 impl Knot {
-    fn start(dir: &Path, config: &str, port: u16) -> Self {
+    pub(crate) fn start(dir: &Path, config: &str, port: u16) -> Self {
         let conf = dir.join("knot.conf");
         std::fs::write(&conf, config).unwrap();
         let child = Command::new(KNOTD)
@@ -52,7 +52,7 @@ impl Knot {
         knot
     }
 
-    fn addr(&self) -> std::net::SocketAddr {
+    pub(crate) fn addr(&self) -> std::net::SocketAddr {
         ([127, 0, 0, 1], self.port).into()
     }
 
@@ -70,7 +70,7 @@ impl Knot {
         );
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("knot.log")).unwrap_or_default()
     }
 }
@@ -82,7 +82,7 @@ impl Drop for Knot {
     }
 }
 
-fn knot_config(dir: &Path, port: u16, body: &str) -> String {
+pub(crate) fn knot_config(dir: &Path, port: u16, body: &str) -> String {
     let d = dir.display();
     format!(
         "server:\n    listen: 127.0.0.1@{port}\n    rundir: {d}\n\
@@ -94,7 +94,7 @@ fn knot_config(dir: &Path, port: u16, body: &str) -> String {
 }
 
 /// The zone Knot serves; `timers` is "refresh retry expire".
-fn zone_file(serial: u32, timers: &str, extra: &str) -> String {
+pub(crate) fn zone_file(serial: u32, timers: &str, extra: &str) -> String {
     format!(
         "$ORIGIN corp.example.\n$TTL 300\n\
          @ SOA ns1 hostmaster {serial} {timers} 60\n\
@@ -135,7 +135,7 @@ fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
 
 /// The A records of an authoritative answer (AA set: the test upstream, which answers
 /// anything with 192.0.2.1, never counts).
-fn a_records(server: std::net::SocketAddr, name: &str) -> Vec<String> {
+pub(crate) fn a_records(server: std::net::SocketAddr, name: &str) -> Vec<String> {
     try_dig(server, &[name, "A", "+norecurse"])
         .ok()
         .filter(|d| d.flags.iter().any(|f| f == "aa"))

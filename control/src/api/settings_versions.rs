@@ -193,6 +193,9 @@ impl Api {
             .writes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(reply) = self.managed_by_file() {
+            return reply;
+        }
         let versions = match self.settings_versions() {
             Ok(versions) => versions,
             Err(reply) => return reply,

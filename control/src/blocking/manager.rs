@@ -57,6 +57,9 @@ pub enum Command {
     FileChanged(PathBuf),
     /// `blocking.*` changed.
     Settings(BlockingSettings),
+    /// A stored body changed (in a fleet, another node stored it): a follower reads the
+    /// list's bodies again.
+    BodyChanged(String),
     /// A fetch or read finished.
     Fetched {
         /// The list.
@@ -99,6 +102,11 @@ pub struct ManagerParts {
     pub cores: usize,
     /// The file watcher's hook (`None`: files are read when the list changes or on refresh).
     pub follow: Option<Follow>,
+    /// In a fleet: true while this node leads. Only the leader fetches and reads sources,
+    /// stores their bodies and writes statuses; the others compile the bodies the leader
+    /// stored, read again when the store says one changed (`Command::BodyChanged`). `None`: a
+    /// single node, always leading.
+    pub leading: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// The last good compile of a list.
@@ -209,6 +217,8 @@ pub struct Manager {
     next_schedule_change: Option<jiff::Timestamp>,
     /// Each kind's watch has delivered the objects that existed when it started.
     synced: [bool; 3],
+    /// See [`ManagerParts::leading`].
+    leading: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// The three kinds, in the order of `Manager::synced`.
@@ -239,7 +249,15 @@ impl Manager {
             inactive: Vec::new(),
             next_schedule_change: None,
             synced: [false; 3],
+            leading: parts.leading,
         }
+    }
+
+    /// Whether this node does the fleet's list work now (always, on a single node).
+    fn leads(&self) -> bool {
+        self.leading
+            .as_ref()
+            .is_none_or(|leading| *leading.borrow())
     }
 
     /// Sets the file watcher's hook (it needs [`Manager::commands`], so it comes after `new`).
@@ -271,6 +289,14 @@ impl Manager {
                     None => return,
                 },
                 () = sleep => (3, None),
+                () = leadership_changed(&mut self.leading) => {
+                    if self.leads() {
+                        tracing::info!("leading the fleet: list fetching starts here");
+                    } else {
+                        tracing::info!("not leading the fleet: lists come from the stored bodies");
+                    }
+                    (3, None)
+                }
             };
             match (which, event) {
                 (3, _) => {}
@@ -376,7 +402,9 @@ impl Manager {
         if let Some(state) = self.lists.get_mut(&name)
             && !changed(&state.object, &object)
         {
-            // A status write (ours) or a label change: nothing to fetch or compile.
+            // A status write (ours, or in a fleet the leader's) or a label change: nothing to
+            // fetch or compile. A follower hears of new bodies from the store
+            // (`Command::BodyChanged`), not from statuses.
             state.object = object;
             return;
         }
@@ -471,6 +499,38 @@ impl Manager {
         self.index_dirty = true;
     }
 
+    /// A follower's sources from the bodies the leader stored: each body that differs from
+    /// the one held is taken (and the list compiled again); every source counts as tried, so
+    /// a list whose leader has not fetched one source yet compiles from the others.
+    pub(crate) async fn reload_stored(&mut self, name: &str) {
+        let fleet = self.leading.is_some();
+        let Some(state) = self.lists.get_mut(name).filter(|s| s.enabled) else {
+            return;
+        };
+        for source in &mut state.sources {
+            if matches!(source.source, ListSource::Inline(_)) {
+                continue;
+            }
+            source.tried = true;
+            let bodies = self.bodies.clone();
+            let key = source.key.clone();
+            match tokio::task::spawn_blocking(move || bodies.get_body(&key)).await {
+                Ok(Ok(Some((body, meta)))) if source.sha256 != Some(meta.sha256) => {
+                    source.set_body(Bytes::from(body));
+                    source.stored = true;
+                    take_meta(source, meta, fleet);
+                    state.needs_compile = true;
+                }
+                Ok(Ok(Some((_, meta)))) => take_meta(source, meta, fleet),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(key = %source.key, error = %e, "a stored list body could not be read");
+                }
+                Err(e) => tracing::warn!(error = %e, "the body cache read did not run"),
+            }
+        }
+    }
+
     /// Fills a new URL or file source from the body cache (a restart without network keeps
     /// its lists).
     async fn load_cached(&self, source: &mut SourceState) {
@@ -483,11 +543,7 @@ impl Manager {
             Ok(Ok(Some((body, meta)))) => {
                 source.set_body(Bytes::from(body));
                 source.stored = true;
-                source.validators = Validators {
-                    etag: meta.etag,
-                    last_modified: meta.last_modified,
-                };
-                source.last_success = Some(meta.fetched);
+                take_meta(source, meta, self.leading.is_some());
             }
             Ok(Ok(None)) => {}
             Ok(Err(e)) => {
@@ -540,6 +596,10 @@ impl Manager {
     pub(crate) async fn on_command(&mut self, command: Command) {
         match command {
             Command::Refresh(name) => {
+                if !self.leads() {
+                    tracing::info!(list = %name, "refresh ignored: another node leads the fleet");
+                    return;
+                }
                 let Some(state) = self.lists.get_mut(&name).filter(|s| s.enabled) else {
                     return;
                 };
@@ -588,10 +648,23 @@ impl Manager {
                 self.settings = settings;
             }
             Command::Fetched { list, key, outcome } => self.on_fetched(&list, &key, outcome).await,
+            Command::BodyChanged(key) => {
+                if self.leads() {
+                    return;
+                }
+                let list = key
+                    .strip_prefix("blocklist/")
+                    .and_then(|rest| rest.split_once('/'))
+                    .map(|(list, _)| list.to_owned());
+                if let Some(list) = list {
+                    self.reload_stored(&list).await;
+                }
+            }
         }
     }
 
     async fn on_fetched(&mut self, list: &str, key: &str, outcome: Outcome) {
+        let leads = self.leads();
         let Some(state) = self.lists.get_mut(list).filter(|s| s.enabled) else {
             return;
         };
@@ -636,6 +709,11 @@ impl Manager {
         let Some(body) = body else {
             return;
         };
+        if !leads {
+            // Leadership ended during the fetch: the new leader stores its own; this body is
+            // not written (the store's fence would refuse it anyway).
+            return;
+        }
         if !source.set_body(body.clone()) {
             return;
         }
@@ -710,6 +788,9 @@ impl Manager {
     }
 
     fn start_fetches(&mut self) {
+        if !self.leads() {
+            return;
+        }
         let now = Instant::now();
         let settings = &self.settings;
         for (name, state) in self.lists.iter_mut().filter(|(_, s)| s.enabled) {
@@ -919,8 +1000,12 @@ impl Manager {
         );
     }
 
-    /// Writes every status that differs from what the object carries.
+    /// Writes every status that differs from what the object carries (the leader only: in a
+    /// fleet the statuses are the leader's to say).
     async fn write_statuses(&mut self) {
+        if !self.leads() {
+            return;
+        }
         let now = Timestamp::now();
         let mut writes: Vec<(usize, String, kudurru_storage::ObjectStatus)> = Vec::new();
         for (name, state) in &self.lists {
@@ -1090,13 +1175,47 @@ enum Job {
     File(PathBuf, PathBuf),
 }
 
-/// The next event of a watch; pending forever while the watch is being reopened.
+/// The next event of a watch. A watch that could not be opened (the store unavailable: etcd
+/// down in a fleet) answers `None` after [`REWATCH`], so the loop opens it again instead of
+/// waiting forever.
 async fn next(
     watch: &mut Option<kudurru_storage::Watch>,
 ) -> Option<Result<WatchEvent, kudurru_storage::StoreError>> {
     match watch {
         Some(watch) => watch.next().await,
+        None => {
+            tokio::time::sleep(REWATCH).await;
+            None
+        }
+    }
+}
+
+/// Waits for the next change of leadership; pending forever on a single node.
+async fn leadership_changed(leading: &mut Option<tokio::sync::watch::Receiver<bool>>) {
+    match leading {
+        Some(leading) => {
+            if leading.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
         None => std::future::pending().await,
+    }
+}
+
+/// Takes a stored body's validators and fetch time. In a fleet the schedule continues from
+/// the fleet's last fetch (a node that becomes leader does not fetch again at once).
+fn take_meta(source: &mut SourceState, meta: BodyMeta, fleet: bool) {
+    source.validators = Validators {
+        etag: meta.etag,
+        last_modified: meta.last_modified,
+    };
+    source.last_success = Some(meta.fetched);
+    if fleet {
+        let ago = Timestamp::now()
+            .unix_millis()
+            .saturating_sub(meta.fetched.unix_millis());
+        let ago = Duration::from_millis(u64::try_from(ago).unwrap_or(0));
+        source.last_success_at = Instant::now().checked_sub(ago).or(Some(Instant::now()));
     }
 }
 

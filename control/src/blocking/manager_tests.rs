@@ -133,6 +133,7 @@ fn rig_with(
         settings: BlockingSettings::default(),
         cores: 2,
         follow: None,
+        leading: None,
     });
     let watches = KINDS
         .iter()

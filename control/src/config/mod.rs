@@ -19,6 +19,7 @@ mod audit;
 mod auth;
 mod blocking;
 mod cache;
+mod cluster;
 mod docs;
 mod edns;
 mod error;
@@ -51,6 +52,10 @@ pub use blocking::{
     MAX_CLIENT_ID_DOMAINS, MAX_FETCH_TIMEOUT, MIN_REFRESH_INTERVAL,
 };
 pub use cache::{CacheSection, DEFAULT_CACHE_MAX_ENTRIES};
+pub use cluster::{
+    ClusterSection, ClusterSettings, DEFAULT_CLUSTER_DRIVER, DEFAULT_CLUSTER_NAME,
+    DEFAULT_LEASE_TTL, EtcdCluster, EtcdSection, LEASE_TTL_RANGE,
+};
 pub use docs::render_key_table;
 pub use edns::EdnsSection;
 pub use error::ConfigError;
@@ -132,6 +137,8 @@ pub struct Config {
     pub querylog: QueryLogSection,
     /// `log.*`.
     pub log: LogSection,
+    /// `cluster.*`: a fleet on etcd.
+    pub cluster: ClusterSection,
 }
 
 impl Default for Config {
@@ -157,6 +164,7 @@ impl Default for Config {
             audit: AuditSection::default(),
             querylog: QueryLogSection::default(),
             log: LogSection::default(),
+            cluster: ClusterSection::default(),
         }
     }
 }
@@ -195,6 +203,7 @@ static SECTIONS: &[&[KeyInfo]] = &[
     audit::KEYS,
     querylog::KEYS,
     log::KEYS,
+    cluster::KEYS,
 ];
 
 /// Every configuration key, in documentation order.

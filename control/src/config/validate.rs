@@ -349,6 +349,10 @@ impl Config {
             self.server.identity.clone()
         };
         let querylog = problems.take(self.querylog.validate(&data_dir, &identity));
+        let cluster = problems.take(self.cluster.validate(
+            api_address.flatten().map(|addr| (addr, api_tls.is_some())),
+            &hostname(),
+        ));
         let (
             Some(upstream_timeout),
             Some(resolve_timeout),
@@ -365,6 +369,7 @@ impl Config {
             Some(api_address),
             Some(ops_address),
             Some(querylog),
+            Some(cluster),
         ) = (
             upstream_timeout,
             resolve_timeout,
@@ -381,6 +386,7 @@ impl Config {
             api_address,
             ops_address,
             querylog,
+            cluster,
         )
         else {
             return Err(problems.0);
@@ -443,6 +449,7 @@ impl Config {
             zones,
             bootstrap,
             querylog,
+            cluster,
         })
     }
 }
@@ -482,6 +489,8 @@ pub struct Validated {
     pub bootstrap: Vec<SocketAddr>,
     /// `querylog.*`.
     pub querylog: super::QueryLogSettings,
+    /// `cluster.*`.
+    pub cluster: super::ClusterSettings,
 }
 
 /// Whether `upstream` reaches one of kudurru's own listeners: the same port on the listener's

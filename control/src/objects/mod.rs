@@ -109,15 +109,53 @@ pub fn open_store(data_dir: &Path, ephemeral: bool) -> Result<Arc<dyn ObjectStor
     Ok(Arc::new(RedbStore::open(data_dir, options)?))
 }
 
+/// How long the etcd driver waits for a connection to an endpoint.
+pub const ETCD_DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long one etcd call of the store may take before it answers `Unavailable` (the API: 503).
+pub const ETCD_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Opens the fleet's object store on etcd (`cluster.driver = etcd`); fails with
+/// `StoreError::Unavailable` when etcd does not answer within the timeouts.
+pub fn open_etcd_store(
+    settings: &crate::config::EtcdCluster,
+) -> Result<Arc<kudurru_storage::EtcdStore>, StoreError> {
+    let tls = settings
+        .endpoints
+        .iter()
+        .any(|e| e.starts_with("https://"))
+        .then(|| kudurru_storage::EtcdTls {
+            ca_file: settings.ca_file.clone().unwrap_or_default(),
+            cert_file: settings.client_pair.as_ref().map(|(cert, _)| cert.clone()),
+            key_file: settings.client_pair.as_ref().map(|(_, key)| key.clone()),
+        });
+    let options = kudurru_storage::EtcdOptions {
+        endpoints: settings.endpoints.clone(),
+        prefix: settings.name.clone(),
+        tls,
+        dial_timeout: ETCD_DIAL_TIMEOUT,
+        request_timeout: ETCD_REQUEST_TIMEOUT,
+    };
+    Ok(Arc::new(kudurru_storage::EtcdStore::connect(
+        options,
+        StoreOptions::new(registry()),
+    )?))
+}
+
 /// How often the audit log is pruned (besides once at start).
 pub const AUDIT_PRUNE_PERIOD: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Removes audit records older than `retention`, now and every [`AUDIT_PRUNE_PERIOD`], on the
-/// blocking pool; runs until the runtime ends.
-pub async fn prune_audit(store: Arc<dyn ObjectStore>, retention: std::time::Duration) {
-    let mut tick = tokio::time::interval(AUDIT_PRUNE_PERIOD);
+/// blocking pool, while `leading` is true (in a fleet only the leader prunes; a node that
+/// becomes leader prunes at once); runs until the runtime ends.
+pub async fn prune_audit(
+    store: Arc<dyn ObjectStore>,
+    retention: std::time::Duration,
+    mut leading: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
-        tick.tick().await;
+        if leading.wait_for(|leads| *leads).await.is_err() {
+            return;
+        }
         let store = store.clone();
         let pruned = tokio::task::spawn_blocking(move || {
             let cutoff = kudurru_storage::Timestamp::now().unix_millis()
@@ -135,6 +173,12 @@ pub async fn prune_audit(store: Arc<dyn ObjectStore>, retention: std::time::Dura
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::error!(error = %e, "the audit log could not be pruned"),
             Err(e) => tracing::error!(error = %e, "the audit prune task failed"),
+        }
+        // The next period, or sooner when leadership is lost (and later regained).
+        let lost = leading.wait_for(|leads| !*leads);
+        tokio::select! {
+            () = tokio::time::sleep(AUDIT_PRUNE_PERIOD) => {}
+            _ = lost => {}
         }
     }
 }

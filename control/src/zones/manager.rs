@@ -94,6 +94,9 @@ pub enum Command {
     },
     /// `zones.*` changed.
     Settings(ZonesSettings),
+    /// In a fleet, another node (the leader) stored a secondary's transfer under this body
+    /// key: a follower serves it (it does not transfer itself).
+    StoredChanged(String),
 }
 
 /// What the manager is built from.
@@ -460,6 +463,25 @@ impl Manager {
                 let _ = reply.send(self.update_target(&apex));
             }
             Command::Settings(settings) => self.settings = settings,
+            Command::StoredChanged(key) => {
+                let secondaries: Vec<(String, Vec<u8>)> = self
+                    .zones
+                    .iter()
+                    .filter_map(|(name, zone)| {
+                        let spec = zone.spec.as_ref().ok()?;
+                        (matches!(spec.kind, ZoneType::Secondary(_))
+                            && stored::key(&spec.apex) == key)
+                            .then(|| (name.clone(), spec.apex.to_vec()))
+                    })
+                    .collect();
+                for (name, apex) in secondaries {
+                    if let Some(zone) = self.zones.get_mut(&name) {
+                        zone.loaded = false;
+                    }
+                    self.load_secondary(&name, &apex).await;
+                    self.changed.insert(name);
+                }
+            }
         }
     }
 
@@ -1396,12 +1418,17 @@ fn unix_now() -> u32 {
     seconds as u32
 }
 
+/// The next event of a watch; a watch that could not be opened (etcd down in a fleet) answers
+/// `None` after [`REWATCH`], so the loop opens it again instead of waiting forever.
 async fn next(
     watch: &mut Option<kudurru_storage::Watch>,
 ) -> Option<Result<WatchEvent, StoreError>> {
     match watch {
         Some(watch) => watch.next().await,
-        None => std::future::pending().await,
+        None => {
+            tokio::time::sleep(REWATCH).await;
+            None
+        }
     }
 }
 

@@ -98,6 +98,8 @@ struct Timers {
 #[derive(Clone)]
 pub struct Secondaries {
     inner: Arc<Mutex<HashMap<Box<[u8]>, Running>>>,
+    /// In a fleet: transfers run only while this is true.
+    leading: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 struct Running {
@@ -130,8 +132,18 @@ impl Secondaries {
     /// Follows the manager's secondary zones: a task per zone, restarted when its primaries
     /// change, stopped when the zone goes. Call on the control thread's runtime.
     pub fn start(zones: ZoneHandle) -> Self {
+        Self::start_gated(zones, None)
+    }
+
+    /// [`Secondaries::start`] in a fleet: zones are transferred only while `leading` is true
+    /// (the leader stores each transfer; the others serve what it stored).
+    pub fn start_gated(
+        zones: ZoneHandle,
+        leading: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> Self {
         let this = Self {
             inner: Arc::new(Mutex::new(HashMap::new())),
+            leading,
         };
         let mut watch = zones.shared().secondaries();
         let following = this.clone();
@@ -163,6 +175,7 @@ impl Secondaries {
                 zone.apex.clone(),
                 zone.spec.primaries.clone(),
                 refresh.clone(),
+                self.leading.clone(),
             ));
             running.insert(
                 zone.apex.clone(),
@@ -263,6 +276,7 @@ async fn run_zone(
     apex: Box<[u8]>,
     primaries: Vec<PrimaryServer>,
     refresh: Arc<Notify>,
+    mut leading: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
     let zone = zone_text(&apex);
     // A copy restored from storage counts as fresh at start: it expires a full `expire`
@@ -270,6 +284,12 @@ async fn run_zone(
     let mut last_success = Instant::now();
     let mut expired = false;
     loop {
+        // In a fleet only the leader transfers; a node that becomes leader checks at once.
+        if let Some(leading) = &mut leading
+            && leading.wait_for(|leads| *leads).await.is_err()
+        {
+            return;
+        }
         let current = current_soa(&zones, &apex);
         let result = refresh_once(&zones, &apex, &primaries, current.as_ref()).await;
         let timers = current_soa(&zones, &apex)
@@ -648,6 +668,7 @@ mod tests {
         };
         let secondaries = Secondaries {
             inner: Arc::new(Mutex::new(HashMap::from([(apex().into(), running)]))),
+            leading: None,
         };
         (secondaries, refresh)
     }
