@@ -312,8 +312,10 @@ fn connect_options(options: &EtcdOptions) -> Result<ConnectOptions> {
     let mut connect = ConnectOptions::new()
         .with_connect_timeout(options.dial_timeout)
         // A stopped or partitioned member is noticed by the keepalive, not by waiting forever
-        // on the watch stream.
-        .with_keep_alive(Duration::from_secs(2), options.request_timeout)
+        // on the watch stream. Every 10 s: etcd answers pings closer than its
+        // --grpc-keepalive-min-time (5 s by default) with GOAWAY `too_many_pings`, which drops
+        // the connection and its watch (seen by the cluster agent with 2 s).
+        .with_keep_alive(Duration::from_secs(10), options.request_timeout)
         .with_keep_alive_while_idle(true)
         .with_require_leader(true);
     if let Some(tls) = &options.tls {
