@@ -1158,12 +1158,12 @@ impl Api {
         if let Some(reply) = self.managed_by_file() {
             return reply;
         }
-        if let Some(etcd) = self.ops.cluster.as_ref().and_then(|c| c.etcd()) {
-            if !dry_run {
-                return self.patch_fleet_settings(etcd, patch, &keys, principal);
-            }
-            // A dry run changes nothing: the patch is merged into the fleet's document as
-            // this node last applied it, and checked and compared below as any other.
+        // A fleet's PATCH goes to etcd. A dry run changes nothing: the patch is merged into the
+        // fleet's document as this node last applied it, and checked and compared below.
+        if let Some(etcd) = self.ops.cluster.as_ref().and_then(|c| c.etcd())
+            && !dry_run
+        {
+            return self.patch_fleet_settings(etcd, patch, &keys, principal);
         }
         let mut document = match self.settings_document() {
             Ok(document) => document,
