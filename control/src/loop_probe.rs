@@ -141,8 +141,26 @@ impl LoopProbes {
     /// Probes the published upstreams at start, when they change, and every [`PERIOD`]
     /// ([`RECHECK`] after a loop or an unanswered probe), for as long as the runtime runs;
     /// `metrics` are the cores' (their loop-probe rounds).
-    pub async fn run(self: Arc<Self>, settings: SharedSettings, metrics: Vec<Arc<CoreMetrics>>) {
+    /// `enabled` reads `upstream.loopProbe`: while it is false nothing is probed and no
+    /// upstream is held out of rotation as looping.
+    pub async fn run(
+        self: Arc<Self>,
+        settings: SharedSettings,
+        metrics: Vec<Arc<CoreMetrics>>,
+        enabled: impl Fn() -> bool,
+    ) {
         loop {
+            if !enabled() {
+                self.last
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
+                self.mark(&settings.load().upstreams.clone(), 0, &metrics);
+                while !enabled() {
+                    tokio::time::sleep(CHANGE_POLL).await;
+                }
+                continue;
+            }
             let upstreams = settings.load().upstreams.clone();
             let probed = identity(&upstreams);
             let soon = self.round(&upstreams, &metrics).await;
@@ -152,7 +170,7 @@ impl LoopProbes {
             while tokio::time::Instant::now() < until {
                 tokio::time::sleep(CHANGE_POLL.min(until - tokio::time::Instant::now())).await;
                 let now = settings.load().upstreams.clone();
-                if identity(&now) != probed {
+                if identity(&now) != probed || !enabled() {
                     break;
                 }
                 if !Arc::ptr_eq(&now, &marked) {

@@ -437,11 +437,16 @@ async fn control(
     ));
     // Forwarding-loop probes of the published upstreams (at start, on a change, periodically).
     let loops = Arc::new(crate::loop_probe::LoopProbes::default());
-    tokio::spawn(
-        loops
-            .clone()
-            .run(settings.clone(), server.metrics().to_vec()),
-    );
+    {
+        let reloadable = reloadable.clone();
+        tokio::spawn(
+            loops
+                .clone()
+                .run(settings.clone(), server.metrics().to_vec(), move || {
+                    reloadable.current().config.upstream.loop_probe
+                }),
+        );
+    }
     let state = Arc::new(ops::OpsState {
         ready,
         metrics: server.metrics().to_vec(),

@@ -310,8 +310,11 @@ fn a_tcp_upstream_connection_whose_query_timed_out_is_not_given_new_queries() {
     // The test upstream reads `silent-` queries over TCP and never answers them, but keeps the
     // connection: from kudurru's side, a connection that may be dead.
     let upstream = TestUpstream::start();
+    // The connection counts below are kudurru's resolution traffic alone: no loop probe
+    // (it opens a connection of its own to a tcp:// upstream at start).
     let k = Kudurru::builder(&[format!("tcp://{}", upstream.addr)])
         .cores(1)
+        .env("KUDURRU_UPSTREAM__LOOPPROBE", "false")
         .env("KUDURRU_UPSTREAM__TIMEOUT", "300ms")
         .env("KUDURRU_UPSTREAM__RESOLVETIMEOUT", "2s")
         .start();
@@ -333,8 +336,10 @@ fn a_tcp_upstream_connection_whose_query_timed_out_is_not_given_new_queries() {
 #[test]
 fn rfc7766_6_2_1_a_tcp_upstream_connection_is_reused_and_reopened_after_the_upstream_closes_it() {
     let upstream = TestUpstream::start();
+    // One connection for every miss: no loop probe beside them (upstream.loopProbe).
     let k = Kudurru::builder(&[format!("tcp://{}", upstream.addr)])
         .cores(1)
+        .env("KUDURRU_UPSTREAM__LOOPPROBE", "false")
         .start();
     let names: Vec<String> = (0..20).map(|i| unique_name(&format!("reuse{i}"))).collect();
     for name in &names {

@@ -47,6 +47,8 @@ pub struct UpstreamSection {
     pub stale_answer_timeout: String,
     /// EDNS padding on encrypted upstream queries.
     pub padding: bool,
+    /// Forwarding-loop probes of plain upstreams (`upstream.loopProbe`).
+    pub loop_probe: bool,
     /// `upstream.tls.*`.
     pub tls: UpstreamTlsSection,
 }
@@ -62,6 +64,7 @@ impl Default for UpstreamSection {
             health_check_interval: DEFAULT_HEALTH_CHECK_INTERVAL.into(),
             stale_answer_timeout: DEFAULT_STALE_ANSWER_TIMEOUT.into(),
             padding: true,
+            loop_probe: true,
             tls: UpstreamTlsSection::default(),
         }
     }
@@ -155,6 +158,17 @@ pub(super) const KEYS: &[KeyInfo] = &[
         parse: parse_string,
         show: show_string,
         description: "how often an upstream taken out of rotation after consecutive failures is probed; it is back in on its first good answer",
+    },
+    key! {
+        key: "upstream.loopProbe",
+        kind: "boolean",
+        scope: Cluster,
+        host_only: false,
+        restart_required: false,
+        field: |c| c.upstream.loop_probe,
+        parse: parse_bool,
+        show: show_bool,
+        description: "send a forwarding-loop probe to each udp:// and tcp:// upstream at start, on a change and every 5 min; a looping upstream is taken out of rotation (docs/operations.md Forwarding loops)",
     },
     key! {
         key: "upstream.staleAnswerTimeout",
