@@ -7,9 +7,7 @@
 use std::time::{Duration, Instant};
 
 use kudurru_control::api::{parse_lookup, parse_rollback, parse_token_request};
-use kudurru_control::dashboard::session::{
-    Sessions, check_csrf, parse_sign_in, session_cookie,
-};
+use kudurru_control::dashboard::session::{Sessions, check_csrf, parse_sign_in, session_cookie};
 use kudurru_control::tokens::{Entry, Role};
 use libfuzzer_sys::fuzz_target;
 
@@ -44,7 +42,15 @@ fuzz_target!(|input: (&str, &str, &[u8], &str, &str, &str, &[u8])| {
     // The CSRF token is 32 random bytes: an input cannot hold it.
     assert!(check_csrf(&session, Some(csrf), Some(origin), Some(host), false).is_err());
     assert!(check_csrf(&session, Some(csrf), None, Some(host), true).is_err());
-    if check_csrf(&session, Some(&session.csrf), Some(origin), Some(host), false).is_ok() {
+    if check_csrf(
+        &session,
+        Some(&session.csrf),
+        Some(origin),
+        Some(host),
+        false,
+    )
+    .is_ok()
+    {
         assert!(origin.eq_ignore_ascii_case(&format!("http://{}", host.trim())));
     }
     if let Ok(serde_json::Value::Object(map)) = serde_json::from_slice::<serde_json::Value>(body) {

@@ -39,7 +39,10 @@ pub fn check(data: &[u8], format: Format) {
     assert!(stats.invalid <= stats.lines);
     let mut last = 0;
     for sample in &stats.samples {
-        assert!(sample.line >= 1 && u64::from(sample.line) <= stats.lines, "{sample:?}");
+        assert!(
+            sample.line >= 1 && u64::from(sample.line) <= stats.lines,
+            "{sample:?}"
+        );
         assert!(sample.line >= last, "samples in line order");
         last = sample.line;
         assert!(sample.text.len() <= 200);
@@ -61,7 +64,11 @@ pub fn check(data: &[u8], format: Format) {
         .iter()
         .map(|r| (&*r.name, scope_code(r.scope), action_code(r.action)))
         .collect();
-    assert_eq!(matcher.entries(ListId(3)), kinds.len(), "duplicates count once");
+    assert_eq!(
+        matcher.entries(ListId(3)),
+        kinds.len(),
+        "duplicates count once"
+    );
     let deny = [Role::Unused, Role::Unused, Role::Unused, Role::Deny];
     let allow = [Role::Unused, Role::Unused, Role::Unused, Role::Allow];
     let allows: HashSet<(&[u8], u8)> = list
@@ -81,7 +88,10 @@ pub fn check(data: &[u8], format: Format) {
         let allowed = covered_by_allow(&rule.name, &allows);
         assert_eq!(hit.action == Action::Allow, allowed, "{rule:?} → {hit:?}");
         if !allowed {
-            assert_eq!(hit.suffix_at, 0, "the most specific deny is the name itself");
+            assert_eq!(
+                hit.suffix_at, 0,
+                "the most specific deny is the name itself"
+            );
         }
         let as_allow = matcher.lookup(&rule.name, &allow).expect("found");
         assert_eq!(as_allow.action, Action::Allow);

@@ -17,7 +17,12 @@ fuzz_target!(|data: &[u8]| {
     };
     for qtype in [rtype::A, rtype::AAAA] {
         if let Ok(answer) = parse_reply(data, HOST, qtype, id) {
-            assert!(answer.addrs.iter().all(|a| a.is_ipv4() == (qtype == rtype::A)));
+            assert!(
+                answer
+                    .addrs
+                    .iter()
+                    .all(|a| a.is_ipv4() == (qtype == rtype::A))
+            );
             for (i, a) in answer.addrs.iter().enumerate() {
                 assert!(!answer.addrs[..i].contains(a), "duplicate {a}");
             }

@@ -19,14 +19,22 @@ fuzz_target!(|text: &str| {
             assert!(problem.place.starts_with("f.toml"), "{problem}");
             if let Some(line) = problem.place.strip_prefix("f.toml:") {
                 let line: usize = line.parse().expect("a line number");
-                assert!(line >= 1 && line <= lines.max(1), "{problem} of {lines} lines");
+                assert!(
+                    line >= 1 && line <= lines.max(1),
+                    "{problem} of {lines} lines"
+                );
             }
         }
         if problems.is_empty() {
             let layer = FileLayer::parse(Path::new("f.toml"), text)
                 .unwrap_or_else(|e| panic!("config check passed a file serve refuses: {e}"));
             if settings_file {
-                assert!(layer.keys.iter().all(|k| k.scope == Scope::Cluster && !k.host_only));
+                assert!(
+                    layer
+                        .keys
+                        .iter()
+                        .all(|k| k.scope == Scope::Cluster && !k.host_only)
+                );
             }
         }
     }

@@ -17,7 +17,9 @@ fuzz_target!(|vars: Vec<(String, String)>| {
     }
     for name in &inputs.ignored_env {
         // Set aside: the part after the prefix has no `__` (`KUDURRU__X` is `_X`).
-        let path = name.strip_prefix("KUDURRU_").expect("only KUDURRU_ variables are kept");
+        let path = name
+            .strip_prefix("KUDURRU_")
+            .expect("only KUDURRU_ variables are kept");
         assert!(!path.contains("__"), "{name}");
     }
     if let Ok((config, _)) = inputs.layer(None) {

@@ -42,7 +42,10 @@ fuzz_target!(|requests: Vec<(u8, u8, &str, &str, &[u8])>| {
             Err(error) => {
                 assert!((400..500).contains(&error.status), "{error}");
                 let after = store.revision().expect("memory revision");
-                assert_eq!(before, after, "a refused {method} changed the store: {error}");
+                assert_eq!(
+                    before, after,
+                    "a refused {method} changed the store: {error}"
+                );
             }
         }
     }

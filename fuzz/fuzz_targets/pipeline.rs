@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 use domain::base::Message;
 use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{
-    AccessList, AclAction,
-    Cache, CachedAnswer, Client, Decision, Limiter, LocalNames, RateLimit, ServerIdentity, Stage,
-    TtlPolicy, ingress,
+    AccessList, AclAction, Cache, CachedAnswer, Client, Decision, Limiter, LocalNames, RateLimit,
+    ServerIdentity, Stage, TtlPolicy, ingress,
 };
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
@@ -167,7 +166,9 @@ fuzz_target!(|input: Input| {
                     check(msg, &out, None);
                 }
             }
-            Decision::Chase { query, target, ttl, .. } => {
+            Decision::Chase {
+                query, target, ttl, ..
+            } => {
                 // The target as if it had failed upstream: SERVFAIL with the CNAME.
                 let failed = CachedAnswer::failure(&target, at, &policy);
                 kudurru_core::policy::answer::write_chased(

@@ -11,7 +11,10 @@ fuzz_target!(|text: &str| {
             assert!(keys.len() <= text.matches("key").count());
         }
         Err(KeyFileError::Syntax { line, .. }) => {
-            assert!(line >= 1 && line <= text.matches('\n').count() + 1, "line {line}");
+            assert!(
+                line >= 1 && line <= text.matches('\n').count() + 1,
+                "line {line}"
+            );
         }
         Err(other) => panic!("parse of text gave a file error: {other}"),
     }

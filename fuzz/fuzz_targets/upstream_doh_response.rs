@@ -15,11 +15,17 @@ fuzz_target!(|data: &[u8]| {
     let Some((&control, data)) = data.split_first() else {
         return;
     };
-    let method = if control & 0x80 == 0 { Method::Post } else { Method::Get };
+    let method = if control & 0x80 == 0 {
+        Method::Post
+    } else {
+        Method::Get
+    };
     let mut client = Client::new("https://dns.example/dns-query", method);
     let queries = u16::from(control & 0x7) + 1;
     for tag in 0..queries {
-        client.send(vec![tag as u8; 12 + usize::from(tag)], tag).unwrap();
+        client
+            .send(vec![tag as u8; 12 + usize::from(tag)], tag)
+            .unwrap();
     }
     let step = usize::from((control >> 3) & 0xf) + 1;
     let mut outcomes = HashSet::new();

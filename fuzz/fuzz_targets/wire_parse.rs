@@ -8,8 +8,8 @@ use kudurru_core::wire::{self, Query};
 use std::time::Instant;
 
 use kudurru_core::{
-    AccessList, AclAction,
-    Client, Decision, Limiter, LocalNames, RateLimit, ServerIdentity, Stage, ingress,
+    AccessList, AclAction, Client, Decision, Limiter, LocalNames, RateLimit, ServerIdentity, Stage,
+    ingress,
 };
 use libfuzzer_sys::fuzz_target;
 

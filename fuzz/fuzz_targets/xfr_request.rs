@@ -31,8 +31,14 @@ fuzz_target!(|input: (u8, bool, &[u8])| {
     let (allowed, compiled) = (flags & 1 != 0, flags & 2 != 0);
     let key = keyed.then(|| {
         Arc::new(
-            Key::new(Algorithm::Sha256, b"0123456789abcdef", KeyName::from_str("k.").unwrap(), None, None)
-                .unwrap(),
+            Key::new(
+                Algorithm::Sha256,
+                b"0123456789abcdef",
+                KeyName::from_str("k.").unwrap(),
+                None,
+                None,
+            )
+            .unwrap(),
         )
     });
     let policy = TransferPolicy {

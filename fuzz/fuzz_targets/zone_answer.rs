@@ -66,7 +66,9 @@ fn zone() -> &'static (Arc<Zone>, Zones) {
             ..ZoneData::default()
         };
         while let Some(entry) = file.next_entry().expect("the fuzz zone parses") {
-            let Entry::Record(record) = entry else { continue };
+            let Entry::Record(record) = entry else {
+                continue;
+            };
             let mut owner = Vec::new();
             record.owner().compose(&mut owner).unwrap();
             owner.make_ascii_lowercase();
@@ -79,7 +81,8 @@ fn zone() -> &'static (Arc<Zone>, Zones) {
                 rdata: rdata.into(),
             });
         }
-        let zone = Arc::new(Zone::compile(&data, ZoneKind::Primary).expect("the fuzz zone compiles"));
+        let zone =
+            Arc::new(Zone::compile(&data, ZoneKind::Primary).expect("the fuzz zone compiles"));
         let zones = Zones::new(vec![ServedZone::new(zone.clone())], Vec::new());
         (zone, zones)
     })
@@ -91,7 +94,11 @@ fn check(q: &Query<'_>, out: &[u8], limit: Option<usize>) {
     assert!(parsed.header().qr());
     assert_eq!(wire::message_id(out), Some(q.id()));
     let question = q.question_wire();
-    assert_eq!(&out[12..12 + question.len()], question, "the question as sent");
+    assert_eq!(
+        &out[12..12 + question.len()],
+        question,
+        "the question as sent"
+    );
     for section in [parsed.answer(), parsed.authority(), parsed.additional()] {
         for record in section.expect("sections parse") {
             record.expect("records parse");
@@ -123,7 +130,10 @@ fuzz_target!(|data: &[u8]| {
         ZoneAnswer::Transfer(index) => {
             // Over UDP only IXFR goes to the transfer stage (answered with the SOA alone,
             // RFC 1995 §2); AXFR is refused there.
-            assert!(stream || q.qtype() == 251, "AXFR over UDP went to the transfer stage");
+            assert!(
+                stream || q.qtype() == 251,
+                "AXFR over UDP went to the transfer stage"
+            );
             assert_eq!(zones.served()[index].zone.apex(), zone.apex());
         }
     }

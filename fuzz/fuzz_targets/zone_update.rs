@@ -19,10 +19,30 @@ fn zone(apex: &[u8]) -> RecordIndex {
         wire.into_boxed_slice()
     };
     [
-        Record { owner: apex.into(), rtype: 6, ttl: 3600, rdata: [APEX, APEX, &[0; 20]].concat().into() },
-        Record { owner: apex.into(), rtype: 2, ttl: 3600, rdata: name(b"ns1") },
-        Record { owner: name(b"www"), rtype: 1, ttl: 300, rdata: vec![192, 0, 2, 1].into() },
-        Record { owner: name(b"alias"), rtype: 5, ttl: 300, rdata: name(b"www") },
+        Record {
+            owner: apex.into(),
+            rtype: 6,
+            ttl: 3600,
+            rdata: [APEX, APEX, &[0; 20]].concat().into(),
+        },
+        Record {
+            owner: apex.into(),
+            rtype: 2,
+            ttl: 3600,
+            rdata: name(b"ns1"),
+        },
+        Record {
+            owner: name(b"www"),
+            rtype: 1,
+            ttl: 300,
+            rdata: vec![192, 0, 2, 1].into(),
+        },
+        Record {
+            owner: name(b"alias"),
+            rtype: 5,
+            ttl: 300,
+            rdata: name(b"www"),
+        },
     ]
     .into_iter()
     .collect()
@@ -37,7 +57,11 @@ fuzz_target!(|bytes: &[u8]| {
             Change::Add(r) | Change::DeleteRecord(r) => &r.owner,
             Change::DeleteRrset { owner, .. } | Change::DeleteName { owner } => owner,
         };
-        assert!(owner.ends_with(&update.apex), "{owner:?} outside {:?}", update.apex);
+        assert!(
+            owner.ends_with(&update.apex),
+            "{owner:?} outside {:?}",
+            update.apex
+        );
     }
     let zone = zone(&update.apex);
     let _ = update.check(&zone);
