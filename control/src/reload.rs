@@ -36,6 +36,7 @@ pub const HOT_KEYS: &[&str] = &[
     "upstream.healthCheckInterval",
     "upstream.staleAnswerTimeout",
     "upstream.padding",
+    "upstream.loopProbe",
     "upstream.tls.caFile",
     "upstream.tls.pins",
     "ratelimit.qps",

@@ -133,6 +133,38 @@ fn a_forwarding_loop_through_unbound_is_reported_drained_and_cleared_by_a_settin
         "REFUSED"
     );
 
+    // upstream.loopProbe is hot: off, the verdict and its series go at once; on again, the
+    // loop is found again.
+    for (enabled, wanted) in [("false", None), ("true", Some(1.0))] {
+        let patch = format!(r#"{{"upstream": {{"loopProbe": {enabled}}}}}"#);
+        let (status, body) = curl(
+            &k,
+            "PATCH",
+            "/api/v1/settings",
+            Some(&operator),
+            Some((JSON, &patch)),
+        );
+        assert_eq!(status, 200, "{body}");
+        if wanted.is_none() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while loop_check(&k, &operator, &looping).is_some() {
+                assert!(
+                    Instant::now() < deadline,
+                    "the loop check outlived loopProbe = false"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        } else {
+            wait_for_check(&k, &operator, &looping, "fail");
+        }
+        assert_eq!(
+            k.metric(&format!(
+                "kudurru_upstream_loop_detected{{upstream=\"{looping}\"}}"
+            )),
+            wanted
+        );
+    }
+
     // Fixed by a settings change: the good upstream again; the loop's check and series go.
     let patch = format!(r#"{{"upstreams": ["{}"]}}"#, good.udp_url());
     let (status, body) = curl(
