@@ -34,7 +34,7 @@ use super::engine::SharedEngine;
 use super::fetch::{FetchLimits, Fetched, Validators};
 use super::metrics::ListGauges;
 use super::source::{SharedFetcher, SourceError, SourceState, body_prefix, describe};
-use super::status::{self, References, group_status, list_status, policy_status};
+use super::status::{self, References, group_status, keep_written, list_status, policy_status};
 use super::{Diagnosis, Shared};
 use crate::config::BlockingSettings;
 use crate::objects::ObjectStore;
@@ -1038,17 +1038,17 @@ impl Manager {
                 Ok(written) => match which {
                     0 => {
                         if let Some(s) = self.lists.get_mut(&name) {
-                            s.object = written;
+                            keep_written(&mut s.object, written);
                         }
                     }
                     1 => {
                         if let Some(g) = self.groups.get_mut(&name) {
-                            g.object = written;
+                            keep_written(&mut g.object, written);
                         }
                     }
                     _ => {
                         if let Some(p) = self.policies.get_mut(&name) {
-                            p.object = written;
+                            keep_written(&mut p.object, written);
                         }
                     }
                 },

@@ -615,6 +615,41 @@ async fn a_deleted_list_leaves_the_matcher_and_its_slot_is_reused() {
     assert_eq!(rig.manager.lists["b"].slot, Some(ListId(0)));
 }
 
+/// The leader's stall in a fleet (docs/benchmarks.md "Cluster"): a status write that races an
+/// edit (the edit is in the store, its watch event not yet applied) gets Conflict, is retried on
+/// the stored object and returns it, edit included. The manager must not take that object as
+/// what it has acted on, or the edit's own event later looks like a status echo and the list
+/// keeps its old entries until the next edit.
+#[tokio::test]
+async fn a_status_write_that_races_an_edit_does_not_swallow_the_edit() {
+    let mut rig = rig();
+    rig.create(
+        BLOCK_LIST,
+        "ads",
+        json!({"sources": [{"inline": ["a.example"]}]}),
+    );
+    rig.settle().await;
+    assert_eq!(rig.status(BLOCK_LIST, "ads").fields["entries"], 1);
+    // The edit lands in the store; its event waits in the watch.
+    let mut edited = rig.store.get(BLOCK_LIST, "ads").unwrap();
+    edited.spec = json!({"sources": [{"inline": ["a.example", "b.example"]}]});
+    rig.store.update(&admin(), &edited).unwrap();
+    // Meanwhile the manager has a status to write (here: it forgets the one it wrote), on the
+    // object as it knew it: Conflict, retried on the stored (edited) object.
+    if let Some(state) = rig.manager.lists.get_mut("ads") {
+        state.object.status = Default::default();
+    }
+    rig.manager.write_statuses().await;
+    // Now the edit's event arrives: it must be compiled.
+    rig.settle().await;
+    assert_eq!(
+        rig.status(BLOCK_LIST, "ads").fields["entries"],
+        2,
+        "the edit was taken for the echo of a status write"
+    );
+    assert_eq!(rig.gauges("ads").entries, 2);
+}
+
 /// Bodies in memory, for the manager's tests.
 #[derive(Debug, Default)]
 struct MemoryBodies(Mutex<BTreeMap<String, (Vec<u8>, BodyMeta)>>);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kudurru_core::policy::{ClientGroupSpec, DEFAULT_GROUP, PolicySpec};
 use kudurru_storage::{
     Actor, CONDITION_DISABLED, CONDITION_READY, Condition, ConditionStatus, Object, ObjectStatus,
-    StoreError, Timestamp, enabled_status, set_condition,
+    StoreError, Timestamp, enabled_status, is_enabled, set_condition,
 };
 use serde_json::{Value, json};
 
@@ -58,7 +58,7 @@ impl Draft {
     pub fn new(object: &Object, now: Timestamp) -> Self {
         let mut status = enabled_status(object, now).unwrap_or_else(|| object.status.clone());
         status.observed_generation = object.metadata.generation;
-        if !kudurru_storage::is_enabled(object) {
+        if !is_enabled(object) {
             status.fields.clear();
             status
                 .conditions
@@ -122,6 +122,21 @@ pub async fn write_as(
     })
     .await
     .map_err(|e| StoreError::invalid("status", format!("the status write did not run: {e}")))?
+}
+
+/// Takes the object a status write returned as the one a controller knows, unless it carries
+/// a change the controller has not acted on: a write that raced an edit (Conflict) is retried
+/// on the stored object, edit included, while the edit's watch event is still on its way.
+/// Taking that object would make the edit's event look like the echo of a status write (same
+/// spec, same enabled switch) and the edit would not be applied until the next one (the fleet
+/// leader's stall, docs/benchmarks.md "Cluster"). Then only the status is taken; the edit's
+/// event brings the rest.
+pub fn keep_written(known: &mut Object, written: Object) {
+    if known.spec != written.spec || is_enabled(known) != is_enabled(&written) {
+        known.status = written.status;
+    } else {
+        *known = written;
+    }
 }
 
 /// A policy's references that are not in effect.

@@ -37,7 +37,7 @@ use super::build::{self, Overlay};
 use super::files::{self, Fingerprint};
 use super::{SecondaryZone, ServedView, Shared, SoaTimers, ZoneChanged, stored, zone_text};
 use crate::blocking::Diagnosis;
-use crate::blocking::status::{Draft, condition, write_as};
+use crate::blocking::status::{Draft, condition, keep_written, write_as};
 use crate::config::ZonesSettings;
 use crate::objects::ObjectStore;
 use crate::objects::kinds::{
@@ -1265,10 +1265,10 @@ impl Manager {
                 Ok(written) => {
                     if kind == ZONE {
                         if let Some(zone) = self.zones.get_mut(&name) {
-                            zone.object = written;
+                            keep_written(&mut zone.object, written);
                         }
                     } else if let Some(set) = self.sets.get_mut(&name) {
-                        set.object = written;
+                        keep_written(&mut set.object, written);
                     }
                 }
                 Err(StoreError::NotFound { .. }) => {}

@@ -234,6 +234,36 @@ async fn a_change_bumps_the_serial_once_and_the_journal_holds_the_diff() {
     assert_eq!(rig.journal(), [(3, 4), (4, 5), (5, 6)]);
 }
 
+/// The fleet leader's stall (docs/benchmarks.md "Cluster") in the zones manager: a status write
+/// that races an edit (in the store, its event not yet applied) is retried on the stored object
+/// after Conflict; the edit's own event must still be applied.
+#[tokio::test]
+async fn a_status_write_that_races_an_edit_does_not_swallow_the_edit() {
+    let mut rig = rig();
+    rig.create(ZONE, "corp", primary(json!({})));
+    rig.create(
+        RECORD_SET,
+        "www",
+        json!({"zone": "corp", "name": "www", "type": "A", "records": ["192.0.2.1"]}),
+    );
+    rig.settle().await;
+    rig.replace(
+        RECORD_SET,
+        "www",
+        json!({"zone": "corp", "name": "www", "type": "A", "records": ["192.0.2.2"]}),
+    );
+    if let Some(set) = rig.manager.sets.get_mut("www") {
+        set.object.status = Default::default();
+    }
+    rig.manager.write_statuses().await;
+    rig.settle().await;
+    assert!(
+        has(&rig.published(), WWW, 1, &[192, 0, 2, 2]),
+        "the edit was taken for the echo of a status write"
+    );
+    assert_eq!(rig.serial(), Some(2));
+}
+
 #[tokio::test]
 async fn unixtime_serials_follow_the_clock() {
     let mut rig = rig();
