@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 mod dashboard_routes;
+mod live_stats;
 mod lookup;
 mod settings_versions;
 
@@ -95,6 +96,9 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
     ("POST", "/api/v1/tokens", Permission::TokensAdmin),
     ("DELETE", "/api/v1/tokens/{id}", Permission::TokensAdmin),
     ("GET", "/api/v1/lookup", Permission::InfoRead),
+    // The dashboard's overview and tools (issue 39, round 2).
+    ("GET", "/api/v1/stats/live", Permission::InfoRead),
+    ("GET", "/api/v1/lameduck", Permission::InfoRead),
 ];
 
 /// Whether `path` is the route `pattern`, whose `{name}` segments match one non-empty segment.
@@ -431,6 +435,11 @@ impl Api {
     fn dispatch_fixed(&self, request: &Request, authorized: &Authorized) -> Reply {
         match (request.method.as_str(), request.path.as_str()) {
             ("GET", "/api/v1/session") => self.session_info(authorized),
+            ("GET", "/api/v1/stats/live") => ok(live_stats::live(&self.ops)),
+            ("GET", "/api/v1/lameduck") => ok(json!({
+                "lameduck": self.ops.lameduck.load(std::sync::atomic::Ordering::Relaxed),
+                "change": "POST or DELETE /lameduck on the ops listener, from loopback only",
+            })),
             ("GET", "/api/v1/settings/history") => self.settings_history(&request.query),
             ("POST", "/api/v1/settings/rollback") => self.rollback(request, authorized),
             ("GET", "/api/v1/tokens") => self.list_tokens(),

@@ -706,6 +706,93 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
         200,
         "bearer requests are not limited"
     );
+    live_stats_and_lameduck(&k, &c);
+}
+
+/// `GET /api/v1/stats/live` (the data plane's counters: they move after queries, `time` grows)
+/// and `GET /api/v1/lameduck` (the ops listener's state, changed there from loopback).
+fn live_stats_and_lameduck(k: &Kudurru, c: &Client) {
+    // A fresh viewer: the test above revoked its tokens.
+    let viewer = &k.token("viewer", None);
+    let live = || {
+        let answer = c.bearer(viewer, "GET", "/api/v1/stats/live", None);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer.json()
+    };
+    let before = live();
+    let cores = before["cores"].as_u64().unwrap();
+    assert!(cores >= 1, "{before}");
+    assert_eq!(before["perCore"].as_array().unwrap().len() as u64, cores);
+    for name in [
+        "live1.example.com",
+        "live2.example.com",
+        "live1.example.com",
+    ] {
+        kudurru_e2e::dig(k.addr, &[name, "A"]);
+    }
+    kudurru_e2e::dig(k.addr, &["+tcp", "live3.example.com", "A"]);
+    let total = |v: &Value, key: &str| v["total"][key].as_u64().unwrap_or(0);
+    let by = |v: &Value, t: &str| v["total"]["queriesByTransport"][t].as_u64().unwrap_or(0);
+    let after = live();
+    assert!(
+        after["time"].as_f64().unwrap() > before["time"].as_f64().unwrap(),
+        "{before} {after}"
+    );
+    assert!(by(&after, "udp") >= by(&before, "udp") + 3, "{after}");
+    assert!(by(&after, "tcp") > by(&before, "tcp"), "{after}");
+    assert!(
+        total(&after, "queries") >= total(&before, "queries") + 4,
+        "{after}"
+    );
+    let per_core: u64 = after["perCore"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["queries"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(per_core, total(&after, "queries"), "cores add up: {after}");
+    // The cache's counters are sampled by each core (about once a second).
+    crate::zones::eventually("the repeated name counted as a cache hit", || {
+        let now = live();
+        total(&now, "cacheHits") > total(&before, "cacheHits")
+            && now["total"]["cacheHitRate"].as_f64().is_some()
+    });
+    assert!(
+        total(&after, "upstreamQueries") >= total(&before, "upstreamQueries") + 2,
+        "{after}"
+    );
+    let latency = &after["upstreamLatency"];
+    assert!(latency["count"].as_u64().unwrap() >= 2, "{after}");
+    let (p50, p99) = (
+        latency["p50Ms"].as_f64().unwrap(),
+        latency["p99Ms"].as_f64().unwrap(),
+    );
+    assert!(p50 > 0.0 && p50 <= p99 && p99 <= 2000.0, "{latency}");
+    assert!(after["answerLatency"].is_null(), "not kept: {after}");
+
+    // Lameduck: read on the API, changed only on the ops listener.
+    let lameduck = || {
+        let answer = c.bearer(viewer, "GET", "/api/v1/lameduck", None);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer.json()["lameduck"].as_bool().unwrap()
+    };
+    assert!(!lameduck());
+    let ops = format!("http://{}", k.ops);
+    assert_eq!(
+        exchange(&ops, None, "POST", "/lameduck", &[], None).status,
+        200
+    );
+    assert!(lameduck());
+    assert_eq!(
+        c.bearer(viewer, "POST", "/api/v1/lameduck", None).status,
+        405,
+        "no change through the API"
+    );
+    assert_eq!(
+        exchange(&ops, None, "DELETE", "/lameduck", &[], None).status,
+        200
+    );
+    assert!(!lameduck());
 }
 
 #[test]
