@@ -855,6 +855,23 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             }),
             None,
         ),
+        ("POST", "/api/v1/zones/{name}/import") => (
+            "Replace a primary Zone's RecordSets with a zone file's RRsets (one RecordSet each; the zone's RecordSets not in the file deleted; the SOA skipped: the Zone gives it); ?dryRun=true lists the changes",
+            json!({
+                "type": "object",
+                "required": ["zone", "dryRun", "create", "update", "delete", "unchanged", "skipped"],
+                "properties": {
+                    "zone": { "type": "string" },
+                    "dryRun": { "type": "boolean" },
+                    "create": { "type": "array", "items": { "type": "object" } },
+                    "update": { "type": "array", "items": { "type": "object" } },
+                    "delete": { "type": "array", "items": { "type": "object" } },
+                    "unchanged": { "type": "integer" },
+                    "skipped": { "type": "array", "items": { "type": "string" } }
+                }
+            }),
+            None,
+        ),
         ("GET", "/api/v1/lameduck") => (
             "Whether the node is in lameduck (draining), as the ops listener's GET /lameduck says; entering or leaving it stays on the ops listener, from loopback only",
             json!({

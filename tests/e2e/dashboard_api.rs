@@ -860,3 +860,128 @@ fn dashboard_session_cookie_is_secure_on_https() {
         "http:// is another origin than https://"
     );
 }
+
+/// `POST /api/v1/zones/{name}/import`: a zone file replaces a primary Zone's RecordSets (a dry
+/// run lists the changes and writes nothing; a bad line is 400 naming it and changes nothing),
+/// and dig sees the imported records.
+#[test]
+fn zone_file_import_replaces_record_sets() {
+    use crate::zones::{apply, eventually};
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let admin = k.token("admin", None);
+    let viewer = k.token("viewer", None);
+    apply(
+        &k,
+        &admin,
+        "zones",
+        "imp",
+        json!({"zone": "imp.example.", "type": "primary", "nameServers": ["ns1.imp.example."]}),
+    );
+    apply(
+        &k,
+        &admin,
+        "recordsets",
+        "imp-old",
+        json!({"zone": "imp", "name": "old", "type": "A", "records": ["192.0.2.9"]}),
+    );
+    apply(
+        &k,
+        &admin,
+        "recordsets",
+        "imp-www",
+        json!({"zone": "imp", "name": "www", "type": "A", "ttl": 300, "records": ["192.0.2.1"]}),
+    );
+    let import = |token: &str, query: &str, ctype: &str, body: &str| {
+        crate::objects::call(
+            &k,
+            "POST",
+            &format!("/api/v1/zones/imp/import{query}"),
+            token,
+            Some((ctype, body)),
+        )
+    };
+    let names = |k: &Kudurru| -> Vec<String> {
+        let (_, list) = crate::zones::call(k, "GET", "/api/v1/recordsets", &admin, None);
+        let mut names: Vec<String> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = names(&k);
+    assert_eq!(before, ["imp-old", "imp-www"]);
+
+    // A bad line: 400 naming it; nothing changes.
+    let (status, body) = import(
+        &admin,
+        "",
+        "text/dns",
+        "$ORIGIN imp.example.\nwww 300 IN A 192.0.2.1\nbad 300 IN A not-an-address\n",
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "invalid_zone_file");
+    assert!(body["message"].as_str().unwrap().contains(":3"), "{body}");
+    assert_eq!(names(&k), before);
+    // Not a zone file's type, a viewer, an unknown zone.
+    assert_eq!(import(&admin, "", "application/json", "{}").0, 415);
+    assert_eq!(import(&viewer, "", "text/dns", "").0, 403);
+    let (status, _) = crate::objects::call(
+        &k,
+        "POST",
+        "/api/v1/zones/nope/import",
+        &admin,
+        Some(("text/dns", "")),
+    );
+    assert_eq!(status, 404);
+    assert_eq!(import(&admin, "?dryRun=maybe", "text/dns", "").0, 400);
+
+    let file = "$ORIGIN imp.example.\n$TTL 300\n\
+        @ IN SOA ns1 hostmaster 1 3600 600 86400 300\n\
+        www IN A 192.0.2.1\n\
+        mail IN A 192.0.2.2\n\
+        @ IN MX 10 mail\n";
+    let (status, dry) = import(&admin, "?dryRun=true", "text/dns", file);
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!(dry["dryRun"], true);
+    assert_eq!(dry["create"].as_array().unwrap().len(), 2, "{dry}");
+    assert_eq!(dry["unchanged"], 1, "{dry}");
+    assert_eq!(dry["delete"][0]["recordSet"], "imp-old", "{dry}");
+    assert_eq!(
+        dry["skipped"].as_array().unwrap().len(),
+        1,
+        "the SOA: {dry}"
+    );
+    assert_eq!(names(&k), before, "a dry run writes nothing");
+
+    let (status, done) = import(&admin, "", "text/dns", file);
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["dryRun"], false);
+    let after = names(&k);
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(after.contains(&"imp-www".to_owned()) && !after.contains(&"imp-old".to_owned()));
+    // The same file again: nothing to do.
+    let (_, again) = import(&admin, "?dryRun=true", "text/dns", file);
+    assert_eq!(
+        (
+            again["create"].as_array().unwrap().len(),
+            again["unchanged"].as_u64()
+        ),
+        (0, Some(3)),
+        "{again}"
+    );
+    eventually("the imported records answered", || {
+        let mail = kudurru_e2e::dig(k.addr, &["mail.imp.example", "A"]);
+        let old = kudurru_e2e::dig(k.addr, &["old.imp.example", "A"]);
+        mail.answers.iter().any(|a| a.3 == "192.0.2.2") && old.status == "NXDOMAIN"
+    });
+    let mx = kudurru_e2e::dig(k.addr, &["imp.example", "MX"]);
+    assert!(
+        mx.answers.iter().any(|a| a.3 == "10 mail.imp.example."),
+        "{}",
+        mx.raw
+    );
+}
