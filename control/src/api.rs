@@ -21,8 +21,10 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 mod dashboard_routes;
+mod live_stats;
 mod lookup;
 mod settings_versions;
+mod zone_import;
 
 pub use dashboard_routes::parse_token_request;
 pub use lookup::{Lookup, parse_lookup};
@@ -95,6 +97,14 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
     ("POST", "/api/v1/tokens", Permission::TokensAdmin),
     ("DELETE", "/api/v1/tokens/{id}", Permission::TokensAdmin),
     ("GET", "/api/v1/lookup", Permission::InfoRead),
+    // The dashboard's overview and tools (issue 39, round 2).
+    ("GET", "/api/v1/stats/live", Permission::InfoRead),
+    ("GET", "/api/v1/lameduck", Permission::InfoRead),
+    (
+        "POST",
+        "/api/v1/zones/{name}/import",
+        Permission::ObjectsWrite,
+    ),
 ];
 
 /// Whether `path` is the route `pattern`, whose `{name}` segments match one non-empty segment.
@@ -431,6 +441,15 @@ impl Api {
     fn dispatch_fixed(&self, request: &Request, authorized: &Authorized) -> Reply {
         match (request.method.as_str(), request.path.as_str()) {
             ("GET", "/api/v1/session") => self.session_info(authorized),
+            ("GET", "/api/v1/stats/live") => ok(live_stats::live(&self.ops)),
+            ("POST", path) if path_matches("/api/v1/zones/{name}/import", path) => {
+                let name = path.split('/').nth(4).unwrap_or_default();
+                self.zone_import(name, request, authorized)
+            }
+            ("GET", "/api/v1/lameduck") => ok(json!({
+                "lameduck": self.ops.lameduck.load(std::sync::atomic::Ordering::Relaxed),
+                "change": "POST or DELETE /lameduck on the ops listener, from loopback only",
+            })),
             ("GET", "/api/v1/settings/history") => self.settings_history(&request.query),
             ("POST", "/api/v1/settings/rollback") => self.rollback(request, authorized),
             ("GET", "/api/v1/tokens") => self.list_tokens(),
@@ -654,6 +673,56 @@ impl Api {
     /// `GET /api/v1/zones/{name}/records?limit=N&continue=T`: the records a zone serves, SOA
     /// first then in canonical order, a page at a time; the token names the serial it was
     /// read at, so a page of another version is 410 (list again).
+    /// `POST /api/v1/zones/{name}/import[?dryRun=true]`: a zone file (`text/dns`) as the
+    /// Zone's RecordSets ([`zone_import`]).
+    fn zone_import(&self, name: &str, request: &Request, authorized: &Authorized) -> Reply {
+        let query = match Query::parse(&request.query) {
+            Ok(query) => query,
+            Err(e) => return e.into(),
+        };
+        let dry_run = match query.get("dryRun") {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return HttpError::new(
+                    400,
+                    "invalid_value",
+                    format!("dryRun must be true or false, not {other:?}"),
+                )
+                .with_key("dryRun")
+                .into();
+            }
+        };
+        let media = request
+            .content_type
+            .as_deref()
+            .and_then(|t| t.split(';').next())
+            .map(|t| t.trim().to_ascii_lowercase());
+        if !matches!(media.as_deref(), Some("text/dns" | "text/plain")) {
+            return error(
+                415,
+                "unsupported_media_type",
+                "send the zone file with Content-Type: text/dns (RFC 4027)",
+            );
+        }
+        let Some(body) = &request.body else {
+            return error(
+                413,
+                "too_large",
+                format!("bodies are limited to {MAX_BODY} bytes"),
+            );
+        };
+        let actor = match Actor::principal(&authorized.principal) {
+            Ok(actor) => actor,
+            Err(e) => return routes::store_error(e).into(),
+        };
+        let _writing = self
+            .writes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        zone_import::import(self.store.as_ref(), &actor, name, body, dry_run)
+    }
+
     fn zone_records(&self, name: &str, query: &str) -> Reply {
         let query = match Query::parse(query) {
             Ok(query) => query,

@@ -829,6 +829,58 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             }),
             None,
         ),
+        // The dashboard's overview and tools (issue 39, round 2).
+        ("GET", "/api/v1/stats/live") => (
+            "The data-plane counters /metrics renders, summarised: totals and per core (queries by transport, responses by rcode, dropped, cache hits and hit rate, upstream queries), answers by source (cache, blocked; upstream and local are not counted apart: null), upstream latency p50/p90/p99 from the upstream latency histogram, a monotonic time in seconds to compute rates between two polls",
+            json!({
+                "type": "object",
+                "required": ["time", "cores", "total", "perCore", "upstreamLatency"],
+                "properties": {
+                    "time": { "type": "number" },
+                    "cores": { "type": "integer" },
+                    "total": { "type": "object" },
+                    "perCore": { "type": "array", "items": { "type": "object" } },
+                    "upstreamLatency": {
+                        "type": "object",
+                        "properties": {
+                            "count": { "type": "integer" },
+                            "p50Ms": { "type": ["number", "null"] },
+                            "p90Ms": { "type": ["number", "null"] },
+                            "p99Ms": { "type": ["number", "null"] }
+                        }
+                    },
+                    "answerLatency": { "type": "null" },
+                    "notes": { "type": "object" }
+                }
+            }),
+            None,
+        ),
+        ("POST", "/api/v1/zones/{name}/import") => (
+            "Replace a primary Zone's RecordSets with a zone file's RRsets (one RecordSet each; the zone's RecordSets not in the file deleted; the SOA skipped: the Zone gives it); ?dryRun=true lists the changes",
+            json!({
+                "type": "object",
+                "required": ["zone", "dryRun", "create", "update", "delete", "unchanged", "skipped"],
+                "properties": {
+                    "zone": { "type": "string" },
+                    "dryRun": { "type": "boolean" },
+                    "create": { "type": "array", "items": { "type": "object" } },
+                    "update": { "type": "array", "items": { "type": "object" } },
+                    "delete": { "type": "array", "items": { "type": "object" } },
+                    "unchanged": { "type": "integer" },
+                    "skipped": { "type": "array", "items": { "type": "string" } }
+                }
+            }),
+            None,
+        ),
+        ("GET", "/api/v1/lameduck") => (
+            "Whether the node is in lameduck (draining), as the ops listener's GET /lameduck says; entering or leaving it stays on the ops listener, from loopback only",
+            json!({
+                "type": "object",
+                "required": ["lameduck"],
+                "properties": { "lameduck": { "type": "boolean" }, "change": { "type": "string" } }
+            }),
+            None,
+        ),
         _ => ("", json!({}), None),
     };
     let mut responses = json!({

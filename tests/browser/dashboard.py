@@ -34,6 +34,7 @@ DNS_HOST, DNS_PORT = os.environ["KUDURRU_DNS"].rsplit(":", 1)
 ADMIN = os.environ["KUDURRU_ADMIN"]
 VIEWER = os.environ["KUDURRU_VIEWER"]
 SETTINGS_FILE = os.environ.get("KUDURRU_SETTINGS_FILE")
+OPS = os.environ.get("KUDURRU_OPS")
 SHOTS = os.environ.get("KUDURRU_SHOTS")
 CHROMIUM = os.environ.get("KUDURRU_CHROMIUM", "/usr/bin/chromium")
 BLOCKED = "dash-blocked.example"
@@ -189,10 +190,23 @@ def t_overview_qps(page):
             text = page.inner_text("#qps").replace("—", "0")
             return float(text) if float(text) >= max(5.0, before * 2) else None
         after = eventually("the QPS figure to rise", risen, limit=40)
+
+        # The data plane's figures (GET /api/v1/stats/live): QPS, by transport and by core,
+        # upstream latency percentiles.
+        def live_risen():
+            text = page.inner_text("#live-qps").replace("—", "0").replace("…", "0")
+            return float(text) if float(text) >= 5.0 else None
+        live = eventually("the data plane's QPS figure to rise", live_risen, limit=40)
+        udp = page.locator("#live tr", has_text="udp").first.inner_text().split()
+        assert float(udp[1]) > 0, udp
+        assert page.locator("#live table", has_text="by core").locator("tbody tr").count() >= 1
+        expect(page.locator("#live-p50")).to_contain_text("ms")
+        expect(page.locator("#live")).to_contain_text("p99")
     finally:
         stop.set()
         worker.join(5)
-    print(f"  qps before {before}, during load {after} ({sent[0]} queries sent)")
+    print(f"  qps before {before}, during load {after}, data plane {live}, upstream p50 "
+          f"{page.inner_text('#live-p50')} ({sent[0]} queries sent)")
 
 
 @step("query log: search blocked queries and follow 'why blocked'")
@@ -350,6 +364,20 @@ def t_settings_rollback(page):
 @step("tools: a lookup through the node answers, and a blocked name gets the block answer")
 def t_tools_lookup(page):
     goto(page, "tools")
+    expect(page.locator("#lameduck")).to_contain_text("Serving")
+    expect(page.locator("#lameduck-how")).to_contain_text("loopback")
+    if OPS:
+        # Lameduck entered on the ops listener shows on the page (GET /api/v1/lameduck).
+        urllib.request.urlopen(urllib.request.Request(OPS + "lameduck", method="POST"), timeout=10).read()
+        try:
+            goto(page, "settings")
+            goto(page, "tools")
+            expect(page.locator("#lameduck")).to_contain_text("Lameduck", timeout=TIMEOUT_MS)
+        finally:
+            urllib.request.urlopen(urllib.request.Request(OPS + "lameduck", method="DELETE"), timeout=10).read()
+        goto(page, "settings")
+        goto(page, "tools")
+        expect(page.locator("#lameduck")).to_contain_text("Serving", timeout=TIMEOUT_MS)
     page.fill("#lookup input[data-key=name]", "www.dashzone.example")
     page.click("#lookup button[type=submit]")
     expect(page.locator("#lookup-status")).to_contain_text("NOERROR", timeout=TIMEOUT_MS)

@@ -706,6 +706,93 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
         200,
         "bearer requests are not limited"
     );
+    live_stats_and_lameduck(&k, &c);
+}
+
+/// `GET /api/v1/stats/live` (the data plane's counters: they move after queries, `time` grows)
+/// and `GET /api/v1/lameduck` (the ops listener's state, changed there from loopback).
+fn live_stats_and_lameduck(k: &Kudurru, c: &Client) {
+    // A fresh viewer: the test above revoked its tokens.
+    let viewer = &k.token("viewer", None);
+    let live = || {
+        let answer = c.bearer(viewer, "GET", "/api/v1/stats/live", None);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer.json()
+    };
+    let before = live();
+    let cores = before["cores"].as_u64().unwrap();
+    assert!(cores >= 1, "{before}");
+    assert_eq!(before["perCore"].as_array().unwrap().len() as u64, cores);
+    for name in [
+        "live1.example.com",
+        "live2.example.com",
+        "live1.example.com",
+    ] {
+        kudurru_e2e::dig(k.addr, &[name, "A"]);
+    }
+    kudurru_e2e::dig(k.addr, &["+tcp", "live3.example.com", "A"]);
+    let total = |v: &Value, key: &str| v["total"][key].as_u64().unwrap_or(0);
+    let by = |v: &Value, t: &str| v["total"]["queriesByTransport"][t].as_u64().unwrap_or(0);
+    let after = live();
+    assert!(
+        after["time"].as_f64().unwrap() > before["time"].as_f64().unwrap(),
+        "{before} {after}"
+    );
+    assert!(by(&after, "udp") >= by(&before, "udp") + 3, "{after}");
+    assert!(by(&after, "tcp") > by(&before, "tcp"), "{after}");
+    assert!(
+        total(&after, "queries") >= total(&before, "queries") + 4,
+        "{after}"
+    );
+    let per_core: u64 = after["perCore"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["queries"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(per_core, total(&after, "queries"), "cores add up: {after}");
+    // The cache's counters are sampled by each core (about once a second).
+    crate::zones::eventually("the repeated name counted as a cache hit", || {
+        let now = live();
+        total(&now, "cacheHits") > total(&before, "cacheHits")
+            && now["total"]["cacheHitRate"].as_f64().is_some()
+    });
+    assert!(
+        total(&after, "upstreamQueries") >= total(&before, "upstreamQueries") + 2,
+        "{after}"
+    );
+    let latency = &after["upstreamLatency"];
+    assert!(latency["count"].as_u64().unwrap() >= 2, "{after}");
+    let (p50, p99) = (
+        latency["p50Ms"].as_f64().unwrap(),
+        latency["p99Ms"].as_f64().unwrap(),
+    );
+    assert!(p50 > 0.0 && p50 <= p99 && p99 <= 2000.0, "{latency}");
+    assert!(after["answerLatency"].is_null(), "not kept: {after}");
+
+    // Lameduck: read on the API, changed only on the ops listener.
+    let lameduck = || {
+        let answer = c.bearer(viewer, "GET", "/api/v1/lameduck", None);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer.json()["lameduck"].as_bool().unwrap()
+    };
+    assert!(!lameduck());
+    let ops = format!("http://{}", k.ops);
+    assert_eq!(
+        exchange(&ops, None, "POST", "/lameduck", &[], None).status,
+        200
+    );
+    assert!(lameduck());
+    assert_eq!(
+        c.bearer(viewer, "POST", "/api/v1/lameduck", None).status,
+        405,
+        "no change through the API"
+    );
+    assert_eq!(
+        exchange(&ops, None, "DELETE", "/lameduck", &[], None).status,
+        200
+    );
+    assert!(!lameduck());
 }
 
 #[test]
@@ -771,5 +858,130 @@ fn dashboard_session_cookie_is_secure_on_https() {
     assert_eq!(
         refused.status, 403,
         "http:// is another origin than https://"
+    );
+}
+
+/// `POST /api/v1/zones/{name}/import`: a zone file replaces a primary Zone's RecordSets (a dry
+/// run lists the changes and writes nothing; a bad line is 400 naming it and changes nothing),
+/// and dig sees the imported records.
+#[test]
+fn zone_file_import_replaces_record_sets() {
+    use crate::zones::{apply, eventually};
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()]).start();
+    let admin = k.token("admin", None);
+    let viewer = k.token("viewer", None);
+    apply(
+        &k,
+        &admin,
+        "zones",
+        "imp",
+        json!({"zone": "imp.example.", "type": "primary", "nameServers": ["ns1.imp.example."]}),
+    );
+    apply(
+        &k,
+        &admin,
+        "recordsets",
+        "imp-old",
+        json!({"zone": "imp", "name": "old", "type": "A", "records": ["192.0.2.9"]}),
+    );
+    apply(
+        &k,
+        &admin,
+        "recordsets",
+        "imp-www",
+        json!({"zone": "imp", "name": "www", "type": "A", "ttl": 300, "records": ["192.0.2.1"]}),
+    );
+    let import = |token: &str, query: &str, ctype: &str, body: &str| {
+        crate::objects::call(
+            &k,
+            "POST",
+            &format!("/api/v1/zones/imp/import{query}"),
+            token,
+            Some((ctype, body)),
+        )
+    };
+    let names = |k: &Kudurru| -> Vec<String> {
+        let (_, list) = crate::zones::call(k, "GET", "/api/v1/recordsets", &admin, None);
+        let mut names: Vec<String> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = names(&k);
+    assert_eq!(before, ["imp-old", "imp-www"]);
+
+    // A bad line: 400 naming it; nothing changes.
+    let (status, body) = import(
+        &admin,
+        "",
+        "text/dns",
+        "$ORIGIN imp.example.\nwww 300 IN A 192.0.2.1\nbad 300 IN A not-an-address\n",
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "invalid_zone_file");
+    assert!(body["message"].as_str().unwrap().contains(":3"), "{body}");
+    assert_eq!(names(&k), before);
+    // Not a zone file's type, a viewer, an unknown zone.
+    assert_eq!(import(&admin, "", "application/json", "{}").0, 415);
+    assert_eq!(import(&viewer, "", "text/dns", "").0, 403);
+    let (status, _) = crate::objects::call(
+        &k,
+        "POST",
+        "/api/v1/zones/nope/import",
+        &admin,
+        Some(("text/dns", "")),
+    );
+    assert_eq!(status, 404);
+    assert_eq!(import(&admin, "?dryRun=maybe", "text/dns", "").0, 400);
+
+    let file = "$ORIGIN imp.example.\n$TTL 300\n\
+        @ IN SOA ns1 hostmaster 1 3600 600 86400 300\n\
+        www IN A 192.0.2.1\n\
+        mail IN A 192.0.2.2\n\
+        @ IN MX 10 mail\n";
+    let (status, dry) = import(&admin, "?dryRun=true", "text/dns", file);
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!(dry["dryRun"], true);
+    assert_eq!(dry["create"].as_array().unwrap().len(), 2, "{dry}");
+    assert_eq!(dry["unchanged"], 1, "{dry}");
+    assert_eq!(dry["delete"][0]["recordSet"], "imp-old", "{dry}");
+    assert_eq!(
+        dry["skipped"].as_array().unwrap().len(),
+        1,
+        "the SOA: {dry}"
+    );
+    assert_eq!(names(&k), before, "a dry run writes nothing");
+
+    let (status, done) = import(&admin, "", "text/dns", file);
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["dryRun"], false);
+    let after = names(&k);
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(after.contains(&"imp-www".to_owned()) && !after.contains(&"imp-old".to_owned()));
+    // The same file again: nothing to do.
+    let (_, again) = import(&admin, "?dryRun=true", "text/dns", file);
+    assert_eq!(
+        (
+            again["create"].as_array().unwrap().len(),
+            again["unchanged"].as_u64()
+        ),
+        (0, Some(3)),
+        "{again}"
+    );
+    eventually("the imported records answered", || {
+        let mail = kudurru_e2e::dig(k.addr, &["mail.imp.example", "A"]);
+        let old = kudurru_e2e::dig(k.addr, &["old.imp.example", "A"]);
+        mail.answers.iter().any(|a| a.3 == "192.0.2.2") && old.status == "NXDOMAIN"
+    });
+    let mx = kudurru_e2e::dig(k.addr, &["imp.example", "MX"]);
+    assert!(
+        mx.answers.iter().any(|a| a.3 == "10 mail.imp.example."),
+        "{}",
+        mx.raw
     );
 }

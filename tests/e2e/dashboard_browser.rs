@@ -51,6 +51,7 @@ fn dashboard_in_chromium() {
     cmd.arg(script())
         .env("KUDURRU_URL", format!("http://{}/", k.api))
         .env("KUDURRU_DNS", k.addr.to_string())
+        .env("KUDURRU_OPS", format!("http://{}/", k.ops))
         .env("KUDURRU_ADMIN", &admin)
         .env("KUDURRU_VIEWER", &viewer)
         .env("KUDURRU_SETTINGS_FILE", &settings)

@@ -1,6 +1,9 @@
 // Overview: queries per second (the growth of the query log's rollup totals between two polls),
 // blocked share and the per-minute series of the last hour, cache hit rate per core, upstream
-// health and latency, top names, blocked names and clients. Polls every 5 s.
+// health and latency, top names, blocked names and clients; from the data plane's counters
+// (GET /api/v1/stats/live, rates between two polls by its monotonic `time`): queries per
+// second by transport and by core, answers per second, upstream latency p50/p90/p99. Polls
+// every 5 s.
 import { h, get, can, table, say, errorText } from "../app.js";
 
 const POLL_MS = 5000;
@@ -25,6 +28,41 @@ function spark(series) {
   return svg;
 }
 
+const rate = (now, before, dt) => Math.max(0, now - before) / dt;
+const fmtRate = (r) => r.toFixed(r < 10 ? 1 : 0);
+const ms = (v) => (v == null ? "—" : `${Number(v).toFixed(v < 10 ? 2 : 1)} ms`);
+
+// The data plane's rates between two polls of /stats/live: by transport, by core, latency.
+function liveParts(now, before, set) {
+  const lat = now.upstreamLatency || {};
+  set("live-p50", ms(lat.p50Ms));
+  set("live-p99", ms(lat.p99Ms));
+  const dt = before ? now.time - before.time : 0;
+  if (!(dt > 0)) {
+    set("live-qps", "…");
+    return [h("p", { class: "k", id: "live-wait" }, "Rates by transport and by core show from the second poll.")];
+  }
+  set("live-qps", fmtRate(rate(now.total.queries, before.total.queries, dt)));
+  const transports = Object.keys(now.total.queriesByTransport || {});
+  const byTransport = transports.map((t) => [t, fmtRate(rate(now.total.queriesByTransport[t], before.total.queriesByTransport[t] || 0, dt)),
+    String(now.total.queriesByTransport[t])]);
+  const byCore = (now.perCore || []).map((c, i) => {
+    const b = (before.perCore || [])[i] || c;
+    const hitRate = c.cacheHitRate == null ? "—" : `${(100 * c.cacheHitRate).toFixed(1)} %`;
+    return [String(i), fmtRate(rate(c.queries, b.queries, dt)), fmtRate(rate(c.dropped, b.dropped, dt)), hitRate];
+  });
+  const src = now.total.answersBySource || {};
+  const bsrc = before.total.answersBySource || {};
+  const perSec = (k) => (src[k] == null ? "not counted" : fmtRate(rate(src[k], bsrc[k] || 0, dt)));
+  return [
+    h("div", { class: "cards", id: "live" },
+      table("Queries per second by transport", ["transport", "per second", "total"], byTransport),
+      table("Queries per second by core", ["core", "queries/s", "dropped/s", "cache hit rate"], byCore),
+      table("Answers per second by source", ["source", "per second"], ["cache", "blocked", "upstream", "local"].map((k) => [k, perSec(k)])),
+      table("Upstream latency", ["percentile", "latency"], [["p50", ms(lat.p50Ms)], ["p90", ms(lat.p90Ms)], ["p99", ms(lat.p99Ms)]])),
+  ];
+}
+
 export async function render(main) {
   // The rate is the growth of the totals since `from` between two polls; `from` stays put so
   // the totals only grow, and moves on every hour (one poll then shows no rate) so the answer
@@ -33,21 +71,23 @@ export async function render(main) {
   const cards = h("div", { class: "cards" },
     card("qps", "queries per second"), card("queries", "queries in the last hour"),
     card("blocked", "blocked share"), card("hitrate", "cache hit rate"),
-    card("upstreams", "upstreams healthy"));
+    card("upstreams", "upstreams healthy"), card("live-qps", "queries per second (all cores)"),
+    card("live-p50", "upstream latency p50"), card("live-p99", "upstream latency p99"));
   const live = h("div", { "aria-live": "off" });
   main.append(h("p", { class: "k" }, "Updates every 5 s."), cards, live);
   let last = null;
+  let lastLive = null;
   let timer = null;
   let stopped = false;
 
   async function poll() {
     const now = performance.now();
-    const jobs = [get("/cache"), get("/upstreams")];
+    const jobs = [get("/cache"), get("/upstreams"), get("/stats/live")];
     if (Date.now() - fromMs > 2 * 3600e3) { fromMs = Date.now() - 3600e3; last = null; }
     if (can("querylog.read")) jobs.push(get(`/stats?from=${encodeURIComponent(new Date(fromMs).toISOString())}&top=5`));
-    let cache, ups, stats;
+    let cache, ups, liveStats, stats;
     try {
-      [cache, ups, stats] = await Promise.all(jobs);
+      [cache, ups, liveStats, stats] = await Promise.all(jobs);
     } catch (e) {
       if (!stopped) say(errorText(e), "error");
       return;
@@ -82,6 +122,8 @@ export async function render(main) {
       set("qps", "—");
       parts.push(h("p", {}, "Query rates and top lists come from the query log, which needs the operator role."));
     }
+    parts.push(...liveParts(liveStats, lastLive, set));
+    lastLive = liveStats;
     const cores = cache.cores || [];
     const hits = cores.reduce((a, c) => a + (c.hits || 0), 0);
     const misses = cores.reduce((a, c) => a + (c.misses || 0), 0);

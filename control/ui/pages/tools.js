@@ -1,14 +1,15 @@
-// Tools: the doctor report, diagnoses, the readiness (lameduck) state as the doctor sees it,
+// Tools: the doctor report, diagnoses, the lameduck state (GET /api/v1/lameduck) and readiness,
 // the blocking check for any name and client, and the cache (stats, flush).
 import { h, api, get, qs, can, field, table, say, errorText, showFieldError } from "../app.js";
 
 export async function render(main) {
-  const [doctor, info] = await Promise.all([get("/doctor"), get("/info/messages")]);
+  const [doctor, info, lameduck] = await Promise.all([get("/doctor"), get("/info/messages"), get("/lameduck")]);
   const readiness = (doctor.checks || []).find((c) => c.name === "readiness");
   main.append(
-    h("h2", {}, "Readiness"),
-    h("p", { id: "lameduck" }, readiness ? `${readiness.status === "ok" ? "Serving" : "Lameduck"}: ${readiness.message}` : "unknown"),
-    h("p", {}, "Lameduck is entered and left on the ops listener from loopback (POST/DELETE /lameduck), not through this page."),
+    h("h2", {}, "Lameduck and readiness"),
+    h("p", { id: "lameduck" }, h("span", { class: "pill " + (lameduck.lameduck ? "warn" : "ok") }, lameduck.lameduck ? "Lameduck (draining)" : "Serving"),
+      readiness ? ` Readiness: ${readiness.message}` : ""),
+    h("p", { id: "lameduck-how" }, "Lameduck is entered and left only on the ops listener, from loopback (POST or DELETE /lameduck on the node itself), not through this page or the API."),
     h("h2", {}, `Doctor: ${doctor.counts.ok} ok, ${doctor.counts.warn} warn, ${doctor.counts.fail} fail`),
     table(null, ["check", "status", "message"], doctor.checks.map((c) => [c.name, h("span", { class: "pill " + c.status }, c.status), c.message])),
     h("h2", {}, "Diagnoses"),

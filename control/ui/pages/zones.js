@@ -1,6 +1,6 @@
 // Zones: the Zone objects with their serials and load state, the records a zone serves now,
-// and a records editor through RecordSet objects (/api/v1/recordsets). There is no zone-file
-// import route in the API: a primary zone's file is read from zones.fileDir.
+// and a records editor through RecordSet objects (/api/v1/recordsets). Zone-file import
+// (POST /api/v1/zones/{name}/import, text/dns) is on the API but has no form here yet.
 import { h, api, get, can, field, table, say, errorText, showFieldError } from "../app.js";
 
 export async function render(main) {
