@@ -982,6 +982,23 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         let dry = json!({ "name": "dryRun", "in": "query", "required": false, "schema": { "type": "boolean" }, "description": "true: answer {dryRun, changes, restartRequired (boolean)} and change nothing" });
         op["parameters"] = json!([dry]);
     }
+    if path == "/api/v1/zones/{name}/import" {
+        op["parameters"] = json!([
+            { "name": "name", "in": "path", "required": true, "schema": { "type": "string" } },
+            { "name": "dryRun", "in": "query", "required": false, "schema": { "type": "boolean" }, "description": "true: answer the changes (dryRun true) and write nothing" }
+        ]);
+        op["requestBody"] = json!({ "required": true, "content": {
+            "text/dns": { "schema": { "type": "string" } },
+            "text/plain": { "schema": { "type": "string" } }
+        } });
+        responses["400"] = error_response(
+            "invalid_zone_file (the line is named: import:N), $INCLUDE, or an invalid dryRun",
+        );
+        responses["404"] = error_response("No Zone of that name");
+        responses["409"] = error_response("The Zone is not a primary zone");
+        responses["413"] = error_response("Body larger than 64 KiB");
+        responses["415"] = error_response("Content-Type is not text/dns or text/plain");
+    }
     if path == "/api/v1/lookup" {
         op["parameters"] = json!([
             { "name": "name", "in": "query", "required": true, "schema": { "type": "string" }, "description": "the name to look up" },

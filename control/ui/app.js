@@ -64,15 +64,18 @@ export class ApiError extends Error {
   }
 }
 
-// Calls the node's API. Non-GET requests carry the session's CSRF token. Answers
-// {status, body}; throws ApiError on 4xx/5xx (after sending a 401 back to sign-in).
+// Calls the node's API. Non-GET requests carry the session's CSRF token. `body` is sent as
+// JSON, or `opts.text` as is with `opts.contentType`. Answers {status, body}; throws
+// ApiError on 4xx/5xx (after sending a 401 back to sign-in).
 export async function api(method, path, body, opts) {
   const headers = { Accept: "application/json" };
   if (method !== "GET" && method !== "HEAD" && session.csrf) headers["X-CSRF-Token"] = session.csrf;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const raw = opts && opts.text;
+  if (raw !== undefined) headers["Content-Type"] = opts.contentType || "text/plain";
+  else if (body !== undefined) headers["Content-Type"] = "application/json";
   const res = await fetch("/api/v1" + path, {
     method, headers, credentials: "same-origin", signal: opts && opts.signal,
-    body: body === undefined ? undefined : JSON.stringify(body),
+    body: raw !== undefined ? raw : body === undefined ? undefined : JSON.stringify(body),
   });
   const text = res.status === 204 ? "" : await res.text();
   let data = null;

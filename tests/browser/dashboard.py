@@ -309,6 +309,26 @@ def t_zones(page):
     assert page.locator("#records h2").first.inner_text() != before
 
 
+@step("zones: a zone-file import is previewed (nothing served), a bad line is shown at the field, then imported and served")
+def t_zone_import(page):
+    form = page.locator("#import-form")
+    expect(form).to_be_visible(timeout=TIMEOUT_MS)
+    page.fill("#import-form textarea[data-key=body]", "www 300 IN A 192.0.2.55\nmail 300 IN A 192.0.2.57\n")
+    page.click("#import-form button[value=preview]")
+    expect(page.locator("#import-result")).to_contain_text("Would change: 1 to create", timeout=TIMEOUT_MS)
+    expect(page.locator("#import-result")).to_contain_text("mail", timeout=TIMEOUT_MS)
+    status, answers = dig("mail.dashzone.example")
+    assert status == "NXDOMAIN" and not answers, f"a preview served the record: {status} {answers}"
+    page.fill("#import-form textarea[data-key=body]", "www 300 IN A 192.0.2.55\nmail 300 IN A not-an-address\n")
+    page.click("#import-form button[value=import]")
+    expect(form.locator(".field-error")).to_contain_text("import:2", timeout=TIMEOUT_MS)
+    assert dig("mail.dashzone.example")[0] == "NXDOMAIN", "a refused import changed the zone"
+    page.fill("#import-form textarea[data-key=body]", "www 300 IN A 192.0.2.55\nmail 300 IN A 192.0.2.57\n")
+    page.click("#import-form button[value=import]")
+    expect(page.locator("#import-result")).to_contain_text("Imported: 1 to create", timeout=TIMEOUT_MS)
+    eventually("the imported record served", lambda: any("192.0.2.57" in a for a in dig("mail.dashzone.example")[1]))
+
+
 @step("settings: an invalid value shows its error at the field and changes nothing")
 def t_settings_invalid(page):
     old = max_ttl()
@@ -510,6 +530,7 @@ def main():
         t_disable_list(page)
         t_invalid_object(page)
         t_zones(page)
+        t_zone_import(page)
         t_settings_invalid(page)
         t_settings_dry_run(page)
         t_settings_rollback(page)

@@ -1,6 +1,6 @@
 // Zones: the Zone objects with their serials and load state, the records a zone serves now,
-// and a records editor through RecordSet objects (/api/v1/recordsets). Zone-file import
-// (POST /api/v1/zones/{name}/import, text/dns) is on the API but has no form here yet.
+// a records editor through RecordSet objects (/api/v1/recordsets), and a zone-file import
+// (POST /api/v1/zones/{name}/import, text/dns): a preview (dryRun) first, then the import.
 import { h, api, get, can, field, table, say, errorText, showFieldError } from "../app.js";
 
 export async function render(main) {
@@ -23,10 +23,35 @@ export async function render(main) {
       const parts = [h("h2", { tabindex: "-1" }, `${r.zone} at serial ${r.serial} (${r.total} records)`),
         table(null, ["name", "TTL", "type", "data"], r.records.map((x) => [h("span", { class: "mono" }, x.name), String(x.ttl), x.type, h("span", { class: "mono" }, x.rdata)]))];
       if (r.continue) parts.push(h("p", {}, "The first 500 records are shown."));
-      if (can("objects.write") && z.spec.type === "primary") parts.push(editor(z));
+      if (can("objects.write") && z.spec.type === "primary") parts.push(editor(z), importer(z));
       recs.replaceChildren(...parts);
       recs.querySelector("h2").focus();
     } catch (e) { say(errorText(e), "error"); }
+  }
+
+  function importer(z) {
+    const file = h("textarea", { "data-key": "body", rows: 6, class: "mono", placeholder: "www 300 IN A 192.0.2.10" });
+    const result = h("div", { id: "import-result", "aria-live": "polite" });
+    const preview = h("button", { type: "submit", value: "preview" }, "Preview");
+    const apply = h("button", { type: "submit", value: "import", class: "secondary" }, "Import");
+    const form = h("form", { class: "card", id: "import-form" }, h("h2", {}, "Import a zone file"),
+      h("p", {}, "The file's records replace this zone's RecordSets (its SOA comes from the Zone object). Preview shows what would change; Import writes it."),
+      field("Zone file (master format, names relative to the zone)", file), preview, apply, result);
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const dry = (ev.submitter || preview).value !== "import";
+      const path = `/zones/${encodeURIComponent(z.metadata.name)}/import${dry ? "?dryRun=true" : ""}`;
+      try {
+        const r = (await api("POST", path, undefined, { text: file.value, contentType: "text/dns" })).body;
+        const rows = [...r.create.map((x) => ["create", x.name, x.type, x.records.join(", ")]),
+          ...r.update.map((x) => ["update", x.name, x.type, x.records.join(", ")]),
+          ...r.delete.map((x) => ["delete", String(x.name), String(x.type), ""])];
+        result.replaceChildren(h("p", {}, `${dry ? "Would change" : "Imported"}: ${r.create.length} to create, ${r.update.length} to update, ${r.delete.length} to delete, ${r.unchanged} unchanged.`),
+          table(null, ["change", "name", "type", "records"], rows));
+        if (!dry) { say(`zone file imported into ${z.metadata.name}`, "ok"); setTimeout(() => show(z), 1000); }
+      } catch (e) { showFieldError(form, e); }
+    });
+    return form;
   }
 
   function editor(z) {
