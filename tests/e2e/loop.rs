@@ -37,6 +37,18 @@ fn forwarding_unbound(dir: &Path, to: std::net::SocketAddr) -> (Unbound, String)
     (unbound, format!("udp://{addr}"))
 }
 
+/// PATCHes the cluster settings with `patch` (JSON) as `token`; a refusal fails the test.
+fn patch_settings(k: &Kudurru, token: &str, patch: &str) {
+    let (status, body) = curl(
+        k,
+        "PATCH",
+        "/api/v1/settings",
+        Some(token),
+        Some((JSON, patch)),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
 /// The doctor check named `loop UPSTREAM`: (status, message), once one exists.
 fn loop_check(k: &Kudurru, token: &str, upstream: &str) -> Option<(String, String)> {
     let (status, doctor) = curl(k, "GET", "/api/v1/doctor", Some(token), None);
@@ -88,14 +100,7 @@ fn a_forwarding_loop_through_unbound_is_reported_drained_and_cleared_by_a_settin
 
     // The loop: kudurru → Unbound → kudurru.
     let patch = format!(r#"{{"upstreams": ["{looping}"]}}"#);
-    let (status, body) = curl(
-        &k,
-        "PATCH",
-        "/api/v1/settings",
-        Some(&operator),
-        Some((JSON, &patch)),
-    );
-    assert_eq!(status, 200, "{body}");
+    patch_settings(&k, &operator, &patch);
     let message = wait_for_check(&k, &operator, &looping, "fail");
     assert!(
         message.starts_with(&format!("forwarding loop through {looping}: the probe "))
@@ -137,14 +142,7 @@ fn a_forwarding_loop_through_unbound_is_reported_drained_and_cleared_by_a_settin
     // loop is found again.
     for (enabled, wanted) in [("false", None), ("true", Some(1.0))] {
         let patch = format!(r#"{{"upstream": {{"loopProbe": {enabled}}}}}"#);
-        let (status, body) = curl(
-            &k,
-            "PATCH",
-            "/api/v1/settings",
-            Some(&operator),
-            Some((JSON, &patch)),
-        );
-        assert_eq!(status, 200, "{body}");
+        patch_settings(&k, &operator, &patch);
         if wanted.is_none() {
             let deadline = Instant::now() + Duration::from_secs(10);
             while loop_check(&k, &operator, &looping).is_some() {
@@ -167,14 +165,7 @@ fn a_forwarding_loop_through_unbound_is_reported_drained_and_cleared_by_a_settin
 
     // Fixed by a settings change: the good upstream again; the loop's check and series go.
     let patch = format!(r#"{{"upstreams": ["{}"]}}"#, good.udp_url());
-    let (status, body) = curl(
-        &k,
-        "PATCH",
-        "/api/v1/settings",
-        Some(&operator),
-        Some((JSON, &patch)),
-    );
-    assert_eq!(status, 200, "{body}");
+    patch_settings(&k, &operator, &patch);
     let message = wait_for_check(&k, &operator, &good.udp_url(), "ok");
     assert!(message.starts_with("no loop: the probe "), "{message}");
     assert_eq!(loop_check(&k, &operator, &looping), None);
@@ -240,14 +231,7 @@ fn a_looping_upstream_is_held_out_of_rotation_while_another_answers() {
     let (_unbound, looping) = forwarding_unbound(&scratch, k.addr);
     // The looping upstream first: `ordered` would ask it first for every query.
     let patch = format!(r#"{{"upstreams": ["{looping}", "{}"]}}"#, good.udp_url());
-    let (status, body) = curl(
-        &k,
-        "PATCH",
-        "/api/v1/settings",
-        Some(&operator),
-        Some((JSON, &patch)),
-    );
-    assert_eq!(status, 200, "{body}");
+    patch_settings(&k, &operator, &patch);
     wait_for_check(&k, &operator, &looping, "fail");
     let healthy = format!("kudurru_upstream_healthy{{upstream=\"{looping}\"}}");
     let deadline = Instant::now() + ROUND_BOUND;
