@@ -215,10 +215,17 @@ pub fn file_problems(path: &Path, text: &str, settings_file: bool) -> Vec<Proble
 /// today) or the parent of keys is walked into.
 fn collect_leaves(table: &toml::Table, prefix: &str, out: &mut Vec<(String, toml::Value)>) {
     for (name, value) in table {
-        let path = if prefix.is_empty() {
-            name.clone()
+        // A quoted name with a dot in it (`"cache.maxTTL" = 5`) is one segment, not two: kept
+        // quoted so it matches no key, as serve refuses it.
+        let segment = if name.contains('.') {
+            format!("\"{name}\"")
         } else {
-            format!("{prefix}.{name}")
+            name.clone()
+        };
+        let path = if prefix.is_empty() {
+            segment
+        } else {
+            format!("{prefix}.{segment}")
         };
         match value {
             toml::Value::Table(inner) if find_key_exact(&path).is_none() => {
@@ -337,6 +344,26 @@ mod tests {
             unclosed[0].place, "s.toml:2",
             "found by the config_check fuzz target"
         );
+        // Found by the config_check fuzz target in CI: a quoted dotted name was split as if
+        // it were two keys and passed, though serve refuses it.
+        for text in [
+            "\"cache.maxTTL\" = 5\n",
+            "[cluster]\n\"etcd.endpoints\" = [\"http://127.0.0.1:2379\"]\n",
+        ] {
+            for settings_file in [false, true] {
+                let problems = file_problems(Path::new("s.toml"), text, settings_file);
+                assert_eq!(problems.len(), 1, "{text}: {problems:?}");
+                assert!(
+                    problems[0].message.starts_with("no such key"),
+                    "{text}: {}",
+                    problems[0]
+                );
+                assert!(
+                    crate::layers::FileLayer::parse(Path::new("s.toml"), text).is_err(),
+                    "{text}"
+                );
+            }
+        }
         let broken = file_problems(Path::new("s.toml"), "[cache]\nminTTL = = 5\n", false);
         assert_eq!(broken.len(), 1);
         assert!(
