@@ -366,6 +366,7 @@ fn the_query_log_api_and_cli_end_to_end() {
     filters_narrow(&k, &reader, &sent, &all);
     pages_have_no_gaps_or_repeats(&k, &reader, &sent, &all);
     exports_match_the_json(&k, &reader, &sent, &all);
+    csv_exports_formulas_as_text(&k, &reader);
     bad_parameters_are_named(&k, &reader);
     the_cli_searches(&k, &reader, &sent, &all);
     tails_see_what_comes_after(&k, &reader, &sent);
@@ -509,6 +510,40 @@ fn exports_match_the_json(k: &Kudurru, token: &str, sent: &Sent, all: &[Value]) 
     // A limit caps an export, past the page cap of a search.
     let (_, text) = get_text(k, &format!("{path}&limit=3"), token, "application/x-ndjson");
     assert_eq!(text.lines().count(), 3);
+}
+
+/// A client chooses its qname: names a spreadsheet would run as formulas (`=`, `+`, `-` first)
+/// come out of the CSV export as quoted text with a leading `'` (OWASP "CSV Injection").
+fn csv_exports_formulas_as_text(k: &Kudurru, token: &str) {
+    let suffix = format!("csv-{}.kudurru-e2e.example.", std::process::id());
+    let hostile = ["=1+2", "+3-4", "-5+6"].map(|label| format!("{label}.{suffix}"));
+    for name in &hostile {
+        // `-q`: dig would read a name starting with `+` or `-` as an option.
+        assert_eq!(dig(k.addr, &["-q", name, "A"]).status, "NOERROR", "{name}");
+    }
+    let path = format!("/api/v1/querylog?suffix={suffix}");
+    eventually("the hostile names to be logged", || {
+        (search(k, token, &format!("suffix={suffix}")).len() == hostile.len()).then_some(())
+    });
+    let (status, text) = get_text(k, &path, token, "text/csv");
+    assert_eq!(status, 200, "{text}");
+    for name in &hostile {
+        assert!(text.contains(&format!(",\"'{name}\",A,")), "{name}: {text}");
+    }
+    // A CSV reader sees the quote as part of the text, so the cell is never a formula.
+    let script =
+        "import csv, json, sys\nprint(json.dumps([r['qname'] for r in csv.DictReader(sys.stdin)]))";
+    let mut python = Command::new(kudurru_e2e::python())
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    std::io::Write::write_all(&mut python.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = python.wait_with_output().unwrap();
+    let names: BTreeSet<String> = serde_json::from_slice(&out.stdout).expect("csv parses");
+    let quoted: BTreeSet<String> = hostile.iter().map(|n| format!("'{n}")).collect();
+    assert_eq!(names, quoted);
 }
 
 fn bad_parameters_are_named(k: &Kudurru, token: &str) {

@@ -642,10 +642,23 @@ pub fn entry_json(cursor: Option<Cursor>, entry: &Entry) -> Value {
     value
 }
 
+/// The characters that make a spreadsheet read a cell as a formula (OWASP "CSV Injection"):
+/// `=`, `+`, `-`, `@`, tab and CR.
+const FORMULA_TRIGGERS: [char; 6] = ['=', '+', '-', '@', '\t', '\r'];
+
 /// One CSV field, quoted as RFC 4180 §2 asks when it holds a comma, a quote, CR or LF.
+///
+/// A text cell that starts with a formula trigger is written as OWASP recommends: a single quote
+/// in front and the whole cell quoted, so a spreadsheet shows it as text. A client chooses its
+/// qname (and a DoH client its client ID), so without this an exported log could run a formula
+/// of the client's choosing in the operator's spreadsheet.
 fn csv_field(out: &mut String, text: &str) {
-    if text.contains([',', '"', '\r', '\n']) {
+    let formula = text.starts_with(FORMULA_TRIGGERS);
+    if formula || text.contains([',', '"', '\r', '\n']) {
         out.push('"');
+        if formula {
+            out.push('\'');
+        }
         out.push_str(&text.replace('"', "\"\""));
         out.push('"');
     } else {
@@ -1170,6 +1183,47 @@ mod tests {
             row.contains(",a.example.,A,,false,false,true,false,false,false,"),
             "{row}"
         );
+    }
+
+    #[test]
+    fn csv_cells_a_spreadsheet_would_run_as_formulas_are_quoted_text() {
+        // OWASP "CSV Injection": =, +, -, @, tab and CR at the start of any text cell.
+        for (hostile, cell) in [
+            (
+                "=cmd|' /c calc'!a0.example.",
+                "\"'=cmd|' /c calc'!a0.example.\"",
+            ),
+            ("+1+1.example.", "\"'+1+1.example.\""),
+            ("-2+3.example.", "\"'-2+3.example.\""),
+            ("@sum(1,1).example.", "\"'@sum(1,1).example.\""),
+            ("\tx.example.", "\"'\tx.example.\""),
+            ("\rx.example.", "\"'\rx.example.\""),
+            (
+                "=hyperlink(\"http://x\").",
+                "\"'=hyperlink(\"\"http://x\"\").\"",
+            ),
+        ] {
+            let mut qname = entry(0, hostile);
+            let row = csv_row(&qname);
+            assert!(
+                row.contains(&format!(",{cell},A,")),
+                "qname {hostile:?}: {row}"
+            );
+            qname.qname = "a.example.".into();
+            qname.client_id = hostile.into();
+            let row = csv_row(&qname);
+            assert!(
+                row.contains(&format!(",{cell},default,")),
+                "client ID {hostile:?}: {row}"
+            );
+        }
+        // A trigger later in the cell is harmless, and a plain cell stays unquoted.
+        let row = csv_row(&entry(0, "a-b=c.example."));
+        assert!(row.contains(",a-b=c.example.,A,"), "{row}");
+        // Numbers are not text: an ede code or a latency stays a number.
+        let mut e = entry(0, "a.example.");
+        e.ede = Some(15);
+        assert!(csv_row(&e).trim_end().ends_with(",15"));
     }
 
     #[test]
