@@ -770,6 +770,7 @@ fn stats_survive_a_purge(k: &Kudurru, admin: &str, reader: &str, sent: &Sent) {
         purge,
         format!("deleted {} entries (the rollups are kept)\n", entries.len())
     );
+    purges_are_in_the_audit_log(k, admin, entries.len() as u64);
     let (_, page) = api(k, "GET", "/api/v1/querylog", reader);
     assert_eq!(page["entries"], json!([]), "{page}");
     let after = stats(reader);
@@ -784,6 +785,39 @@ fn stats_survive_a_purge(k: &Kudurru, admin: &str, reader: &str, sent: &Sent) {
         text.contains(&format!("{} queries, {blocked} blocked", entries.len())),
         "{text}"
     );
+}
+
+/// Each purge is an audit record: who, the bound and the count (the CLI's purge of
+/// everything, `deleted` entries, then one with a time bound over the API).
+fn purges_are_in_the_audit_log(k: &Kudurru, admin: &str, deleted: u64) {
+    let (status, body) = api(
+        k,
+        "DELETE",
+        "/api/v1/querylog?before=2026-01-02T03:04:05Z",
+        admin,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({"deleted": 0, "audited": true}));
+    let (status, audit) = api(k, "GET", "/api/v1/audit?kind=QueryLog", admin);
+    assert_eq!(status, 200, "{audit}");
+    let records = audit["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2, "{audit}");
+    // A token's principal is `token:` and its id (the 8 characters after `kdr_`).
+    let admin_id = format!("token:{}", &admin[4..12]);
+    let purges: Vec<(&Value, &Value)> = records
+        .iter()
+        .map(|r| (&r["actor"], &r["patch"]["spec"]["purges"][0]))
+        .collect();
+    for (actor, purge) in &purges {
+        assert_eq!(*actor, admin_id.as_str());
+        assert_eq!(purge["node"], "local", "{purge}");
+    }
+    assert_eq!(purges[0].1["before"], "everything");
+    assert_eq!(purges[0].1["beforeUnixNs"], 0);
+    assert_eq!(purges[0].1["deleted"], deleted);
+    assert_eq!(purges[1].1["before"], "2026-01-02T03:04:05.000000000Z");
+    assert_eq!(purges[1].1["beforeUnixNs"], 1_767_323_045_000_000_000_u64);
+    assert_eq!(purges[1].1["deleted"], 0);
 }
 
 #[test]

@@ -778,8 +778,14 @@ fn stream_response(content_type: &'static str, chunks: mpsc::Receiver<Bytes>) ->
     response
 }
 
-/// Answers `call` from `log`; streams end when the client leaves or `stopping` turns.
-pub async fn respond(log: &QueryLog, call: Call, stopping: watch::Receiver<bool>) -> Response {
+/// Answers `call` from `log`, a purge written to the audit log through `audit` (`None`: not
+/// audited, for tests); streams end when the client leaves or `stopping` turns.
+pub async fn respond(
+    log: &QueryLog,
+    call: Call,
+    audit: Option<super::audit::PurgeAudit>,
+    stopping: watch::Receiver<bool>,
+) -> Response {
     match call {
         Call::Search {
             filter,
@@ -803,15 +809,34 @@ pub async fn respond(log: &QueryLog, call: Call, stopping: watch::Receiver<bool>
             principal,
         } => match log.purge(before_ns).await {
             Ok(deleted) => {
-                // The audit log records object changes in their own transaction; the query
-                // log is another database, so its purges are logged here.
-                tracing::info!(
-                    principal,
-                    before = %if before_ns == 0 { "everything".to_owned() } else { format_time(before_ns) },
+                let purge = super::audit::Purge {
+                    time: format_time(now_ns()),
+                    before: if before_ns == 0 {
+                        "everything".to_owned()
+                    } else {
+                        format_time(before_ns)
+                    },
+                    before_ns,
                     deleted,
-                    "query log purged over the API"
-                );
-                json_response(200, &json!({ "deleted": deleted }))
+                };
+                tracing::info!(principal, before = %purge.before, deleted, "query log purged over the API");
+                // The purge stands whether or not it could be audited; the answer says which.
+                let audited = match audit {
+                    Some(audit) => {
+                        let recorded = tokio::task::spawn_blocking(move || {
+                            audit.record(&principal, &purge).map_err(|e| e.to_string())
+                        })
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|recorded| recorded);
+                        if let Err(e) = &recorded {
+                            tracing::error!(error = %e, "the query log was purged but the purge could not be written to the audit log");
+                        }
+                        recorded.is_ok()
+                    }
+                    None => false,
+                };
+                json_response(200, &json!({ "deleted": deleted, "audited": audited }))
             }
             Err(e) => error(&e).into_response(),
         },
@@ -1362,7 +1387,7 @@ mod tests {
             call("DELETE", "/api/v1/querylog", "before=0", None).unwrap(),
             call("GET", "/api/v1/querylog/tail", "", None).unwrap(),
         ] {
-            let response = respond(&log, c.clone(), stopping.clone()).await;
+            let response = respond(&log, c.clone(), None, stopping.clone()).await;
             assert_eq!(response.status(), 409, "{c:?}");
             let body = http_body_util::BodyExt::collect(response.into_body())
                 .await

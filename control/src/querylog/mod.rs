@@ -17,6 +17,7 @@ pub mod redb;
 pub mod writer;
 // The API's routes and the command line (ql-api).
 pub mod api;
+pub mod audit;
 pub mod cli;
 
 use std::fmt::Write as _;
