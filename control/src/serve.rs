@@ -677,8 +677,17 @@ async fn control(
     server.request_stop();
     let _ = stop_http.send(true);
     while tasks.join_next().await.is_some() {}
+    // The cores' last records reach the sink before the runtime goes: the writer ends when
+    // every core has exited (within server.shutdownGrace), then the sink closes (dnstap:
+    // the queued events, STOP, FINISH).
+    querylog_handle
+        .close(validated.settings.shutdown_grace + QUERYLOG_CLOSE_MARGIN)
+        .await;
     Ok(server)
 }
+
+/// How long past server.shutdownGrace shutdown waits for the query-log writer.
+const QUERYLOG_CLOSE_MARGIN: Duration = Duration::from_secs(2);
 
 /// HTTPS for the API: the pair is loaded now (a bad file is a startup error), then watched
 /// like the DNS listeners' pair.
