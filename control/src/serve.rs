@@ -727,6 +727,9 @@ fn signal_name(kind: SignalKind) -> &'static str {
 /// is measured with records produced: `summarize`, this thread decodes and summarizes every
 /// record and drops it (what any sink's writer does first); `discard`, it drops the batches
 /// unread (the cores' cost alone). Any other value, or none, leaves the configured query log.
+/// Only in a binary built with `--features bench-hooks`: a default build has no such hook (the
+/// variable is one of the ignored `KUDURRU_` variables it warns about).
+#[cfg(feature = "bench-hooks")]
 fn bench_querylog(cores: usize) -> Option<kudurru_transports::querylog::QueryLogSender> {
     let mode = std::env::var("KUDURRU_BENCH_QUERYLOG").ok()?;
     let summarize = match mode.as_str() {
@@ -748,4 +751,10 @@ fn bench_querylog(cores: usize) -> Option<kudurru_transports::querylog::QueryLog
     });
     tracing::warn!(%mode, "KUDURRU_BENCH_QUERYLOG: query-log records go to the benchmark's receiver");
     Some(sender)
+}
+
+/// A default build: no benchmark hook.
+#[cfg(not(feature = "bench-hooks"))]
+fn bench_querylog(_cores: usize) -> Option<kudurru_transports::querylog::QueryLogSender> {
+    None
 }

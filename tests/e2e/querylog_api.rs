@@ -871,3 +871,29 @@ fn without_a_database_search_stats_and_purge_are_409_naming_the_sink_and_the_tai
         .expect("the tail ends with the server");
     assert!(status.success(), "{status}");
 }
+
+/// A default build has no benchmark hook: `KUDURRU_BENCH_QUERYLOG` (which a binary built with
+/// `--features bench-hooks` reads) is one of the ignored `KUDURRU_` variables, and the cores
+/// get no query-log channel from it.
+#[test]
+fn kudurru_bench_querylog_has_no_effect_without_the_bench_hooks_feature() {
+    let d = Scratch::new("bench-hooks");
+    let log = d.join("kudurru.log");
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_BENCH_QUERYLOG", "discard")
+        .log_level(Some("info"))
+        .stderr_to(&log)
+        .start();
+    assert_eq!(
+        dig(k.addr, &[&kudurru_e2e::unique_name("bench-hook"), "A"]).status,
+        "NOERROR"
+    );
+    // Both lines would be written before the listeners are up, and start() waited for them.
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains("ignoring KUDURRU_ variables") && text.contains("KUDURRU_BENCH_QUERYLOG"),
+        "{text}"
+    );
+    assert!(!text.contains("benchmark's receiver"), "{text}");
+}
