@@ -33,6 +33,13 @@ own plain server (kudurru-* / kudurru-off; unbound-* / unbound), and for kudurru
 kudurru-drain the records the cores wrote and dropped (kudurru_querylog_records_total,
 kudurru_querylog_dropped_total). kudurru-on's database size after each run is printed too.
 
+kudurru-drain and kudurru-discard need a binary built with the benchmark hooks, which a
+default build does not have (it ignores KUDURRU_BENCH_QUERYLOG):
+
+    cargo build --release -p kudurru-control --bin kudurru --features bench-hooks
+
+A run of either whose cores wrote no record stops with that message.
+
 Needs: dnsperf, taskset, unbound, fstrm_capture (fstrm-bin) for unbound-dnstap, a release build
 of kudurru-echo (benches/). Traffic stays on 127.0.0.1.
 """
@@ -127,6 +134,9 @@ def one_run(server, argv, port, load, args, workdir, hits):
             time.sleep(0.3)  # the last partial batch is handed over within 100 ms
             res["records"] = metric("kudurru_querylog_records_total") - records
             res["dropped"] = metric("kudurru_querylog_dropped_total") - dropped
+            if server in ("kudurru-drain", "kudurru-discard") and res["records"] == 0:
+                sys.exit(f"{server}: the cores wrote no query-log record: the binary has no benchmark hook; "
+                         "build it with `cargo build --release -p kudurru-control --bin kudurru --features bench-hooks`")
     finally:
         if collector:
             collector.__exit__()

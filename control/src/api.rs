@@ -1912,11 +1912,20 @@ async fn serve_one(
     }
     let stopping = api.stopping.clone();
     let querylog = api.querylog.clone();
+    let purge_audit = crate::querylog::audit::PurgeAudit {
+        store: api.store.clone(),
+        node: api
+            .ops
+            .cluster
+            .as_ref()
+            .and_then(|c| c.etcd())
+            .map(|etcd| etcd.settings.node_name.clone()),
+    };
     match blocking(move || api.dispatch(&parsed, &authorized)).await {
         Ok(Outcome::Json(reply)) => reply.into_response(),
         Ok(Outcome::Watch(watch)) => watch_response(watch, stopping),
         Ok(Outcome::QueryLog(call)) => {
-            crate::querylog::api::respond(&querylog, call, stopping).await
+            crate::querylog::api::respond(&querylog, call, Some(purge_audit), stopping).await
         }
         Err(e) => e.into_response(),
     }

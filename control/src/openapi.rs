@@ -723,11 +723,14 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
             None,
         ),
         ("DELETE", "/api/v1/querylog") => (
-            "Delete logged queries older than `before` (0: all), in batches; rollups and dictionaries are kept",
+            "Delete logged queries older than `before` (0: all), in batches; rollups and dictionaries are kept. Each purge is an audit record (GET /api/v1/audit?kind=QueryLog); `audited` is false when it could not be written (the purge stands)",
             json!({
                 "type": "object",
-                "required": ["deleted"],
-                "properties": { "deleted": { "type": "integer" } }
+                "required": ["deleted", "audited"],
+                "properties": {
+                    "deleted": { "type": "integer" },
+                    "audited": { "type": "boolean" }
+                }
             }),
             None,
         ),

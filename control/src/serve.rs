@@ -677,8 +677,17 @@ async fn control(
     server.request_stop();
     let _ = stop_http.send(true);
     while tasks.join_next().await.is_some() {}
+    // The cores' last records reach the sink before the runtime goes: the writer ends when
+    // every core has exited (within server.shutdownGrace), then the sink closes (dnstap:
+    // the queued events, STOP, FINISH).
+    querylog_handle
+        .close(validated.settings.shutdown_grace + QUERYLOG_CLOSE_MARGIN)
+        .await;
     Ok(server)
 }
+
+/// How long past server.shutdownGrace shutdown waits for the query-log writer.
+const QUERYLOG_CLOSE_MARGIN: Duration = Duration::from_secs(2);
 
 /// HTTPS for the API: the pair is loaded now (a bad file is a startup error), then watched
 /// like the DNS listeners' pair.
@@ -718,6 +727,9 @@ fn signal_name(kind: SignalKind) -> &'static str {
 /// is measured with records produced: `summarize`, this thread decodes and summarizes every
 /// record and drops it (what any sink's writer does first); `discard`, it drops the batches
 /// unread (the cores' cost alone). Any other value, or none, leaves the configured query log.
+/// Only in a binary built with `--features bench-hooks`: a default build has no such hook (the
+/// variable is one of the ignored `KUDURRU_` variables it warns about).
+#[cfg(feature = "bench-hooks")]
 fn bench_querylog(cores: usize) -> Option<kudurru_transports::querylog::QueryLogSender> {
     let mode = std::env::var("KUDURRU_BENCH_QUERYLOG").ok()?;
     let summarize = match mode.as_str() {
@@ -739,4 +751,10 @@ fn bench_querylog(cores: usize) -> Option<kudurru_transports::querylog::QueryLog
     });
     tracing::warn!(%mode, "KUDURRU_BENCH_QUERYLOG: query-log records go to the benchmark's receiver");
     Some(sender)
+}
+
+/// A default build: no benchmark hook.
+#[cfg(not(feature = "bench-hooks"))]
+fn bench_querylog(_cores: usize) -> Option<kudurru_transports::querylog::QueryLogSender> {
+    None
 }

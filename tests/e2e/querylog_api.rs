@@ -366,6 +366,7 @@ fn the_query_log_api_and_cli_end_to_end() {
     filters_narrow(&k, &reader, &sent, &all);
     pages_have_no_gaps_or_repeats(&k, &reader, &sent, &all);
     exports_match_the_json(&k, &reader, &sent, &all);
+    csv_exports_formulas_as_text(&k, &reader);
     bad_parameters_are_named(&k, &reader);
     the_cli_searches(&k, &reader, &sent, &all);
     tails_see_what_comes_after(&k, &reader, &sent);
@@ -509,6 +510,40 @@ fn exports_match_the_json(k: &Kudurru, token: &str, sent: &Sent, all: &[Value]) 
     // A limit caps an export, past the page cap of a search.
     let (_, text) = get_text(k, &format!("{path}&limit=3"), token, "application/x-ndjson");
     assert_eq!(text.lines().count(), 3);
+}
+
+/// A client chooses its qname: names a spreadsheet would run as formulas (`=`, `+`, `-` first)
+/// come out of the CSV export as quoted text with a leading `'` (OWASP "CSV Injection").
+fn csv_exports_formulas_as_text(k: &Kudurru, token: &str) {
+    let suffix = format!("csv-{}.kudurru-e2e.example.", std::process::id());
+    let hostile = ["=1+2", "+3-4", "-5+6"].map(|label| format!("{label}.{suffix}"));
+    for name in &hostile {
+        // `-q`: dig would read a name starting with `+` or `-` as an option.
+        assert_eq!(dig(k.addr, &["-q", name, "A"]).status, "NOERROR", "{name}");
+    }
+    let path = format!("/api/v1/querylog?suffix={suffix}");
+    eventually("the hostile names to be logged", || {
+        (search(k, token, &format!("suffix={suffix}")).len() == hostile.len()).then_some(())
+    });
+    let (status, text) = get_text(k, &path, token, "text/csv");
+    assert_eq!(status, 200, "{text}");
+    for name in &hostile {
+        assert!(text.contains(&format!(",\"'{name}\",A,")), "{name}: {text}");
+    }
+    // A CSV reader sees the quote as part of the text, so the cell is never a formula.
+    let script =
+        "import csv, json, sys\nprint(json.dumps([r['qname'] for r in csv.DictReader(sys.stdin)]))";
+    let mut python = Command::new(kudurru_e2e::python())
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    std::io::Write::write_all(&mut python.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = python.wait_with_output().unwrap();
+    let names: BTreeSet<String> = serde_json::from_slice(&out.stdout).expect("csv parses");
+    let quoted: BTreeSet<String> = hostile.iter().map(|n| format!("'{n}")).collect();
+    assert_eq!(names, quoted);
 }
 
 fn bad_parameters_are_named(k: &Kudurru, token: &str) {
@@ -735,6 +770,7 @@ fn stats_survive_a_purge(k: &Kudurru, admin: &str, reader: &str, sent: &Sent) {
         purge,
         format!("deleted {} entries (the rollups are kept)\n", entries.len())
     );
+    purges_are_in_the_audit_log(k, admin, entries.len() as u64);
     let (_, page) = api(k, "GET", "/api/v1/querylog", reader);
     assert_eq!(page["entries"], json!([]), "{page}");
     let after = stats(reader);
@@ -749,6 +785,39 @@ fn stats_survive_a_purge(k: &Kudurru, admin: &str, reader: &str, sent: &Sent) {
         text.contains(&format!("{} queries, {blocked} blocked", entries.len())),
         "{text}"
     );
+}
+
+/// Each purge is an audit record: who, the bound and the count (the CLI's purge of
+/// everything, `deleted` entries, then one with a time bound over the API).
+fn purges_are_in_the_audit_log(k: &Kudurru, admin: &str, deleted: u64) {
+    let (status, body) = api(
+        k,
+        "DELETE",
+        "/api/v1/querylog?before=2026-01-02T03:04:05Z",
+        admin,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({"deleted": 0, "audited": true}));
+    let (status, audit) = api(k, "GET", "/api/v1/audit?kind=QueryLog", admin);
+    assert_eq!(status, 200, "{audit}");
+    let records = audit["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2, "{audit}");
+    // A token's principal is `token:` and its id (the 8 characters after `kdr_`).
+    let admin_id = format!("token:{}", &admin[4..12]);
+    let purges: Vec<(&Value, &Value)> = records
+        .iter()
+        .map(|r| (&r["actor"], &r["patch"]["spec"]["purges"][0]))
+        .collect();
+    for (actor, purge) in &purges {
+        assert_eq!(*actor, admin_id.as_str());
+        assert_eq!(purge["node"], "local", "{purge}");
+    }
+    assert_eq!(purges[0].1["before"], "everything");
+    assert_eq!(purges[0].1["beforeUnixNs"], 0);
+    assert_eq!(purges[0].1["deleted"], deleted);
+    assert_eq!(purges[1].1["before"], "2026-01-02T03:04:05.000000000Z");
+    assert_eq!(purges[1].1["beforeUnixNs"], 1_767_323_045_000_000_000_u64);
+    assert_eq!(purges[1].1["deleted"], 0);
 }
 
 #[test]
@@ -801,4 +870,30 @@ fn without_a_database_search_stats_and_purge_are_409_naming_the_sink_and_the_tai
         .exit(Duration::from_secs(10))
         .expect("the tail ends with the server");
     assert!(status.success(), "{status}");
+}
+
+/// A default build has no benchmark hook: `KUDURRU_BENCH_QUERYLOG` (which a binary built with
+/// `--features bench-hooks` reads) is one of the ignored `KUDURRU_` variables, and the cores
+/// get no query-log channel from it.
+#[test]
+fn kudurru_bench_querylog_has_no_effect_without_the_bench_hooks_feature() {
+    let d = Scratch::new("bench-hooks");
+    let log = d.join("kudurru.log");
+    let upstream = TestUpstream::start();
+    let k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_BENCH_QUERYLOG", "discard")
+        .log_level(Some("info"))
+        .stderr_to(&log)
+        .start();
+    assert_eq!(
+        dig(k.addr, &[&kudurru_e2e::unique_name("bench-hook"), "A"]).status,
+        "NOERROR"
+    );
+    // Both lines would be written before the listeners are up, and start() waited for them.
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains("ignoring KUDURRU_ variables") && text.contains("KUDURRU_BENCH_QUERYLOG"),
+        "{text}"
+    );
+    assert!(!text.contains("benchmark's receiver"), "{text}");
 }

@@ -43,13 +43,34 @@ impl Capture {
     }
 
     fn spawn(listen: &[&str], file: &Path) -> Child {
+        Self::spawn_logging(listen, file, Stdio::null())
+    }
+
+    /// As [`Capture::unix`], fstrm_capture's debug log (`-dd`: each connection's control
+    /// frames) in `log`.
+    fn unix_logging(socket: &Path, file: &Path, log: &Path) -> Self {
+        let _ = std::fs::remove_file(socket);
+        let stderr = std::fs::File::create(log).expect("the capture's log");
+        let child = Self::spawn_logging(
+            &["-dddd", "-u", &socket.display().to_string()],
+            file,
+            stderr.into(),
+        );
+        wait_for("fstrm_capture's socket", || socket.exists());
+        Self {
+            child,
+            file: file.to_path_buf(),
+        }
+    }
+
+    fn spawn_logging(listen: &[&str], file: &Path, stderr: Stdio) -> Child {
         Command::new("fstrm_capture")
             .args(["-t", "protobuf:dnstap.Dnstap"])
             .args(listen)
             .arg("-w")
             .arg(file)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("fstrm_capture is installed (apt-get install fstrm-bin)")
     }
@@ -177,6 +198,63 @@ fn dnstap_over_a_unix_socket_reaches_fstrm_capture_and_follows_the_collector_awa
     let lines = capture.stop();
     assert_eq!(about(&lines, &back).len(), 2, "{lines:#?}");
     assert!(about(&lines, &away).is_empty(), "{lines:#?}");
+}
+
+/// SIGTERM right after a burst of queries: the last events (still in the cores' batches or
+/// the sink's queue) reach the collector, then STOP; the collector's FINISH ends the stream
+/// and fstrm_capture closes the connection; kudurru exits cleanly.
+#[test]
+fn dnstap_at_sigterm_sends_the_last_events_then_stop_and_waits_for_finish() {
+    let d = Scratch::new("dnstap-shutdown");
+    let socket = d.join("collector.sock");
+    let capture_log = d.join("fstrm_capture.log");
+    let upstream = TestUpstream::start();
+    let capture = Capture::unix_logging(&socket, &d.join("capture.fstrm"), &capture_log);
+    let log = d.join("kudurru.log");
+    let mut k = Kudurru::builder(&[upstream.udp_url()])
+        .env("KUDURRU_QUERYLOG__ENABLED", "true")
+        .env("KUDURRU_QUERYLOG__SINK", "dnstap")
+        .env(
+            "KUDURRU_QUERYLOG__DNSTAP__ADDRESS",
+            &format!("unix:{}", socket.display()),
+        )
+        .log_level(Some("info"))
+        .stderr_to(&log)
+        .start();
+    wait_for("the connection", || metric(&k, CONNECTED) == 1.0);
+    let names: Vec<String> = (0..10)
+        .map(|i| unique_name(&format!("dnstap-last-{i}-")))
+        .collect();
+    for name in &names {
+        assert_eq!(dig(k.addr, &[name, "A"]).status, "NOERROR");
+    }
+    // No wait for delivery: the last answers are at most 100 ms old, still in a core's batch.
+    let exit = k.terminate();
+    assert!(exit.success(), "kudurru exits cleanly: {exit:?}");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains("dnstap stream ended (STOP, FINISH)"),
+        "kudurru's log: {text}"
+    );
+    let lines = capture.stop();
+    for name in &names {
+        assert_eq!(about(&lines, name).len(), 2, "{name}: {lines:#?}");
+    }
+    let debug = std::fs::read_to_string(&capture_log).unwrap_or_default();
+    // fstrm_capture -dddd: the stream ended with STOP, FINISH went back, the connection closed
+    // with every data frame read (two per query), and the file was closed whole.
+    let frames = 2 * names.len();
+    for step in [
+        "received FSTRM_CONTROL_STOP".to_owned(),
+        "sending FSTRM_CONTROL_FINISH".to_owned(),
+        format!("closing (read {frames} frames"),
+        format!("(wrote {} frames", frames + 2),
+    ] {
+        assert!(
+            debug.contains(&step),
+            "{step}: fstrm_capture's log: {debug}"
+        );
+    }
 }
 
 #[test]

@@ -642,10 +642,23 @@ pub fn entry_json(cursor: Option<Cursor>, entry: &Entry) -> Value {
     value
 }
 
+/// The characters that make a spreadsheet read a cell as a formula (OWASP "CSV Injection"):
+/// `=`, `+`, `-`, `@`, tab and CR.
+const FORMULA_TRIGGERS: [char; 6] = ['=', '+', '-', '@', '\t', '\r'];
+
 /// One CSV field, quoted as RFC 4180 §2 asks when it holds a comma, a quote, CR or LF.
+///
+/// A text cell that starts with a formula trigger is written as OWASP recommends: a single quote
+/// in front and the whole cell quoted, so a spreadsheet shows it as text. A client chooses its
+/// qname (and a DoH client its client ID), so without this an exported log could run a formula
+/// of the client's choosing in the operator's spreadsheet.
 fn csv_field(out: &mut String, text: &str) {
-    if text.contains([',', '"', '\r', '\n']) {
+    let formula = text.starts_with(FORMULA_TRIGGERS);
+    if formula || text.contains([',', '"', '\r', '\n']) {
         out.push('"');
+        if formula {
+            out.push('\'');
+        }
         out.push_str(&text.replace('"', "\"\""));
         out.push('"');
     } else {
@@ -765,8 +778,14 @@ fn stream_response(content_type: &'static str, chunks: mpsc::Receiver<Bytes>) ->
     response
 }
 
-/// Answers `call` from `log`; streams end when the client leaves or `stopping` turns.
-pub async fn respond(log: &QueryLog, call: Call, stopping: watch::Receiver<bool>) -> Response {
+/// Answers `call` from `log`, a purge written to the audit log through `audit` (`None`: not
+/// audited, for tests); streams end when the client leaves or `stopping` turns.
+pub async fn respond(
+    log: &QueryLog,
+    call: Call,
+    audit: Option<super::audit::PurgeAudit>,
+    stopping: watch::Receiver<bool>,
+) -> Response {
     match call {
         Call::Search {
             filter,
@@ -790,15 +809,34 @@ pub async fn respond(log: &QueryLog, call: Call, stopping: watch::Receiver<bool>
             principal,
         } => match log.purge(before_ns).await {
             Ok(deleted) => {
-                // The audit log records object changes in their own transaction; the query
-                // log is another database, so its purges are logged here.
-                tracing::info!(
-                    principal,
-                    before = %if before_ns == 0 { "everything".to_owned() } else { format_time(before_ns) },
+                let purge = super::audit::Purge {
+                    time: format_time(now_ns()),
+                    before: if before_ns == 0 {
+                        "everything".to_owned()
+                    } else {
+                        format_time(before_ns)
+                    },
+                    before_ns,
                     deleted,
-                    "query log purged over the API"
-                );
-                json_response(200, &json!({ "deleted": deleted }))
+                };
+                tracing::info!(principal, before = %purge.before, deleted, "query log purged over the API");
+                // The purge stands whether or not it could be audited; the answer says which.
+                let audited = match audit {
+                    Some(audit) => {
+                        let recorded = tokio::task::spawn_blocking(move || {
+                            audit.record(&principal, &purge).map_err(|e| e.to_string())
+                        })
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|recorded| recorded);
+                        if let Err(e) = &recorded {
+                            tracing::error!(error = %e, "the query log was purged but the purge could not be written to the audit log");
+                        }
+                        recorded.is_ok()
+                    }
+                    None => false,
+                };
+                json_response(200, &json!({ "deleted": deleted, "audited": audited }))
             }
             Err(e) => error(&e).into_response(),
         },
@@ -1173,6 +1211,47 @@ mod tests {
     }
 
     #[test]
+    fn csv_cells_a_spreadsheet_would_run_as_formulas_are_quoted_text() {
+        // OWASP "CSV Injection": =, +, -, @, tab and CR at the start of any text cell.
+        for (hostile, cell) in [
+            (
+                "=cmd|' /c calc'!a0.example.",
+                "\"'=cmd|' /c calc'!a0.example.\"",
+            ),
+            ("+1+1.example.", "\"'+1+1.example.\""),
+            ("-2+3.example.", "\"'-2+3.example.\""),
+            ("@sum(1,1).example.", "\"'@sum(1,1).example.\""),
+            ("\tx.example.", "\"'\tx.example.\""),
+            ("\rx.example.", "\"'\rx.example.\""),
+            (
+                "=hyperlink(\"http://x\").",
+                "\"'=hyperlink(\"\"http://x\"\").\"",
+            ),
+        ] {
+            let mut qname = entry(0, hostile);
+            let row = csv_row(&qname);
+            assert!(
+                row.contains(&format!(",{cell},A,")),
+                "qname {hostile:?}: {row}"
+            );
+            qname.qname = "a.example.".into();
+            qname.client_id = hostile.into();
+            let row = csv_row(&qname);
+            assert!(
+                row.contains(&format!(",{cell},default,")),
+                "client ID {hostile:?}: {row}"
+            );
+        }
+        // A trigger later in the cell is harmless, and a plain cell stays unquoted.
+        let row = csv_row(&entry(0, "a-b=c.example."));
+        assert!(row.contains(",a-b=c.example.,A,"), "{row}");
+        // Numbers are not text: an ede code or a latency stays a number.
+        let mut e = entry(0, "a.example.");
+        e.ede = Some(15);
+        assert!(csv_row(&e).trim_end().ends_with(",15"));
+    }
+
+    #[test]
     fn the_tail_filter_matches_as_the_search_does() {
         let e = entry(10, "www.example.com.");
         let only = |f: Filter| matches(&f, &e);
@@ -1308,7 +1387,7 @@ mod tests {
             call("DELETE", "/api/v1/querylog", "before=0", None).unwrap(),
             call("GET", "/api/v1/querylog/tail", "", None).unwrap(),
         ] {
-            let response = respond(&log, c.clone(), stopping.clone()).await;
+            let response = respond(&log, c.clone(), None, stopping.clone()).await;
             assert_eq!(response.status(), 409, "{c:?}");
             let body = http_body_util::BodyExt::collect(response.into_body())
                 .await

@@ -259,10 +259,16 @@ pub fn purge(api: &ApiClient, before: &str) -> Result<String, CommandError> {
     if answer.status != 200 {
         return Err(refused(api, &answer));
     }
-    Ok(format!(
+    let mut text = format!(
         "deleted {} entries (the rollups are kept)\n",
         answer.body["deleted"]
-    ))
+    );
+    if answer.body["audited"] == false {
+        text.push_str(
+            "the purge could not be written to the audit log (the server's log says why)\n",
+        );
+    }
+    Ok(text)
 }
 
 /// `kudurru stats`: totals, the series and the top lists as text (or the API's JSON).

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use kudurru_core::querylog::{Source, Transport};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::{ClientView, Event, EventSink};
 use crate::config::DnstapAddress;
@@ -39,8 +39,12 @@ pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
 /// The longest wait between two connection attempts.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// How long the handshake and the final STOP/FINISH may take before the connection is given up.
+/// How long the handshake may take before the connection is given up.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// At shutdown: how long the queued events and STOP may take to write, and then how long the
+/// collector's FINISH is waited for, before the connection is closed anyway.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Most bytes of a control frame read from the collector (its content types are short).
 const CONTROL_MAX: usize = 512;
@@ -78,7 +82,9 @@ pub struct DnstapSink {
     identity: Vec<u8>,
     version: Vec<u8>,
     task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
-    closing: Arc<tokio::sync::Notify>,
+    /// Turns true at shutdown (a watch, not a `Notify`: every waiter sees it, and one that
+    /// starts waiting later still does).
+    closing: watch::Sender<bool>,
 }
 
 /// What the sink and its task share.
@@ -96,13 +102,8 @@ impl DnstapSink {
     pub fn start(options: Options) -> Self {
         let (queue, receiver) = mpsc::channel(options.buffer_events.max(1));
         let state = Arc::new(State::default());
-        let closing = Arc::new(tokio::sync::Notify::new());
-        let task = tokio::spawn(run(
-            options.target,
-            receiver,
-            Arc::clone(&state),
-            Arc::clone(&closing),
-        ));
+        let (closing, closed) = watch::channel(false);
+        let task = tokio::spawn(run(options.target, receiver, Arc::clone(&state), closed));
         Self {
             queue,
             state,
@@ -128,10 +129,11 @@ impl DnstapSink {
         self.state.connects.load(Ordering::Relaxed)
     }
 
-    /// Writes what is queued, ends the stream with STOP (waiting briefly for FINISH) and
-    /// stops the task; events offered afterwards are dropped.
+    /// Writes what is queued, ends the stream with STOP, waits for the collector's FINISH
+    /// and closes the connection (each step bounded by [`CLOSE_TIMEOUT`]), and stops the task;
+    /// events offered afterwards are dropped and counted.
     pub async fn shutdown(&self) {
-        self.closing.notify_one();
+        self.closing.send_replace(true);
         let task = self.task.lock().ok().and_then(|mut task| task.take());
         if let Some(task) = task {
             let _ = task.await;
@@ -141,7 +143,7 @@ impl DnstapSink {
 
 impl Drop for DnstapSink {
     fn drop(&mut self) {
-        self.closing.notify_one();
+        self.closing.send_replace(true);
     }
 }
 
@@ -156,6 +158,10 @@ impl EventSink for DnstapSink {
 
     fn connected(&self) -> Option<bool> {
         Some(self.is_connected())
+    }
+
+    fn close(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.shutdown())
     }
 
     fn offer(&self, events: &[Arc<Event>]) {
@@ -179,31 +185,50 @@ impl EventSink for DnstapSink {
     }
 }
 
-/// The task: connect, handshake, write until the collector goes away, wait, again.
+/// Waits until `closing` turns true (or its sender is gone, which is the same).
+async fn closed(closing: &mut watch::Receiver<bool>) {
+    let _ = closing.wait_for(|closing| *closing).await;
+}
+
+/// The task: connect, handshake, write until the collector goes away, wait, again. Shutdown
+/// interrupts a connection attempt or a wait; a connected stream ends itself ([`stream`]),
+/// so its queued events and STOP are written first.
 async fn run(
     target: DnstapAddress,
     mut queue: mpsc::Receiver<Vec<u8>>,
     state: Arc<State>,
-    closing: Arc<tokio::sync::Notify>,
+    mut closing: watch::Receiver<bool>,
 ) {
     let mut backoff = BACKOFF_MIN;
     loop {
-        let attempt = async {
-            match &target {
-                DnstapAddress::Unix(path) => {
+        let outcome = match &target {
+            DnstapAddress::Unix(path) => {
+                let connect = async {
                     let stream = tokio::net::UnixStream::connect(path).await?;
-                    session(stream, &mut queue, &state, &closing).await
-                }
-                DnstapAddress::Tcp(address) => {
-                    let stream = tokio::net::TcpStream::connect(address).await?;
-                    let _ = stream.set_nodelay(true);
-                    session(stream, &mut queue, &state, &closing).await
+                    handshake(stream).await
+                };
+                match connected(connect, &mut closing).await {
+                    Some(Ok((reader, writer))) => {
+                        stream(reader, writer, &mut queue, &state, &mut closing).await
+                    }
+                    Some(Err(error)) => Err(error),
+                    None => return,
                 }
             }
-        };
-        let outcome = tokio::select! {
-            outcome = attempt => outcome,
-            () = closing.notified() => return,
+            DnstapAddress::Tcp(address) => {
+                let connect = async {
+                    let stream = tokio::net::TcpStream::connect(address).await?;
+                    let _ = stream.set_nodelay(true);
+                    handshake(stream).await
+                };
+                match connected(connect, &mut closing).await {
+                    Some(Ok((reader, writer))) => {
+                        stream(reader, writer, &mut queue, &state, &mut closing).await
+                    }
+                    Some(Err(error)) => Err(error),
+                    None => return,
+                }
+            }
         };
         state.connected.store(false, Ordering::Relaxed);
         match outcome {
@@ -218,9 +243,20 @@ async fn run(
         }
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
-            () = closing.notified() => return,
+            () = closed(&mut closing) => return,
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// `connect` (a connection and its handshake), or `None` when shutdown came first.
+async fn connected<T>(
+    connect: impl Future<Output = io::Result<T>>,
+    closing: &mut watch::Receiver<bool>,
+) -> Option<io::Result<T>> {
+    tokio::select! {
+        outcome = connect => Some(outcome),
+        () = closed(closing) => None,
     }
 }
 
@@ -232,14 +268,14 @@ enum Ended {
     Collector,
 }
 
-/// One connection: the bidirectional handshake, then data frames until an error, the
-/// collector's end, or shutdown.
-async fn session<S>(
-    stream: S,
-    queue: &mut mpsc::Receiver<Vec<u8>>,
-    state: &State,
-    closing: &tokio::sync::Notify,
-) -> io::Result<Ended>
+/// The two halves of a connection, the writer buffered.
+type Halves<S> = (
+    tokio::io::ReadHalf<S>,
+    tokio::io::BufWriter<tokio::io::WriteHalf<S>>,
+);
+
+/// The bidirectional handshake: READY, the collector's ACCEPT naming dnstap, START.
+async fn handshake<S>(stream: S) -> io::Result<Halves<S>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -264,6 +300,21 @@ where
     })
     .await
     .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "dnstap handshake timed out"))??;
+    Ok((reader, writer))
+}
+
+/// Data frames until an error, the collector's end, or shutdown (the queued events, then STOP).
+async fn stream<R, W>(
+    mut reader: R,
+    mut writer: W,
+    queue: &mut mpsc::Receiver<Vec<u8>>,
+    state: &State,
+    closing: &mut watch::Receiver<bool>,
+) -> io::Result<Ended>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     state.connected.store(true, Ordering::Relaxed);
     state.connects.fetch_add(1, Ordering::Relaxed);
     tracing::info!("dnstap collector connected");
@@ -291,26 +342,63 @@ where
                     Err(error) => Err(error),
                 };
             }
-            () = closing.notified() => {
-                while let Ok(frames) = queue.try_recv() {
-                    writer.write_all(&frames).await?;
-                    state.sent.fetch_add(1, Ordering::Relaxed);
-                }
-                return stop(&mut reader, &mut writer).await;
+            () = closed(closing) => {
+                // No new events reach the queue once this is seen as disconnected.
+                state.connected.store(false, Ordering::Relaxed);
+                let flushed = tokio::time::timeout(CLOSE_TIMEOUT, async {
+                    while let Ok(frames) = queue.try_recv() {
+                        writer.write_all(&frames).await?;
+                        state.sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    writer.flush().await
+                })
+                .await;
+                return match flushed {
+                    Ok(Ok(())) => stop(&mut reader, &mut writer).await,
+                    Ok(Err(error)) => Err(error),
+                    Err(_) => Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "dnstap collector did not take the last events in time",
+                    )),
+                };
             }
         }
     }
 }
 
-/// Ends the stream: STOP, then FINISH from the collector (not waited for long).
+/// Ends the stream: STOP, then FINISH from the collector (each within [`CLOSE_TIMEOUT`]),
+/// then closes the connection.
 async fn stop<R, W>(reader: &mut R, writer: &mut W) -> io::Result<Ended>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    writer.write_all(&control_frame(Control::Stop)).await?;
-    writer.flush().await?;
-    let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, read_control(reader)).await;
+    tokio::time::timeout(CLOSE_TIMEOUT, async {
+        writer.write_all(&control_frame(Control::Stop)).await?;
+        writer.flush().await
+    })
+    .await
+    .map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "dnstap STOP could not be written in time",
+        )
+    })??;
+    match tokio::time::timeout(CLOSE_TIMEOUT, read_control(reader)).await {
+        Ok(Ok(frame)) if frame.kind == Control::Finish as u32 => {
+            tracing::info!("dnstap stream ended (STOP, FINISH)");
+        }
+        Ok(Ok(frame)) => {
+            tracing::warn!(
+                frame = frame.kind,
+                "dnstap collector answered STOP without FINISH"
+            );
+        }
+        Ok(Err(error)) => tracing::warn!(%error, "dnstap collector closed without FINISH"),
+        Err(_) => {
+            tracing::warn!(timeout = ?CLOSE_TIMEOUT, "dnstap collector sent no FINISH in time; closing")
+        }
+    }
     let _ = writer.shutdown().await;
     Ok(Ended::Closing)
 }
@@ -807,6 +895,76 @@ mod tests {
         assert_eq!(messages(&data).len(), 2);
         assert_eq!(sink.connects(), 2);
         sink.shutdown().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn shutdown_writes_the_queue_then_stop_and_closes_on_finish_or_without_it() {
+        let dir = std::env::temp_dir().join(format!("kudurru-dnstap-stop-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        for finish in [true, false] {
+            let path = dir.join(format!("collector-{finish}.sock"));
+            let _ = std::fs::remove_file(&path);
+            let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+            let sink = DnstapSink::start(Options::new(DnstapAddress::Unix(path.clone())));
+            let (mut stream, _) = collector(&listener, 0).await;
+            until(|| sink.is_connected()).await;
+            let full = Arc::new(event(
+                ClientView::Full("192.0.2.7".parse().expect("v4")),
+                Source::Cache,
+                Transport::Udp,
+            ));
+            // Queued, then shutdown at once: the events go out before STOP.
+            sink.offer(&[Arc::clone(&full), Arc::clone(&full), Arc::clone(&full)]);
+            let collector = async {
+                let mut data = 0;
+                loop {
+                    let mut length = [0; 4];
+                    stream.read_exact(&mut length).await.expect("a frame");
+                    let n = u32::from_be_bytes(length) as usize;
+                    if n == 0 {
+                        break;
+                    }
+                    let mut frame = vec![0; n];
+                    stream.read_exact(&mut frame).await.expect("its body");
+                    data += 1;
+                }
+                let mut length = [0; 4];
+                stream
+                    .read_exact(&mut length)
+                    .await
+                    .expect("the control length");
+                let mut body = vec![0; u32::from_be_bytes(length) as usize];
+                stream
+                    .read_exact(&mut body)
+                    .await
+                    .expect("the control frame");
+                let control = ControlFrame::decode(&body).expect("decodes");
+                assert_eq!(control.kind, Control::Stop as u32);
+                if finish {
+                    stream
+                        .write_all(&control_frame(Control::Finish))
+                        .await
+                        .expect("finish");
+                }
+                // The sink closes its end: EOF (with or without FINISH, after CLOSE_TIMEOUT).
+                let mut rest = Vec::new();
+                stream.read_to_end(&mut rest).await.expect("eof");
+                assert!(rest.is_empty());
+                data
+            };
+            let bounded = Duration::from_secs(30);
+            let (data, ()) =
+                tokio::time::timeout(bounded, async { tokio::join!(collector, sink.shutdown()) })
+                    .await
+                    .expect("shutdown ends within its bounds");
+            assert_eq!(data, 6, "three events, a query and a response each");
+            assert_eq!(sink.sent(), 3);
+            assert!(!sink.is_connected());
+            // Offered after the end: dropped and counted, never queued for nobody.
+            sink.offer(std::slice::from_ref(&full));
+            assert_eq!(sink.dropped(), 1);
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

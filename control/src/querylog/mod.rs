@@ -17,6 +17,7 @@ pub mod redb;
 pub mod writer;
 // The API's routes and the command line (ql-api).
 pub mod api;
+pub mod audit;
 pub mod cli;
 
 use std::fmt::Write as _;
@@ -50,6 +51,11 @@ pub trait EventSink: Send + Sync {
     /// Whether the sink's peer is connected now (dnstap's collector), for sinks with one.
     fn connected(&self) -> Option<bool> {
         None
+    }
+    /// Ends the sink at shutdown, after the writer offered its last events: dnstap writes
+    /// what is queued, STOP, and waits (bounded) for FINISH. Nothing to do by default.
+    fn close(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
     }
 }
 
@@ -180,13 +186,16 @@ impl Setup {
         groups: writer::GroupSource,
     ) -> tokio::sync::watch::Sender<writer::LiveSettings> {
         if let Some(receiver) = self.receiver {
-            tokio::spawn(writer::run(writer::WriterParts {
+            let writer = tokio::spawn(writer::run(writer::WriterParts {
                 receiver,
                 sink: self.log.shared.events.clone(),
                 groups: groups.clone(),
                 settings: self.settings.subscribe(),
                 log: self.log.clone(),
             }));
+            if let Ok(mut slot) = self.log.shared.writer.lock() {
+                *slot = Some(writer);
+            }
         }
         if let Some((db, _)) = &self.log.shared.db {
             tokio::spawn(redb::prune_loop(
@@ -232,6 +241,8 @@ struct Shared {
     /// The sink the writer feeds.
     events: Option<Arc<dyn EventSink>>,
     metrics: Arc<QueryLogMetrics>,
+    /// The writer task, for shutdown to wait on ([`QueryLog::close`]).
+    writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// Entries a live tail may fall behind by before it loses the oldest.
@@ -270,7 +281,28 @@ impl QueryLog {
                 db: parts.db,
                 events: parts.events,
                 metrics: parts.metrics,
+                writer: std::sync::Mutex::new(None),
             }),
+        }
+    }
+
+    /// Ends the query log at shutdown, once the cores were asked to stop: waits up to `wait`
+    /// for the writer to take the cores' last records (it ends when every core has exited and
+    /// the cores' channel closed) and offer them, then closes the sink ([`EventSink::close`]:
+    /// dnstap's STOP and FINISH). Without this, the last events of a clean shutdown were
+    /// lost with the runtime.
+    pub async fn close(&self, wait: std::time::Duration) {
+        let writer = self.shared.writer.lock().ok().and_then(|mut w| w.take());
+        if let Some(writer) = writer
+            && tokio::time::timeout(wait, writer).await.is_err()
+        {
+            tracing::warn!(
+                ?wait,
+                "query log: the cores' last records were not written in time; closing the sink without them"
+            );
+        }
+        if let Some(sink) = &self.shared.events {
+            sink.close().await;
         }
     }
 

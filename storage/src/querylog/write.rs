@@ -337,6 +337,10 @@ impl QueryLogDb {
         let mut minutes: BTreeMap<u64, Gathered> = BTreeMap::new();
         let mut hours: BTreeMap<u64, Gathered> = BTreeMap::new();
         let mut value = Vec::with_capacity(128);
+        // The batch's index entries, inserted in key order after the facts: consecutive
+        // inserts then land in the same leaf, whose path redb has just walked (a batch's
+        // entries for one client or name are one run instead of being spread over the batch).
+        let mut index_keys: Vec<IndexKey> = Vec::with_capacity(entries.len() * 6);
         for entry in entries {
             let state = &mut tables.state;
             let qname = interner.intern(state, dict_kind::QNAME, &entry.qname)?;
@@ -385,12 +389,16 @@ impl QueryLogDb {
             tables.facts.insert(cursor, value.as_slice())?;
             let mut stored = FACT_KEY_BYTES + value.len() as u64;
             for (kind, id) in index_entries(&fact) {
-                tables.index.insert(index_key(kind, id, cursor), ())?;
+                index_keys.push(index_key(kind, id, cursor));
                 stored += INDEX_ENTRY_BYTES;
             }
             let state = &mut tables.state;
             state.stored_bytes += stored;
             state.facts += 1;
+        }
+        index_keys.sort_unstable();
+        for key in index_keys {
+            tables.index.insert(key, ())?;
         }
         for (definition, buckets, top) in [(MINUTES, minutes, MINUTE_TOP), (HOURS, hours, HOUR_TOP)]
         {

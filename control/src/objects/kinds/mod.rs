@@ -12,6 +12,7 @@
 mod block_list;
 mod client_group;
 mod policy;
+mod query_log;
 mod record_set;
 mod schedule;
 mod settings;
@@ -23,6 +24,7 @@ use serde_json::{Map, Value};
 pub use block_list::{BLOCK_LIST, block_list};
 pub use client_group::{CLIENT_GROUP, RESERVED_GROUP_NAMES, client_group};
 pub use policy::{POLICY, policy};
+pub use query_log::{MAX_PURGES, QUERY_LOG, QUERY_LOG_LOCAL};
 pub use record_set::{RECORD_SET, RecordSetSpec, record_set};
 pub use settings::{SETTINGS, SETTINGS_NAME};
 pub use zone::{
@@ -58,6 +60,10 @@ pub(super) const SCHEMAS: &[KindSchema] = &[
     KindSchema {
         kind: SETTINGS,
         validate_spec: settings::settings,
+    },
+    KindSchema {
+        kind: QUERY_LOG,
+        validate_spec: query_log::query_log,
     },
 ];
 
