@@ -292,6 +292,16 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
             }
         })
         .collect();
+    // One token file for the fleet (operators distribute it): `GET /api/v1/cluster` asks
+    // the other members with its caller's token.
+    let shared = nodes[0].data_dir.join("tokens.json");
+    for node in &mut nodes[1..] {
+        std::fs::copy(&shared, node.data_dir.join("tokens.json")).expect("tokens.json copies");
+    }
+    let fleet_token = nodes[0].token.clone();
+    for node in &mut nodes {
+        node.token = fleet_token.clone();
+    }
 
     // 1. One leader; refresh 202 on it, 409 naming it elsewhere.
     let first = leader(&nodes);
@@ -493,6 +503,70 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
         knot.log()
     );
 
+    // Zone serials per member: a zone changed through one node; every member, as it tells
+    // `GET /api/v1/cluster` on another, serves the same serial.
+    crate::blocking::create(
+        nodes[0].k(),
+        &nodes[0].token,
+        "zones",
+        "fleet",
+        json!({"zone": "fleet.example.", "type": "primary", "nameServers": ["ns1.fleet.example."]}),
+    );
+    crate::blocking::create(
+        nodes[0].k(),
+        &nodes[0].token,
+        "recordsets",
+        "fleet-www",
+        json!({"zone": "fleet", "name": "www", "type": "A", "records": ["192.0.2.31"]}),
+    );
+    let first_serial = same_serial_on_every_member(&nodes, 2, "fleet.example.", None);
+    let (code, body) = call(
+        nodes[1].k(),
+        "PATCH",
+        "/api/v1/recordsets/fleet-www",
+        &nodes[1].token,
+        Some(
+            &json!({"metadata": {"name": "fleet-www"}, "spec": {"zone": "fleet", "name": "www", "type": "A", "records": ["192.0.2.32"]}}),
+        ),
+    );
+    assert_eq!(code, 200, "{body}");
+    let changed = same_serial_on_every_member(&nodes, 2, "fleet.example.", Some(first_serial));
+    eprintln!("cluster: fleet.example. serial {first_serial} then {changed} on every member");
+    same_serial_on_every_member(&nodes, 0, "corp.example.", None);
+    let out = Command::new(kudurru_e2e::kudurru_bin())
+        .args(["cluster", "status", "--api"])
+        .arg(format!("http://{}", nodes[1].k().api))
+        .args(["--token", &nodes[1].token])
+        .output()
+        .expect("kudurru cluster status runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .filter(|l| l.contains(&format!("fleet.example. {changed}")))
+            .count()
+            == 3,
+        "{text}"
+    );
+    eprintln!("cluster: kudurru cluster status\n{text}");
+    // A member that refuses the caller is listed with its error, not dropped: a token only
+    // nodes[2] knows.
+    let own_token = nodes[2].k().token("viewer", None);
+    let (code, status) = call(nodes[2].k(), "GET", "/api/v1/cluster", &own_token, None);
+    assert_eq!(code, 200, "{status}");
+    let members = status["members"].as_array().cloned().unwrap_or_default();
+    assert_eq!(members.len(), 3, "{status}");
+    for m in &members {
+        if m["name"] == nodes[2].name {
+            assert!(m["zones"].is_array(), "{status}");
+        } else {
+            assert!(m["zones"].is_null(), "{status}");
+            assert!(
+                m["error"].as_str().is_some_and(|e| e.contains("401")),
+                "{status}"
+            );
+        }
+    }
+
     // 3 and 4. Kill the leader: leadership moves within leaseTTL + 2 s, and fetching with it.
     assert_eq!(lists.hits("/domains", 200), 2, "no fetch without a refresh");
     let killed = leader(&nodes);
@@ -693,6 +767,47 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
 
     // What each node said about the fleet, for the record.
     dump_logs(&scratch, "cluster");
+}
+
+/// Waits until `GET /api/v1/cluster` on `nodes[asked]` lists three members that all serve
+/// `zone` under one serial (above `above`, when given) and returns it.
+fn same_serial_on_every_member(
+    nodes: &[Node],
+    asked: usize,
+    zone: &str,
+    above: Option<u64>,
+) -> u64 {
+    let node = &nodes[asked];
+    let mut last = Value::Null;
+    let mut agreed = None;
+    let waited = Instant::now();
+    while agreed.is_none() && waited.elapsed() < Duration::from_secs(30) {
+        let (code, status) = call(node.k(), "GET", "/api/v1/cluster", &node.token, None);
+        let serials: Vec<Option<u64>> = status["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                m["zones"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|z| z["zone"] == zone)
+                    .and_then(|z| z["serial"].as_u64())
+            })
+            .collect();
+        if code == 200
+            && serials.len() == 3
+            && serials.iter().all(|s| s.is_some() && *s == serials[0])
+            && serials[0] > above
+        {
+            agreed = serials[0];
+        } else {
+            last = status;
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    agreed.unwrap_or_else(|| panic!("no common serial of {zone} on three members: {last:#}"))
 }
 
 /// Prints the nodes' log lines that contain `word`.
