@@ -506,17 +506,17 @@ impl Api {
         let cluster = self.ops.cluster.as_ref()?;
         match cluster.leadership() {
             crate::cluster::Leadership::Leader { .. } => None,
-            crate::cluster::Leadership::Follower { leader } => {
-                let mut reply = error(
+            crate::cluster::Leadership::Follower { leader } => Some(
+                HttpError::new(
                     409,
                     "not_leader",
                     format!(
                         "this node does not lead the fleet; send this to the leader at {leader}"
                     ),
-                );
-                reply.body["leader"] = leader.into();
-                Some(reply)
-            }
+                )
+                .with_leader(&leader)
+                .into(),
+            ),
             crate::cluster::Leadership::NoLeader => Some(error(
                 503,
                 "no_leader",
@@ -2060,6 +2060,77 @@ mod tests {
             shared: blocking,
         });
         (api, inbox)
+    }
+
+    /// Every fleet refusal (`not_leader`, `no_leader`, `store_unavailable`, `fenced`;
+    /// `managed_by` in the e2e) has the shape of every other error: `code` and `message`,
+    /// and `leader` for `not_leader`.
+    #[test]
+    fn the_fleet_refusals_have_the_shape_of_every_other_error() {
+        use crate::cluster::{ClusterHandle, Leadership};
+        let (mut api, _inbox) = api_with_lists();
+        let shape = |reply: &Reply, status: u16, code: &str| {
+            assert_eq!(reply.status, status, "{}", reply.body);
+            assert_eq!(reply.body["code"], code, "{}", reply.body);
+            assert!(
+                reply.body["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty())
+            );
+            let keys: Vec<&String> = reply.body.as_object().unwrap().keys().collect();
+            for key in &keys {
+                assert!(
+                    ["code", "message", "key", "currentResourceVersion", "leader"]
+                        .contains(&key.as_str()),
+                    "{key} is not in the Error schema: {}",
+                    reply.body
+                );
+            }
+        };
+        let unrouted = Request {
+            method: "GET".into(),
+            path: "/api/v1/nosuch".into(),
+            ..Request::default()
+        };
+        shape(&Api::route(&unrouted).unwrap_err(), 404, "not_found");
+        let leader = "http://192.0.2.7:8080";
+        for (leadership, status, code) in [
+            (
+                Leadership::Follower {
+                    leader: leader.into(),
+                },
+                409,
+                "not_leader",
+            ),
+            (Leadership::NoLeader, 503, "no_leader"),
+            (Leadership::Disconnected, 503, "no_leader"),
+        ] {
+            Arc::get_mut(&mut api.ops).unwrap().cluster = Some(ClusterHandle::fixed(leadership));
+            let reply = call(&api, "POST", "/api/v1/blocklists/ads/refresh", "");
+            shape(&reply, status, code);
+            assert_eq!(
+                reply.body.get("leader").and_then(Value::as_str),
+                (code == "not_leader").then_some(leader),
+                "{}",
+                reply.body
+            );
+        }
+        for (e, code) in [
+            (
+                kudurru_storage::StoreError::Unavailable {
+                    reason: "etcd did not answer".into(),
+                },
+                "store_unavailable",
+            ),
+            (
+                kudurru_storage::StoreError::Fenced {
+                    reason: "the leader's election key changed".into(),
+                },
+                "fenced",
+            ),
+        ] {
+            shape(&routes::store_error(e).into(), 503, code);
+        }
     }
 
     fn call(api: &Api, method: &str, path: &str, query: &str) -> Reply {

@@ -1263,7 +1263,8 @@ pub fn document() -> Value {
                     "code": { "type": "string" },
                     "message": { "type": "string" },
                     "key": { "type": "string" },
-                    "currentResourceVersion": { "type": "string" }
+                    "currentResourceVersion": { "type": "string" },
+                    "leader": { "type": "string", "description": "not_leader: the leader's advertised address (send the request there)" }
                 }
             } }
         }

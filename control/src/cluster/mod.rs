@@ -176,8 +176,15 @@ impl ClusterHandle {
     /// A fleet member that serves its snapshot without etcd (started while etcd was down):
     /// disconnected, never the leader, no agent.
     pub fn detached() -> Self {
-        let (leadership_tx, leadership) = watch::channel(Leadership::Disconnected);
-        let (leading_tx, leading) = watch::channel(false);
+        Self::fixed(Leadership::Disconnected)
+    }
+
+    /// A fleet member without etcd or agent whose leadership stays `leadership` (detached
+    /// nodes; tests of what the API answers in each role).
+    pub fn fixed(leadership: Leadership) -> Self {
+        let leads = leadership.is_leader();
+        let (leadership_tx, leadership) = watch::channel(leadership);
+        let (leading_tx, leading) = watch::channel(leads);
         Self {
             inner: Arc::new(Inner {
                 etcd: None,
