@@ -168,6 +168,93 @@ mod tests {
         );
     }
 
+    /// A member on loopback that answers each connection with `answer` (raw HTTP), or never
+    /// answers when `answer` is `None`; returns its address.
+    async fn member(answer: Option<Vec<u8>>) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut head = [0u8; 4096];
+                    let _ = stream.read(&mut head).await;
+                    match answer {
+                        Some(answer) => {
+                            let _ = stream.write_all(&answer).await;
+                        }
+                        None => tokio::time::sleep(Duration::from_secs(30)).await,
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    fn http(status: &str, body: &[u8]) -> Vec<u8> {
+        let mut answer = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        answer.extend_from_slice(body);
+        answer
+    }
+
+    #[tokio::test]
+    async fn a_member_is_asked_and_every_failure_is_an_error_naming_it() {
+        let client = client().unwrap();
+        let good = member(Some(http(
+            "200 OK",
+            br#"{"snapshotRevision": 9, "zones": [{"zone": "a.example.", "serial": 3}]}"#,
+        )))
+        .await;
+        let view = ask(&client, &good, Some("kdr_x_y")).await.unwrap();
+        assert_eq!(view.snapshot_revision, 9);
+        assert_eq!(view.zones[0].serial, 3);
+
+        let refused = member(Some(http(
+            "401 Unauthorized",
+            br#"{"code": "unauthorized", "message": "unknown token"}"#,
+        )))
+        .await;
+        let e = ask(&client, &refused, Some("kdr_x_y")).await.unwrap_err();
+        assert!(
+            e.contains("401") && e.contains("unknown token") && e.contains(&refused),
+            "{e}"
+        );
+
+        let large = member(Some(http("200 OK", &vec![b' '; MAX_VIEW + 1]))).await;
+        let e = ask(&client, &large, Some("kdr_x_y")).await.unwrap_err();
+        assert!(e.contains("larger"), "{e}");
+
+        let silent = member(None).await;
+        let started = std::time::Instant::now();
+        let e = ask(&client, &silent, Some("kdr_x_y")).await.unwrap_err();
+        assert!(
+            started.elapsed() < PEER_TIMEOUT + Duration::from_secs(2),
+            "{e}"
+        );
+        assert!(e.contains(&silent), "{e}");
+
+        // Nothing listens on a port just released.
+        let gone = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}", listener.local_addr().unwrap())
+        };
+        assert!(ask(&client, &gone, Some("kdr_x_y")).await.is_err());
+        assert!(
+            ask(&client, &good, None)
+                .await
+                .unwrap_err()
+                .contains("bearer token")
+        );
+    }
+
     #[test]
     fn a_bad_view_is_an_error_not_a_panic() {
         for bad in [
