@@ -64,6 +64,9 @@ pub const ROUTES: &[(&str, &str, Permission)] = &[
     ("GET", "/api/v1/info/messages", Permission::InfoRead),
     ("GET", "/api/v1/doctor", Permission::InfoRead),
     ("GET", "/api/v1/cluster", Permission::InfoRead),
+    // What `GET /api/v1/cluster` on another member asks of this one (outside /api/v1/: the
+    // fleet's own route, not for clients).
+    ("GET", "/internal/zones", Permission::InfoRead),
     ("GET", "/api/v1/cache", Permission::CacheRead),
     ("DELETE", "/api/v1/cache", Permission::CacheFlush),
     ("GET", "/api/v1/cache/dump", Permission::CacheDump),
@@ -463,7 +466,8 @@ impl Api {
             ("GET", "/api/v1/upstreams") => self.upstreams(),
             ("GET", "/api/v1/info/messages") => ok(json!({ "messages": self.messages() })),
             ("GET", "/api/v1/doctor") => self.doctor(),
-            ("GET", "/api/v1/cluster") => self.cluster_status(),
+            ("GET", "/api/v1/cluster") => self.cluster_status(request),
+            ("GET", "/internal/zones") => ok(self.member_view()),
             ("GET", "/api/v1/cache") => self.cache_stats(),
             ("DELETE", "/api/v1/cache") => self.cache_flush(&request.query),
             ("GET", "/api/v1/cache/dump") => self.cache_dump(&request.query),
@@ -502,17 +506,17 @@ impl Api {
         let cluster = self.ops.cluster.as_ref()?;
         match cluster.leadership() {
             crate::cluster::Leadership::Leader { .. } => None,
-            crate::cluster::Leadership::Follower { leader } => {
-                let mut reply = error(
+            crate::cluster::Leadership::Follower { leader } => Some(
+                HttpError::new(
                     409,
                     "not_leader",
                     format!(
                         "this node does not lead the fleet; send this to the leader at {leader}"
                     ),
-                );
-                reply.body["leader"] = leader.into();
-                Some(reply)
-            }
+                )
+                .with_leader(&leader)
+                .into(),
+            ),
             crate::cluster::Leadership::NoLeader => Some(error(
                 503,
                 "no_leader",
@@ -942,14 +946,47 @@ impl Api {
     }
 
     /// `GET /api/v1/cluster`: this node's role, the leader, the members (with each one's
-    /// snapshot revision) and etcd's revision; a single node says `driver: none`.
-    fn cluster_status(&self) -> Reply {
+    /// snapshot revision and zone serials, asked of the member with the caller's bearer
+    /// token) and etcd's revision; a single node says `driver: none`.
+    fn cluster_status(&self, request: &Request) -> Reply {
         match &self.ops.cluster {
-            Some(cluster) => ok(crate::cluster::status(cluster)),
+            Some(cluster) => {
+                let own = serde_json::from_value(self.member_view()).unwrap_or_else(|_| {
+                    crate::cluster::peers::MemberView {
+                        snapshot_revision: cluster.snapshot_revision(),
+                        zones: Vec::new(),
+                    }
+                });
+                let token = request
+                    .authorization
+                    .as_deref()
+                    .and_then(bearer_token)
+                    .map(str::to_owned);
+                ok(crate::cluster::status(
+                    cluster,
+                    Some(crate::cluster::AskMembers { own, token }),
+                ))
+            }
             None => {
                 ok(json!({ "driver": "none", "role": "leader", "connected": true, "members": [] }))
             }
         }
+    }
+
+    /// `GET /internal/zones`: this node's snapshot revision and the zones it serves with
+    /// their serials (what another member's `GET /api/v1/cluster` lists for this one).
+    fn member_view(&self) -> Value {
+        let mut view = match &self.zones {
+            Some(zones) => zones.internal_json(),
+            None => json!({ "zones": [] }),
+        };
+        view["snapshotRevision"] = self
+            .ops
+            .cluster
+            .as_ref()
+            .map_or(0, crate::cluster::ClusterHandle::snapshot_revision)
+            .into();
+        view
     }
 
     fn doctor(&self) -> Reply {
@@ -1153,7 +1190,7 @@ impl Api {
             (false, _) => check("readiness", "fail", "not every core is serving yet".into()),
         }
         if let Some(cluster) = self.ops.cluster.as_ref().filter(|c| c.is_fleet()) {
-            let status = crate::cluster::status(cluster);
+            let status = crate::cluster::status(cluster, None);
             let members = status["members"].as_array().map(|m| {
                 m.iter()
                     .filter_map(|m| m["name"].as_str())
@@ -1842,7 +1879,7 @@ async fn serve_one(
     body_timeout: Duration,
 ) -> Response {
     // The dashboard's pages: everything outside /api/ is an asset or a 404.
-    if !request.uri().path().starts_with("/api/") {
+    if !request.uri().path().starts_with("/api/") && request.uri().path() != "/internal/zones" {
         return dashboard_routes::asset(&request);
     }
     if request.method() == http::Method::POST && request.uri().path() == "/api/v1/session" {
@@ -2032,6 +2069,77 @@ mod tests {
             shared: blocking,
         });
         (api, inbox)
+    }
+
+    /// Every fleet refusal (`not_leader`, `no_leader`, `store_unavailable`, `fenced`;
+    /// `managed_by` in the e2e) has the shape of every other error: `code` and `message`,
+    /// and `leader` for `not_leader`.
+    #[test]
+    fn the_fleet_refusals_have_the_shape_of_every_other_error() {
+        use crate::cluster::{ClusterHandle, Leadership};
+        let (mut api, _inbox) = api_with_lists();
+        let shape = |reply: &Reply, status: u16, code: &str| {
+            assert_eq!(reply.status, status, "{}", reply.body);
+            assert_eq!(reply.body["code"], code, "{}", reply.body);
+            assert!(
+                reply.body["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty())
+            );
+            let keys: Vec<&String> = reply.body.as_object().unwrap().keys().collect();
+            for key in &keys {
+                assert!(
+                    ["code", "message", "key", "currentResourceVersion", "leader"]
+                        .contains(&key.as_str()),
+                    "{key} is not in the Error schema: {}",
+                    reply.body
+                );
+            }
+        };
+        let unrouted = Request {
+            method: "GET".into(),
+            path: "/api/v1/nosuch".into(),
+            ..Request::default()
+        };
+        shape(&Api::route(&unrouted).unwrap_err(), 404, "not_found");
+        let leader = "http://192.0.2.7:8080";
+        for (leadership, status, code) in [
+            (
+                Leadership::Follower {
+                    leader: leader.into(),
+                },
+                409,
+                "not_leader",
+            ),
+            (Leadership::NoLeader, 503, "no_leader"),
+            (Leadership::Disconnected, 503, "no_leader"),
+        ] {
+            Arc::get_mut(&mut api.ops).unwrap().cluster = Some(ClusterHandle::fixed(leadership));
+            let reply = call(&api, "POST", "/api/v1/blocklists/ads/refresh", "");
+            shape(&reply, status, code);
+            assert_eq!(
+                reply.body.get("leader").and_then(Value::as_str),
+                (code == "not_leader").then_some(leader),
+                "{}",
+                reply.body
+            );
+        }
+        for (e, code) in [
+            (
+                kudurru_storage::StoreError::Unavailable {
+                    reason: "etcd did not answer".into(),
+                },
+                "store_unavailable",
+            ),
+            (
+                kudurru_storage::StoreError::Fenced {
+                    reason: "the leader's election key changed".into(),
+                },
+                "fenced",
+            ),
+        ] {
+            shape(&routes::store_error(e).into(), 503, code);
+        }
     }
 
     fn call(api: &Api, method: &str, path: &str, query: &str) -> Reply {

@@ -491,19 +491,31 @@ fn cluster_status(args: &ClientArgs, json: bool) -> Result<String, Failure> {
         return Ok(out);
     }
     out.push_str(&format!(
-        "{:<20} {:<32} {:<8} {:>10} {:<8} {}\n",
-        "MEMBER", "ADDRESS", "VERSION", "SNAPSHOT", "LEADER", "STARTED"
+        "{:<20} {:<32} {:<8} {:>10} {:<8} {:<26} {}\n",
+        "MEMBER", "ADDRESS", "VERSION", "SNAPSHOT", "LEADER", "STARTED", "ZONES (serial)"
     ));
     for m in body["members"].as_array().into_iter().flatten() {
         let leads = m["advertiseAddress"] == body["leader"];
+        // Each member's zones as it serves them, or why it did not say.
+        let zones = match (m["zones"].as_array(), m["error"].as_str()) {
+            (_, Some(error)) => format!("unknown: {error}"),
+            (Some(zones), None) if zones.is_empty() => "none".to_owned(),
+            (Some(zones), None) => zones
+                .iter()
+                .map(|z| format!("{} {}", text(&z["zone"]), z["serial"].as_u64().unwrap_or(0)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            (None, None) => "-".to_owned(),
+        };
         out.push_str(&format!(
-            "{:<20} {:<32} {:<8} {:>10} {:<8} {}\n",
+            "{:<20} {:<32} {:<8} {:>10} {:<8} {:<26} {}\n",
             text(&m["name"]),
             text(&m["advertiseAddress"]),
             text(&m["version"]),
             m["snapshotRevision"].as_i64().unwrap_or(0),
             if leads { "yes" } else { "" },
             text(&m["started"]),
+            zones,
         ));
     }
     Ok(out)

@@ -627,7 +627,46 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
                                 "version": { "type": "string" },
                                 "started": { "type": "string" },
                                 "snapshotRevision": { "type": "integer" },
-                                "leader": { "type": "boolean" }
+                                "leader": { "type": "boolean" },
+                                "zones": {
+                                    "type": ["array", "null"],
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["zone", "serial"],
+                                        "properties": {
+                                            "zone": { "type": "string" },
+                                            "serial": { "type": "integer" }
+                                        }
+                                    }
+                                },
+                                "error": { "type": "string" }
+                            }
+                        }
+                    }
+                }
+            }),
+            None,
+        ),
+        ("GET", "/internal/zones") => (
+            "This node's snapshot revision and the zones it serves with their serials: what another member's GET /api/v1/cluster lists for this node (it asks with its caller's bearer token)",
+            json!({
+                "type": "object",
+                "required": ["snapshotRevision", "zones"],
+                "properties": {
+                    "snapshotRevision": { "type": "integer" },
+                    "zones": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["zone", "serial"],
+                            "properties": {
+                                "zone": { "type": "string" },
+                                "name": { "type": "string" },
+                                "type": { "type": "string" },
+                                "serial": { "type": "integer" },
+                                "records": { "type": "integer" },
+                                "names": { "type": "integer" },
+                                "expired": { "type": "boolean" }
                             }
                         }
                     }
@@ -1227,7 +1266,8 @@ pub fn document() -> Value {
                     "code": { "type": "string" },
                     "message": { "type": "string" },
                     "key": { "type": "string" },
-                    "currentResourceVersion": { "type": "string" }
+                    "currentResourceVersion": { "type": "string" },
+                    "leader": { "type": "string", "description": "not_leader: the leader's advertised address (send the request there)" }
                 }
             } }
         }

@@ -6,8 +6,11 @@
 //! 1. one leader; refresh answers 202 on it and 409 naming it on the followers;
 //! 2. an object written through any node changes DNS answers on all three (propagation
 //!    p50/p99 printed);
-//!    a settings PATCH on one node reaches every node; a secondary zone is transferred by the
-//!    leader alone (Knot counts one AXFR) and served by all three;
+//!    a settings PATCH on one node reaches every node; a fourth node with a settings file
+//!    answers its settings PATCH and rollback with 409 managed_by naming the file while the
+//!    fleet's nodes accept theirs; a secondary zone is transferred by the leader alone (Knot
+//!    counts one AXFR) and served by all three; a primary zone changed through one node is
+//!    served under the same serial by every member, as `GET /api/v1/cluster` lists them;
 //! 3. a URL list is fetched once per refresh across the fleet (the list server counts);
 //! 4. the leader killed: leadership moves within leaseTTL + 2 s and fetching with it (still
 //!    exactly one fetch per refresh); the killed node comes back as a follower;
@@ -207,6 +210,16 @@ impl Node {
 }
 
 fn start_node(name: &str, upstream: &str, endpoints: &str, data_dir: &Path, log: &Path) -> Kudurru {
+    node_builder(name, upstream, endpoints, data_dir, log).start()
+}
+
+fn node_builder(
+    name: &str,
+    upstream: &str,
+    endpoints: &str,
+    data_dir: &Path,
+    log: &Path,
+) -> kudurru_e2e::KudurruBuilder {
     Kudurru::builder(&[upstream.to_owned()])
         .data_dir(data_dir)
         .log_level(Some("info"))
@@ -219,7 +232,6 @@ fn start_node(name: &str, upstream: &str, endpoints: &str, data_dir: &Path, log:
             "KUDURRU_CLUSTER__LEASETTL",
             &format!("{}s", LEASE_TTL.as_secs()),
         )
-        .start()
 }
 
 /// Polls `check` every 50 ms for up to `limit`; panics with `what` if it never holds.
@@ -292,6 +304,16 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
             }
         })
         .collect();
+    // One token file for the fleet (operators distribute it): `GET /api/v1/cluster` asks
+    // the other members with its caller's token.
+    let shared = nodes[0].data_dir.join("tokens.json");
+    for node in &mut nodes[1..] {
+        std::fs::copy(&shared, node.data_dir.join("tokens.json")).expect("tokens.json copies");
+    }
+    let fleet_token = nodes[0].token.clone();
+    for node in &mut nodes {
+        node.token = fleet_token.clone();
+    }
 
     // 1. One leader; refresh 202 on it, 409 naming it elsewhere.
     let first = leader(&nodes);
@@ -493,6 +515,154 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
         knot.log()
     );
 
+    // A fourth node with its own settings file follows the file, not the fleet: its settings
+    // writes (PATCH, rollback) answer 409 managed_by naming the file, while the fleet's nodes
+    // go on accepting theirs.
+    let managed_file = scratch.join("n4-settings.toml");
+    std::fs::write(&managed_file, "[blocking]\nblockTTL = \"7s\"\n").unwrap();
+    let n4_dir = scratch.join("n4");
+    std::fs::create_dir_all(&n4_dir).unwrap();
+    std::fs::copy(&shared, n4_dir.join("tokens.json")).expect("tokens.json copies");
+    let mut managed = Node {
+        name: "n4".into(),
+        kudurru: Some(
+            node_builder(
+                "n4",
+                &upstream.udp_url(),
+                &endpoints,
+                &n4_dir,
+                &scratch.join("n4.log"),
+            )
+            .env("KUDURRU_SETTINGS_FILE", managed_file.to_str().unwrap())
+            .start(),
+        ),
+        token: fleet_token.clone(),
+        data_dir: n4_dir,
+    };
+    eventually("n4 to connect", Duration::from_secs(20), || {
+        managed.connected()
+    });
+    let block_ttl = |node: &Node| {
+        let (_, settings) = call(node.k(), "GET", "/api/v1/settings", &node.token, None);
+        settings["values"]["blocking"]["blockTTL"].clone()
+    };
+    assert_eq!(
+        block_ttl(&managed),
+        "7s",
+        "the file wins over the fleet's 42s"
+    );
+    let refused = [
+        call(
+            managed.k(),
+            "PATCH",
+            "/api/v1/settings",
+            &managed.token,
+            Some(&json!({"blocking": {"blockTTL": "9s"}})),
+        ),
+        call(
+            managed.k(),
+            "POST",
+            "/api/v1/settings/rollback",
+            &managed.token,
+            Some(&json!({"version": 1})),
+        ),
+    ];
+    for (code, body) in refused {
+        assert_eq!(code, 409, "{body}");
+        assert_eq!(body["code"], "managed_by", "{body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(managed_file.to_str().unwrap())),
+            "names the file: {body}"
+        );
+        let mut fields: Vec<&String> = body.as_object().unwrap().keys().collect();
+        fields.sort();
+        assert_eq!(fields, ["code", "message"], "the Error shape: {body}");
+    }
+    let (code, body) = call(
+        nodes[0].k(),
+        "PATCH",
+        "/api/v1/settings",
+        &nodes[0].token,
+        Some(&json!({"blocking": {"blockTTL": "43s"}})),
+    );
+    assert_eq!(code, 200, "a fleet node still accepts: {body}");
+    for node in &nodes {
+        eventually(
+            "the fleet's second PATCH on every fleet node",
+            Duration::from_secs(20),
+            || block_ttl(node) == "43s",
+        );
+    }
+    assert_eq!(block_ttl(&managed), "7s", "n4 still follows its file");
+    managed.kudurru.as_mut().expect("runs").terminate();
+    managed.kudurru = None;
+
+    // Zone serials per member: a zone changed through one node; every member, as it tells
+    // `GET /api/v1/cluster` on another, serves the same serial.
+    crate::blocking::create(
+        nodes[0].k(),
+        &nodes[0].token,
+        "zones",
+        "fleet",
+        json!({"zone": "fleet.example.", "type": "primary", "nameServers": ["ns1.fleet.example."]}),
+    );
+    crate::blocking::create(
+        nodes[0].k(),
+        &nodes[0].token,
+        "recordsets",
+        "fleet-www",
+        json!({"zone": "fleet", "name": "www", "type": "A", "records": ["192.0.2.31"]}),
+    );
+    let first_serial = same_serial_on_every_member(&nodes, 2, "fleet.example.", None);
+    let (code, body) = call(
+        nodes[1].k(),
+        "PATCH",
+        "/api/v1/recordsets/fleet-www",
+        &nodes[1].token,
+        Some(
+            &json!({"metadata": {"name": "fleet-www"}, "spec": {"zone": "fleet", "name": "www", "type": "A", "records": ["192.0.2.32"]}}),
+        ),
+    );
+    assert_eq!(code, 200, "{body}");
+    let changed = same_serial_on_every_member(&nodes, 2, "fleet.example.", Some(first_serial));
+    eprintln!("cluster: fleet.example. serial {first_serial} then {changed} on every member");
+    same_serial_on_every_member(&nodes, 0, "corp.example.", None);
+    let out = Command::new(kudurru_e2e::kudurru_bin())
+        .args(["cluster", "status", "--api"])
+        .arg(format!("http://{}", nodes[1].k().api))
+        .args(["--token", &nodes[1].token])
+        .output()
+        .expect("kudurru cluster status runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .filter(|l| l.contains(&format!("fleet.example. {changed}")))
+            .count()
+            == 3,
+        "{text}"
+    );
+    eprintln!("cluster: kudurru cluster status\n{text}");
+    // A member that refuses the caller is listed with its error, not dropped: a token only
+    // nodes[2] knows.
+    let own_token = nodes[2].k().token("viewer", None);
+    let (code, status) = call(nodes[2].k(), "GET", "/api/v1/cluster", &own_token, None);
+    assert_eq!(code, 200, "{status}");
+    let members = status["members"].as_array().cloned().unwrap_or_default();
+    assert_eq!(members.len(), 3, "{status}");
+    for m in &members {
+        if m["name"] == nodes[2].name {
+            assert!(m["zones"].is_array(), "{status}");
+        } else {
+            assert!(m["zones"].is_null(), "{status}");
+            assert!(
+                m["error"].as_str().is_some_and(|e| e.contains("401")),
+                "{status}"
+            );
+        }
+    }
+
     // 3 and 4. Kill the leader: leadership moves within leaseTTL + 2 s, and fetching with it.
     assert_eq!(lists.hits("/domains", 200), 2, "no fetch without a refresh");
     let killed = leader(&nodes);
@@ -693,6 +863,47 @@ fn a_fleet_of_three_shares_objects_fails_over_and_serves_through_an_etcd_outage(
 
     // What each node said about the fleet, for the record.
     dump_logs(&scratch, "cluster");
+}
+
+/// Waits until `GET /api/v1/cluster` on `nodes[asked]` lists three members that all serve
+/// `zone` under one serial (above `above`, when given) and returns it.
+fn same_serial_on_every_member(
+    nodes: &[Node],
+    asked: usize,
+    zone: &str,
+    above: Option<u64>,
+) -> u64 {
+    let node = &nodes[asked];
+    let mut last = Value::Null;
+    let mut agreed = None;
+    let waited = Instant::now();
+    while agreed.is_none() && waited.elapsed() < Duration::from_secs(30) {
+        let (code, status) = call(node.k(), "GET", "/api/v1/cluster", &node.token, None);
+        let serials: Vec<Option<u64>> = status["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                m["zones"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|z| z["zone"] == zone)
+                    .and_then(|z| z["serial"].as_u64())
+            })
+            .collect();
+        if code == 200
+            && serials.len() == 3
+            && serials.iter().all(|s| s.is_some() && *s == serials[0])
+            && serials[0] > above
+        {
+            agreed = serials[0];
+        } else {
+            last = status;
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    agreed.unwrap_or_else(|| panic!("no common serial of {zone} on three members: {last:#}"))
 }
 
 /// Prints the nodes' log lines that contain `word`.

@@ -21,6 +21,7 @@
 
 mod election;
 mod members;
+pub mod peers;
 pub mod settings;
 pub mod snapshot;
 
@@ -175,8 +176,15 @@ impl ClusterHandle {
     /// A fleet member that serves its snapshot without etcd (started while etcd was down):
     /// disconnected, never the leader, no agent.
     pub fn detached() -> Self {
-        let (leadership_tx, leadership) = watch::channel(Leadership::Disconnected);
-        let (leading_tx, leading) = watch::channel(false);
+        Self::fixed(Leadership::Disconnected)
+    }
+
+    /// A fleet member without etcd or agent whose leadership stays `leadership` (detached
+    /// nodes; tests of what the API answers in each role).
+    pub fn fixed(leadership: Leadership) -> Self {
+        let leads = leadership.is_leader();
+        let (leadership_tx, leadership) = watch::channel(leadership);
+        let (leading_tx, leading) = watch::channel(leads);
         Self {
             inner: Arc::new(Inner {
                 etcd: None,
@@ -227,6 +235,11 @@ impl ClusterHandle {
         self.inner
             .snapshot_revision
             .fetch_max(revision, Ordering::Relaxed);
+    }
+
+    /// The store revision this node's objects reflect.
+    pub fn snapshot_revision(&self) -> i64 {
+        self.inner.snapshot_revision.load(Ordering::Relaxed)
     }
 
     /// The fleet's settings document as last applied (empty: none).
@@ -427,9 +440,20 @@ impl EtcdInfo {
     }
 }
 
+/// What [`status`] asks the members for: nothing (the doctor), or each member's own view
+/// (snapshot revision, zone serials), this node's being `own` and the others asked with
+/// `token` (the caller's bearer token; `None`: the caller has none to pass on).
+pub struct AskMembers {
+    /// This node's view.
+    pub own: peers::MemberView,
+    /// The caller's bearer token.
+    pub token: Option<String>,
+}
+
 /// The fleet as this node sees it, for `GET /api/v1/cluster` and the doctor: its own state
-/// and, when etcd answers, the members and the store revision.
-pub fn status(cluster: &ClusterHandle) -> serde_json::Value {
+/// and, when etcd answers, the members and the store revision; with `ask`, each member's
+/// snapshot revision and zone serials as the member itself tells (or the error it gave).
+pub fn status(cluster: &ClusterHandle, ask: Option<AskMembers>) -> serde_json::Value {
     let leadership = cluster.leadership();
     let Some(etcd) = cluster.etcd() else {
         if cluster.is_fleet() {
@@ -462,15 +486,41 @@ pub fn status(cluster: &ClusterHandle) -> serde_json::Value {
         "role": leadership.role(),
         "leader": leader,
         "connected": cluster.connected(),
-        "snapshotRevision": cluster.inner.snapshot_revision.load(Ordering::Relaxed),
+        "snapshotRevision": cluster.snapshot_revision(),
     });
     let info = etcd.clone();
-    let listed = etcd.block_on(STATUS_TIMEOUT, async move {
-        list_members(&info, STATUS_TIMEOUT).await
+    let own_name = etcd.settings.node_name.clone();
+    let bound = if ask.is_some() {
+        STATUS_TIMEOUT + peers::PEER_TIMEOUT
+    } else {
+        STATUS_TIMEOUT
+    };
+    let listed = etcd.block_on(bound, async move {
+        let (members, revision) = list_members(&info, STATUS_TIMEOUT).await?;
+        let mut listed: Vec<serde_json::Value> = members
+            .iter()
+            .map(|m| serde_json::to_value(m).unwrap_or_default())
+            .collect();
+        if let Some(ask) = ask {
+            let views = ask_members(&members, &own_name, ask).await;
+            for (value, view) in listed.iter_mut().zip(views) {
+                match view {
+                    Ok(view) => {
+                        value["snapshotRevision"] = view.snapshot_revision.into();
+                        value["zones"] = serde_json::to_value(view.zones).unwrap_or_default();
+                    }
+                    Err(e) => {
+                        value["zones"] = serde_json::Value::Null;
+                        value["error"] = e.into();
+                    }
+                }
+            }
+        }
+        Ok((listed, revision))
     });
     match listed {
         Ok((members, revision)) => {
-            body["members"] = serde_json::to_value(members).unwrap_or_default();
+            body["members"] = members.into();
             body["revision"] = revision.into();
         }
         Err(e) => {
@@ -479,4 +529,52 @@ pub fn status(cluster: &ClusterHandle) -> serde_json::Value {
         }
     }
     body
+}
+
+/// Each member's view, in the order of `members`: this node's own, the others asked
+/// concurrently (on the agent's runtime, where the client's connections live).
+async fn ask_members(
+    members: &[Member],
+    own_name: &str,
+    ask: AskMembers,
+) -> Vec<Result<peers::MemberView, String>> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
+    let client = CLIENT.get_or_init(peers::client).clone();
+    let mut asks = tokio::task::JoinSet::new();
+    for (i, member) in members.iter().enumerate() {
+        if member.name == own_name {
+            continue;
+        }
+        let (client, address, token) = (
+            client.clone(),
+            member.advertise_address.clone(),
+            ask.token.clone(),
+        );
+        asks.spawn(async move {
+            let view = match client {
+                Ok(client) => peers::ask(&client, &address, token.as_deref()).await,
+                Err(e) => Err(format!("no HTTP client: {e}")),
+            };
+            (i, view)
+        });
+    }
+    let mut views: Vec<Result<peers::MemberView, String>> = members
+        .iter()
+        .map(|m| {
+            if m.name == own_name {
+                Ok(ask.own.clone())
+            } else {
+                Err("no answer: the request to the member failed".into())
+            }
+        })
+        .collect();
+    while let Some(done) = asks.join_next().await {
+        if let Ok((i, view)) = done
+            && let Some(slot) = views.get_mut(i)
+        {
+            *slot = view;
+        }
+    }
+    views
 }

@@ -4,7 +4,7 @@ use serde_json::json;
 
 /// An HTTP error: status, a stable machine-readable `code`, a message for people and, when one
 /// input is to blame, the offending field (`key`). The body is
-/// `{"code": …, "message": …[, "key": …][, "currentResourceVersion": …]}`.
+/// `{"code": …, "message": …[, "key": …][, "currentResourceVersion": …][, "leader": …]}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpError {
     /// HTTP status.
@@ -17,8 +17,10 @@ pub struct HttpError {
     pub key: Option<String>,
     /// The `Allow` header of a 405 (RFC 9110 §15.5.6).
     pub allow: Option<String>,
-    /// For a resourceVersion conflict, the object's current version (read it, retry).
-    pub current_resource_version: Option<String>,
+    /// One more field of the body, by name: `currentResourceVersion` of a resourceVersion
+    /// conflict (read it, retry), `leader` of a `not_leader` (send the request there). Boxed:
+    /// every handler's `Result` carries this type.
+    pub detail: Option<Box<(&'static str, String)>>,
 }
 
 impl HttpError {
@@ -30,7 +32,7 @@ impl HttpError {
             message: message.into(),
             key: None,
             allow: None,
-            current_resource_version: None,
+            detail: None,
         }
     }
 
@@ -41,14 +43,28 @@ impl HttpError {
         self
     }
 
+    /// The same error with the object's current resourceVersion (a conflict).
+    #[must_use]
+    pub fn with_current_resource_version(mut self, version: String) -> Self {
+        self.detail = Some(Box::new(("currentResourceVersion", version)));
+        self
+    }
+
+    /// The same error, naming the fleet's leader (send the request there).
+    #[must_use]
+    pub fn with_leader(mut self, leader: &str) -> Self {
+        self.detail = Some(Box::new(("leader", leader.to_owned())));
+        self
+    }
+
     /// The JSON body.
     pub fn body(&self) -> serde_json::Value {
         let mut body = json!({ "code": self.code, "message": self.message });
         if let Some(key) = &self.key {
             body["key"] = key.as_str().into();
         }
-        if let Some(version) = &self.current_resource_version {
-            body["currentResourceVersion"] = version.as_str().into();
+        if let Some(detail) = &self.detail {
+            body[detail.0] = detail.1.as_str().into();
         }
         body
     }

@@ -454,12 +454,9 @@ pub fn store_error(e: StoreError) -> HttpError {
     match e {
         StoreError::NotFound { .. } => HttpError::new(404, "not_found", message),
         StoreError::AlreadyExists { .. } => HttpError::new(409, "already_exists", message),
-        StoreError::Conflict { current, .. } => {
-            let mut error =
-                HttpError::new(409, "conflict", message).with_key("metadata.resourceVersion");
-            error.current_resource_version = Some(current.to_string());
-            error
-        }
+        StoreError::Conflict { current, .. } => HttpError::new(409, "conflict", message)
+            .with_key("metadata.resourceVersion")
+            .with_current_resource_version(current.to_string()),
         StoreError::Gone { .. } => HttpError::new(410, "gone", message),
         StoreError::Lagged { .. } => HttpError::new(410, "lagged", message),
         StoreError::UnknownKind { .. } => HttpError::new(404, "unknown_kind", message),

@@ -429,3 +429,72 @@ fn write_format_v1_fixture() {
     let read = redb::ReadOnlyDatabase::open(FIXTURE_V1).unwrap();
     drop(read.begin_read().unwrap());
 }
+
+#[test]
+fn import_writes_every_object_and_its_status_in_one_commit_or_nothing() {
+    let clock = ManualClock::default();
+    clock.set(1_700_000_000_000);
+    let mut h = <Redb as Harness>::open(options(&clock));
+    let mut with_status = widget("b", 2);
+    with_status.status.observed_generation = 1;
+    let objects = [widget("a", 1), with_status, widget("c", 3)];
+    let store = h.store();
+    let mut events = store.watch("Widget", &WatchOptions::default()).unwrap();
+    let created = store.import(&alice(), objects.into_iter().map(Ok)).unwrap();
+    assert_eq!(created, 3);
+    // Three creates and one status: four revisions, four audit records, in order.
+    assert_eq!(store.revision().unwrap(), 4);
+    assert_eq!(store.audit_verify().unwrap().records, 4);
+    let b = store.get("Widget", "b").unwrap();
+    assert_eq!(b.status.observed_generation, 1);
+    assert_eq!(b.metadata.resource_version, 3);
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let event = events.try_next().expect("an event").unwrap();
+        seen.push(event.object.metadata.resource_version);
+    }
+    assert_eq!(
+        seen,
+        [1, 2, 3, 4],
+        "the watch sees each change after the commit"
+    );
+
+    // A failure half-way (a duplicate, then the iterator's own error) writes nothing.
+    let duplicate = store.import(&alice(), [Ok(widget("d", 1)), Ok(widget("a", 1))]);
+    assert!(
+        matches!(duplicate, Err(StoreError::AlreadyExists { .. })),
+        "{duplicate:?}"
+    );
+    let failed = store.import(
+        &alice(),
+        [
+            Ok(widget("e", 1)),
+            Err(StoreError::Unavailable {
+                reason: "the source went away".into(),
+            }),
+        ],
+    );
+    assert!(
+        matches!(failed, Err(StoreError::Unavailable { .. })),
+        "{failed:?}"
+    );
+    for name in ["d", "e"] {
+        assert!(matches!(
+            store.get("Widget", name),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+    assert_eq!(store.revision().unwrap(), 4);
+    h.restart();
+    let store = h.store();
+    assert_eq!(store.revision().unwrap(), 4);
+    assert_eq!(store.audit_verify().unwrap().records, 4);
+    assert_eq!(
+        store
+            .list("Widget", &ListOptions::default())
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
+}
