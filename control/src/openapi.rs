@@ -873,26 +873,29 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         ),
         // The dashboard's overview and tools (issue 39, round 2).
         ("GET", "/api/v1/stats/live") => (
-            "The data-plane counters /metrics renders, summarised: totals and per core (queries by transport, responses by rcode, dropped, cache hits and hit rate, upstream queries), answers by source (cache, blocked; upstream and local are not counted apart: null), upstream latency p50/p90/p99 from the upstream latency histogram, a monotonic time in seconds to compute rates between two polls",
+            "The data-plane counters /metrics renders, summarised: totals and per core (queries by transport, responses by rcode, dropped, cache hits and hit rate, upstream queries, answers by source: cache, upstream, local, blocked, other), answer latency p50/p90/p99 overall, by transport and per core from the answer latency histogram, upstream latency p50/p90/p99 from the upstream latency histogram, a monotonic time in seconds to compute rates between two polls",
             json!({
                 "type": "object",
-                "required": ["time", "cores", "total", "perCore", "upstreamLatency"],
+                "required": ["time", "cores", "total", "perCore", "upstreamLatency", "answerLatency"],
                 "properties": {
                     "time": { "type": "number" },
                     "cores": { "type": "integer" },
-                    "total": { "type": "object" },
-                    "perCore": { "type": "array", "items": { "type": "object" } },
-                    "upstreamLatency": {
-                        "type": "object",
-                        "properties": {
-                            "count": { "type": "integer" },
-                            "p50Ms": { "type": ["number", "null"] },
-                            "p90Ms": { "type": ["number", "null"] },
-                            "p99Ms": { "type": ["number", "null"] }
+                    "total": { "$ref": "#/components/schemas/LiveCounters" },
+                    "perCore": {
+                        "type": "array",
+                        "items": {
+                            "allOf": [
+                                { "$ref": "#/components/schemas/LiveCounters" },
+                                {
+                                    "type": "object",
+                                    "properties": { "answerLatency": { "$ref": "#/components/schemas/AnswerLatency" } }
+                                }
+                            ]
                         }
                     },
-                    "answerLatency": { "type": "null" },
-                    "notes": { "type": "object" }
+                    "upstreamLatency": { "$ref": "#/components/schemas/LatencyPercentiles" },
+                    "answerLatency": { "$ref": "#/components/schemas/AnswerLatency" },
+                    "notes": { "type": "object", "additionalProperties": { "type": "string" } }
                 }
             }),
             None,
@@ -1268,6 +1271,64 @@ pub fn document() -> Value {
                     "key": { "type": "string" },
                     "currentResourceVersion": { "type": "string" },
                     "leader": { "type": "string", "description": "not_leader: the leader's advertised address (send the request there)" }
+                }
+            },
+            // GET /api/v1/stats/live (issue 39): one contiguous block.
+            "LatencyPercentiles": {
+                "type": "object",
+                "description": "a latency histogram's count and percentiles in milliseconds (µs precision), interpolated inside its buckets; null while it is empty",
+                "required": ["count", "p50Ms", "p90Ms", "p99Ms"],
+                "properties": {
+                    "count": { "type": "integer" },
+                    "p50Ms": { "type": "number", "nullable": true },
+                    "p90Ms": { "type": "number", "nullable": true },
+                    "p99Ms": { "type": "number", "nullable": true }
+                }
+            },
+            "AnswerLatency": {
+                "description": "answer latency (receipt to hand-over to the send path; kudurru_answer_latency_seconds): all transports, and byTransport",
+                "allOf": [
+                    { "$ref": "#/components/schemas/LatencyPercentiles" },
+                    {
+                        "type": "object",
+                        "required": ["byTransport"],
+                        "properties": {
+                            "byTransport": {
+                                "type": "object",
+                                "description": "keyed by transport: udp, tcp, dot, doh, doq, doh3",
+                                "additionalProperties": { "$ref": "#/components/schemas/LatencyPercentiles" }
+                            }
+                        }
+                    }
+                ]
+            },
+            "LiveCounters": {
+                "type": "object",
+                "description": "counters since start, of the node (total) or one core (perCore)",
+                "properties": {
+                    "queries": { "type": "integer" },
+                    "queriesByTransport": { "type": "object", "additionalProperties": { "type": "integer" } },
+                    "responsesByRcode": { "type": "object", "additionalProperties": { "type": "integer" } },
+                    "dropped": { "type": "integer" },
+                    "cacheHits": { "type": "integer" },
+                    "cacheMisses": { "type": "integer" },
+                    "cacheHitRate": { "type": "number", "nullable": true },
+                    "upstreamQueries": { "type": "integer" },
+                    "staleAnswers": { "type": "integer" },
+                    "rateLimited": { "type": "integer" },
+                    "aclRefused": { "type": "integer" },
+                    "answersBySource": {
+                        "type": "object",
+                        "description": "answers sent, by source (kudurru_answers_total)",
+                        "required": ["cache", "upstream", "local", "blocked", "other"],
+                        "properties": {
+                            "cache": { "type": "integer", "description": "the cache, stale answers included" },
+                            "upstream": { "type": "integer" },
+                            "local": { "type": "integer", "description": "local zones, built-in names" },
+                            "blocked": { "type": "integer", "description": "policy answers: block, rewrite, cloaking" },
+                            "other": { "type": "integer", "description": "error answers: FORMERR, NOTIMP, REFUSED, SERVFAIL" }
+                        }
+                    }
                 }
             } }
         }

@@ -10,8 +10,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 
 use kudurru_transports::metrics::{
-    ACL_ACTION_LABELS, DOH_STATUS_LABELS, FORWARD_ZONES, HttpVersion, LATENCY_BOUNDS,
-    MAX_UPSTREAMS, RCODE_LABELS, UpstreamError,
+    ACL_ACTION_LABELS, AnswerSource, DOH_STATUS_LABELS, FORWARD_ZONES, HttpVersion, LATENCY_BOUNDS,
+    MAX_UPSTREAMS, RCODE_LABELS, UpstreamError, answer_latency_bounds,
 };
 use kudurru_transports::{CoreMetrics, SharedSettings, Transport};
 
@@ -605,6 +605,7 @@ pub fn render_metrics(state: &OpsState) -> String {
             "kudurru_upstream_latency_seconds_count{{upstream=\"{name}\"}} {cumulative}"
         );
     }
+    render_answers(m, &mut out);
     // Health (upstream.strategy, issue 37).
     head(
         &mut out,
@@ -661,6 +662,61 @@ pub fn render_metrics(state: &OpsState) -> String {
 }
 
 /// The fleet's gauges (a single node is connected and leads).
+/// Answer latency per core and transport, answers per core and source (issue 39).
+fn render_answers(m: &[Arc<CoreMetrics>], out: &mut String) {
+    head(
+        out,
+        "kudurru_answer_latency_seconds",
+        "histogram",
+        "Time from a query's receipt (for UDP, its receive batch) to its answer's hand-over to the send path, by core and transport.",
+    );
+    let bounds = answer_latency_bounds();
+    for (core, cm) in m.iter().enumerate() {
+        for t in Transport::ALL {
+            let histogram = &cm.answer_latency[t as usize];
+            let labels = format!("core=\"{core}\",transport=\"{}\"", t.label());
+            let mut cumulative = 0;
+            for (bucket, bound) in histogram.buckets.iter().zip(&bounds) {
+                cumulative += bucket.load(Relaxed);
+                let _ = writeln!(
+                    out,
+                    "kudurru_answer_latency_seconds_bucket{{{labels},le=\"{bound}\"}} {cumulative}"
+                );
+            }
+            cumulative += histogram.buckets[bounds.len()].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "kudurru_answer_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {cumulative}"
+            );
+            let _ = writeln!(
+                out,
+                "kudurru_answer_latency_seconds_sum{{{labels}}} {}",
+                histogram.sum_ns.load(Relaxed) as f64 / 1e9
+            );
+            let _ = writeln!(
+                out,
+                "kudurru_answer_latency_seconds_count{{{labels}}} {cumulative}"
+            );
+        }
+    }
+    head(
+        out,
+        "kudurru_answers_total",
+        "counter",
+        "Answers sent, by core and source: cache (stale answers included), upstream, local (local zones and built-in names), blocked (policy answers), other (error answers such as FORMERR, NOTIMP, REFUSED, SERVFAIL).",
+    );
+    for (core, cm) in m.iter().enumerate() {
+        for source in AnswerSource::ALL {
+            let _ = writeln!(
+                out,
+                "kudurru_answers_total{{core=\"{core}\",source=\"{}\"}} {}",
+                source.label(),
+                cm.answers[source as usize].load(Relaxed)
+            );
+        }
+    }
+}
+
 fn render_cluster(cluster: &crate::cluster::ClusterHandle, out: &mut String) {
     head(
         out,

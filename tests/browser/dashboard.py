@@ -182,6 +182,7 @@ def t_overview_qps(page):
     goto(page, "overview")
     eventually("two polls", lambda: polls(page) >= 2)
     before = float(page.inner_text("#qps").replace("—", "0"))
+    answers_before, sources_before = answers_all(page), answers_by_source(page)
     stop, sent = threading.Event(), [0]
     worker = threading.Thread(target=load, args=(stop, sent), daemon=True)
     worker.start()
@@ -202,11 +203,36 @@ def t_overview_qps(page):
         assert page.locator("#live table", has_text="by core").locator("tbody tr").count() >= 1
         expect(page.locator("#live-p50")).to_contain_text("ms")
         expect(page.locator("#live")).to_contain_text("p99")
+        # Answer latency (kudurru_answer_latency_seconds) and answers by source move with the
+        # load: more answers counted overall and on UDP, percentiles in ms, sources' totals up.
+        answers = eventually("answers counted", lambda: answers_all(page) > answers_before + 5 and answers_all(page))
+        udp_row = page.locator("#answer-latency tbody tr", has_text="udp").first.inner_text().split()
+        assert int(udp_row[1]) > 0 and udp_row[2] != "—", udp_row
+        expect(page.locator("#answer-p50")).to_contain_text("ms")
+        expect(page.locator("#answer-p99")).to_contain_text("ms")
+        sources = eventually("answers by source to move",
+                             lambda: sum(answers_by_source(page).values()) > sum(sources_before.values()) and answers_by_source(page))
     finally:
         stop.set()
         worker.join(5)
     print(f"  qps before {before}, during load {after}, data plane {live}, upstream p50 "
-          f"{page.inner_text('#live-p50')} ({sent[0]} queries sent)")
+          f"{page.inner_text('#live-p50')} ({sent[0]} queries sent); answers {answers_before} -> {answers}, "
+          f"answer p50 {page.inner_text('#answer-p50')} p99 {page.inner_text('#answer-p99')}, by source {sources}")
+
+
+def answers_all(page):
+    """The overview's count of answers in the answer latency table's "all" row."""
+    row = page.locator("#answer-latency tbody tr", has_text="all").first.inner_text().split()
+    return int(row[1])
+
+
+def answers_by_source(page):
+    """The overview's answers-by-source totals (the table's last column), by source."""
+    out = {}
+    for row in page.locator("#answers-by-source tbody tr").all():
+        cells = row.inner_text().split()
+        out[cells[0]] = int(cells[-1])
+    return out
 
 
 @step("query log: search blocked queries and follow 'why blocked'")

@@ -21,7 +21,7 @@ use kudurru_core::wire::{self, Query, ReplyOptions};
 use kudurru_core::{CacheKey, CachedAnswer, Client, Decision, Settings, Stage, ingress, policy};
 
 use crate::core_context::Active;
-use crate::metrics::Transport;
+use crate::metrics::{AnswerSource, Transport};
 use crate::querylog::Outcome;
 use crate::worker::Worker;
 use kudurru_core::querylog::Source;
@@ -204,19 +204,22 @@ pub(crate) struct Answering<'a> {
     pub(crate) limit: Option<usize>,
 }
 
-/// Answers `message` from `client` under the current settings snapshot, loaded once; `None`
-/// when the pipeline drops it (nothing may be sent). Counts the response (or the drop) in the
-/// core's metrics.
+/// Answers `message` from `client`, received at `received`, under the current settings
+/// snapshot, loaded once; `None` when the pipeline drops it (nothing may be sent). Counts the
+/// response (or the drop) in the core's metrics.
 pub(crate) async fn answer(
     worker: &Rc<Worker>,
     origin: Origin,
     message: &[u8],
     client: Client<'_>,
+    received: Instant,
 ) -> Option<Vec<u8>> {
     let _active = Active::enter(worker.context());
     let mut out = Vec::with_capacity(512);
     let settings = worker.context().settings();
-    match answer_now(worker, &settings, origin, message, client, &mut out) {
+    match answer_now(
+        worker, &settings, origin, message, client, received, &mut out,
+    ) {
         Now::Answered => Some(out),
         Now::Dropped => None,
         Now::Miss(lookup) => {
@@ -224,7 +227,7 @@ pub(crate) async fn answer(
             // Boxed: a miss's state (the upstream exchange, a cross-core lookup) would otherwise
             // widen every request's future, hits included, past the allocator's thread cache.
             Box::pin(answer_miss(
-                worker, &settings, origin, message, lookup, client,
+                worker, &settings, origin, message, lookup, client, received,
             ))
             .await
         }
@@ -290,19 +293,21 @@ pub(crate) enum Now {
 /// The synchronous part of [`answer`] under `settings`, the query's snapshot: ingress, then a
 /// hit on this core or a locally answered name, written to `out`. A connection loop calls it
 /// inline and spawns a task only for a miss, which [`answer_miss`] finishes under the same
-/// snapshot.
+/// snapshot. `received`: when the transport took the query in (the caller's clock reading,
+/// also the pipeline's `now`); the answer's latency counts from it.
 pub(crate) fn answer_now(
     worker: &Worker,
     settings: &Settings,
     origin: Origin,
     message: &[u8],
     client: Client<'_>,
+    received: Instant,
     out: &mut Vec<u8>,
 ) -> Now {
     let context = worker.context();
     let options = &reply_options(settings);
     let stage = Stage::new(settings, options, context.lameduck());
-    let now = Instant::now();
+    let now = received;
     let decision = ingress(
         message,
         &stage,
@@ -392,16 +397,20 @@ pub(crate) fn answer_now(
             Outcome::policy(blocked, true)
         }
     };
-    context
-        .metrics
-        .response(wire::header_rcode(out).unwrap_or(0));
+    let rcode = wire::header_rcode(out).unwrap_or(0);
+    context.metrics.response(rcode);
+    context.metrics.answered(
+        origin.transport,
+        AnswerSource::of(outcome.source, rcode),
+        received.elapsed(),
+    );
     origin.record(worker, settings, &client, outcome, message, out);
     Now::Answered
 }
 
 /// Resolves a query [`answer_now`] found missing on this core (it passed ingress there, under
-/// `settings`, from `client`) and returns the counted answer; `None` when nothing may be sent
-/// (CNAME cloaking reached an RPZ drop).
+/// `settings`, from `client`, received at `received`) and returns the counted answer; `None`
+/// when nothing may be sent (CNAME cloaking reached an RPZ drop).
 pub(crate) async fn answer_miss(
     worker: &Rc<Worker>,
     settings: &Arc<Settings>,
@@ -409,14 +418,16 @@ pub(crate) async fn answer_miss(
     message: &[u8],
     lookup: Lookup,
     client: Client<'_>,
+    received: Instant,
 ) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(512);
     let mut outcome = Outcome::LOCAL;
+    let mut now = received;
     // Ingress accepted this message, so it parses.
     if let Ok(query) = Query::parse(message) {
         let started = Instant::now();
         let answer = worker.resolve(lookup.key(&query), settings).await;
-        let now = Instant::now();
+        now = Instant::now();
         let options = reply_options(settings);
         let to = Answering {
             settings,
@@ -433,10 +444,14 @@ pub(crate) async fn answer_miss(
             return None;
         }
     }
-    worker
-        .context()
-        .metrics
-        .response(wire::header_rcode(&out).unwrap_or(0));
+    let rcode = wire::header_rcode(&out).unwrap_or(0);
+    let metrics = &worker.context().metrics;
+    metrics.response(rcode);
+    metrics.answered(
+        origin.transport,
+        AnswerSource::of(outcome.source, rcode),
+        now.saturating_duration_since(received),
+    );
     origin.record(worker, settings, &client, outcome, message, &out);
     Some(out)
 }

@@ -72,7 +72,9 @@ async fn connection(worker: Rc<Worker>, connection: quinn::Connection, admission
                 return;
             }
         };
-        admission.touch(Instant::now());
+        // The stream's receipt (its first data): the answer's latency counts from it.
+        let received = Instant::now();
+        admission.touch(received);
         let (worker, connection, sni) = (worker.clone(), connection.clone(), sni.clone());
         let request = requests.enter();
         inline_or_queued(async move {
@@ -83,7 +85,7 @@ async fn connection(worker: Rc<Worker>, connection: quinn::Connection, admission
                 id: None,
                 sni: sni.as_deref(),
             };
-            stream(&worker, &connection, client, send, recv).await;
+            stream(&worker, &connection, client, send, recv, received).await;
         });
     }
     // Draining: every stream accepted is answered, then CONNECTION_CLOSE with DOQ_NO_ERROR
@@ -93,13 +95,14 @@ async fn connection(worker: Rc<Worker>, connection: quinn::Connection, admission
     // The close goes out with the endpoint's next transmit; the connection handle may go now.
 }
 
-/// Answers the one query of a stream.
+/// Answers the one query of a stream accepted at `received`.
 async fn stream(
     worker: &Rc<Worker>,
     connection: &quinn::Connection,
     client: Client<'_>,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
+    received: Instant,
 ) {
     let idle = worker.context().settings().tcp_idle_timeout;
     let read = within(idle, read_to_fin(&mut recv, doq::MAX_STREAM)).await;
@@ -126,7 +129,7 @@ async fn stream(
         transport: Transport::Doq,
         peer: connection.remote_address(),
     };
-    match answer(worker, origin, message, client).await {
+    match answer(worker, origin, message, client, received).await {
         Some(out) => {
             // Handed to quinn as it is (`write_all` would copy it into a buffer of its own).
             // Errors mean the client reset the stream or the connection is gone.

@@ -111,6 +111,116 @@ pub const LATENCY_BOUNDS: [f64; 12] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
 ];
 
+// Answer latency and answers by source (issue 39): one contiguous block.
+/// Upper bounds (nanoseconds) of the answer latency histogram's buckets: fine enough for
+/// cache hits (tens of µs), wide enough for misses (seconds); a last bucket is +Inf.
+pub const ANSWER_LATENCY_BOUNDS_NS: [u64; 17] = [
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+];
+
+/// [`ANSWER_LATENCY_BOUNDS_NS`] in seconds, as `/metrics` renders them.
+pub fn answer_latency_bounds() -> [f64; 17] {
+    ANSWER_LATENCY_BOUNDS_NS.map(|ns| ns as f64 / 1e9)
+}
+
+/// Where an answer came from, the labels of `kudurru_answers_total{source=...}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerSource {
+    /// The cache (either tier), stale answers (RFC 8767) included.
+    Cache,
+    /// An upstream, after a miss.
+    Upstream,
+    /// Local data: an authoritative or forward-less zone, CHAOS names, the health name, a
+    /// zone transfer (NOERROR or NXDOMAIN answered here).
+    Local,
+    /// A policy's answer: a block answer, a rewrite, CNAME cloaking.
+    Blocked,
+    /// An error answered here: FORMERR, NOTIMP, REFUSED, SERVFAIL when every upstream failed.
+    Other,
+}
+
+impl AnswerSource {
+    /// All sources, in metric order.
+    pub const ALL: [Self; 5] = [
+        Self::Cache,
+        Self::Upstream,
+        Self::Local,
+        Self::Blocked,
+        Self::Other,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Cache => "cache",
+            Self::Upstream => "upstream",
+            Self::Local => "local",
+            Self::Blocked => "blocked",
+            Self::Other => "other",
+        }
+    }
+
+    /// The source of an answer whose query-log source is `source` and whose rcode is `rcode`:
+    /// the query log's `local` splits into local data (NOERROR, NXDOMAIN) and error answers.
+    pub fn of(source: kudurru_core::querylog::Source, rcode: u8) -> Self {
+        use kudurru_core::querylog::Source as Log;
+        match source {
+            Log::Cache | Log::Stale => Self::Cache,
+            Log::Upstream => Self::Upstream,
+            Log::Policy => Self::Blocked,
+            Log::Local if rcode == 0 || rcode == 3 => Self::Local,
+            Log::Local | Log::Dropped => Self::Other,
+        }
+    }
+}
+
+/// The answer latency histogram of one transport on one core: from the query's receipt to
+/// its answer's hand-over to the send path.
+#[derive(Debug, Default)]
+pub struct AnswerLatency {
+    /// Answers per bucket ([`ANSWER_LATENCY_BOUNDS_NS`] plus +Inf), not cumulative.
+    pub buckets: [AtomicU64; ANSWER_LATENCY_BOUNDS_NS.len() + 1],
+    /// Sum of the answers' latencies, nanoseconds.
+    pub sum_ns: AtomicU64,
+}
+
+/// Answers counted by one core, by source, kept in a local tally for a batch and added to
+/// [`CoreMetrics::answers`] once ([`CoreMetrics::add_answers`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AnswerTally(pub [u64; AnswerSource::ALL.len()]);
+
+impl AnswerTally {
+    /// Counts one answer.
+    pub fn count(&mut self, source: AnswerSource) {
+        self.0[source as usize] += 1;
+    }
+}
+
+/// Adds `n` to a counter only its own core writes: a load and a store, no read-modify-write
+/// instruction (the control thread only reads it).
+fn add_own(counter: &AtomicU64, n: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
+}
+
 /// Why an upstream attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpstreamError {
@@ -275,6 +385,11 @@ pub struct CoreMetrics {
     /// The forwarding-loop probe round as this core sees it: the token the control thread set
     /// and the probes that came back in, by upstream (`kudurru_core::loop_probe`).
     pub loop_probe: kudurru_core::loop_probe::LoopProbe,
+    // Answer latency and answers by source (issue 39): written by the core only.
+    /// Answer latency, by [`Transport`] (`kudurru_answer_latency_seconds`).
+    pub answer_latency: [AnswerLatency; Transport::ALL.len()],
+    /// Answers sent, by [`AnswerSource`] (`kudurru_answers_total`).
+    pub answers: [AtomicU64; AnswerSource::ALL.len()],
 }
 
 fn bump(counter: &AtomicU64) {
@@ -332,6 +447,36 @@ impl CoreMetrics {
     pub fn bump(counter: &AtomicU64) {
         bump(counter);
     }
+
+    // Answer latency and answers by source (issue 39). The core is the only writer of these
+    // counters: loads and stores, no atomic read-modify-write on the hit path.
+    /// Records `answers` answers on `transport` that each took `latency` from receipt to the
+    /// send path (a UDP batch shares one reading of the clock).
+    pub fn answer_latency(&self, transport: Transport, latency: Duration, answers: u64) {
+        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = ANSWER_LATENCY_BOUNDS_NS
+            .iter()
+            .position(|&b| ns <= b)
+            .unwrap_or(ANSWER_LATENCY_BOUNDS_NS.len());
+        let histogram = &self.answer_latency[transport as usize];
+        add_own(&histogram.buckets[bucket], answers);
+        add_own(&histogram.sum_ns, ns.saturating_mul(answers));
+    }
+
+    /// Counts one answer from `source` on `transport` that took `latency`.
+    pub fn answered(&self, transport: Transport, source: AnswerSource, latency: Duration) {
+        add_own(&self.answers[source as usize], 1);
+        self.answer_latency(transport, latency, 1);
+    }
+
+    /// Adds a batch's tally of answers by source.
+    pub fn add_answers(&self, tally: &AnswerTally) {
+        for (counter, &n) in self.answers.iter().zip(&tally.0) {
+            if n > 0 {
+                add_own(counter, n);
+            }
+        }
+    }
 }
 
 impl UpstreamCounters {
@@ -350,5 +495,58 @@ impl UpstreamCounters {
     /// Records a failed attempt.
     pub fn error(&self, kind: UpstreamError) {
         bump(&self.errors[kind as usize]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kudurru_core::querylog::Source;
+
+    /// A batch's answers land in one bucket together, with their summed latency; a latency
+    /// past every bound lands in +Inf.
+    #[test]
+    fn answer_latency_counts_a_batch_in_one_bucket() {
+        let m = CoreMetrics::default();
+        m.answer_latency(Transport::Udp, Duration::from_micros(30), 8);
+        let udp = &m.answer_latency[Transport::Udp as usize];
+        assert_eq!(udp.buckets[1].load(Ordering::Relaxed), 8, "25-50 µs");
+        assert_eq!(udp.sum_ns.load(Ordering::Relaxed), 8 * 30_000);
+        m.answered(
+            Transport::Tcp,
+            AnswerSource::Upstream,
+            Duration::from_secs(9),
+        );
+        let tcp = &m.answer_latency[Transport::Tcp as usize];
+        assert_eq!(
+            tcp.buckets[ANSWER_LATENCY_BOUNDS_NS.len()].load(Ordering::Relaxed),
+            1
+        );
+        assert_eq!(
+            m.answers[AnswerSource::Upstream as usize].load(Ordering::Relaxed),
+            1
+        );
+        let mut tally = AnswerTally::default();
+        tally.count(AnswerSource::Cache);
+        tally.count(AnswerSource::Cache);
+        m.add_answers(&tally);
+        assert_eq!(
+            m.answers[AnswerSource::Cache as usize].load(Ordering::Relaxed),
+            2
+        );
+    }
+
+    /// The query log's `local` splits by rcode: local data, or an error answered here.
+    #[test]
+    fn answer_sources_split_local_data_from_error_answers() {
+        assert_eq!(AnswerSource::of(Source::Stale, 0), AnswerSource::Cache);
+        assert_eq!(AnswerSource::of(Source::Policy, 3), AnswerSource::Blocked);
+        assert_eq!(AnswerSource::of(Source::Local, 3), AnswerSource::Local);
+        assert_eq!(AnswerSource::of(Source::Local, 5), AnswerSource::Other);
+        assert_eq!(AnswerSource::of(Source::Local, 2), AnswerSource::Other);
+        assert_eq!(
+            AnswerSource::of(Source::Upstream, 2),
+            AnswerSource::Upstream
+        );
     }
 }

@@ -36,7 +36,7 @@ use crate::connections::Admission;
 use crate::core_context::{Active, CoreContext};
 use crate::deadline::within;
 use crate::inbox::InboxTransport;
-use crate::metrics::{CoreMetrics, Transport};
+use crate::metrics::{AnswerSource, CoreMetrics, Transport};
 use crate::outbox::Outbox;
 use crate::querylog::Outcome;
 use crate::tls::TlsConfig;
@@ -124,7 +124,9 @@ async fn connection<S>(
             }
         };
         worker.context().metrics.query(transport);
-        admission.touch(Instant::now());
+        // The query's receipt: the pipeline's `now` too, and its answer's latency counts from it.
+        let received = Instant::now();
+        admission.touch(received);
         let Ok(permit) = permits.acquire_static_permit(1).await else {
             break;
         };
@@ -143,17 +145,25 @@ async fn connection<S>(
             &stage,
             client,
             &mut context.limiter.borrow_mut(),
-            Instant::now(),
+            received,
             &mut out,
         );
-        let log = |outcome, response: &[u8]| {
+        let log = |outcome: Outcome<'_>, response: &[u8]| {
             origin.record(worker, &settings, &client, outcome, &message, response);
         };
+        // Queues an answer written here, without waiting: counts and logs it.
+        let reply = |outcome: Outcome<'_>, response: &[u8]| {
+            outbox.push(&context.metrics, response);
+            let rcode = kudurru_core::wire::header_rcode(response).unwrap_or(0);
+            context.metrics.answered(
+                transport,
+                AnswerSource::of(outcome.source, rcode),
+                received.elapsed(),
+            );
+            log(outcome, response);
+        };
         match decision {
-            Decision::Respond => {
-                outbox.push(&context.metrics, &out);
-                log(Outcome::LOCAL, &out);
-            }
+            Decision::Respond => reply(Outcome::LOCAL, &out),
             // Zone transfers are not served yet: REFUSED, as before the zones.
             Decision::Transfer { zone, .. } => {
                 let Some(served) = settings.zones.served().get(zone).cloned() else {
@@ -175,8 +185,7 @@ async fn connection<S>(
             }
             Decision::Refused { answered: true } => {
                 context.metrics.acl_refused(true);
-                outbox.push(&context.metrics, &out);
-                log(Outcome::LOCAL, &out);
+                reply(Outcome::LOCAL, &out);
             }
             Decision::Refused { answered: false } => {
                 context.metrics.acl_refused(false);
@@ -190,8 +199,7 @@ async fn connection<S>(
                     log(Outcome::policy(blocked, false), &[]);
                     break;
                 }
-                outbox.push(&context.metrics, &out);
-                log(Outcome::policy(blocked, true), &out);
+                reply(Outcome::policy(blocked, true), &out);
             }
             Decision::Control(_) if transport != Transport::Tcp => {
                 // Over DoT these opcodes are not served (crate::inbox).
@@ -203,8 +211,7 @@ async fn connection<S>(
                     log(Outcome::DROPPED, &[]);
                     break;
                 }
-                outbox.push(&context.metrics, &out);
-                log(Outcome::LOCAL, &out);
+                reply(Outcome::LOCAL, &out);
             }
             Decision::Control(_) => {
                 let (worker, outbox) = (worker.clone(), outbox.clone());
@@ -226,6 +233,12 @@ async fn connection<S>(
                         return;
                     };
                     outbox.push(&context.metrics, &out);
+                    let rcode = kudurru_core::wire::header_rcode(&out).unwrap_or(0);
+                    context.metrics.answered(
+                        transport,
+                        AnswerSource::of(Outcome::LOCAL.source, rcode),
+                        received.elapsed(),
+                    );
                     origin.record(&worker, &settings, &client, Outcome::LOCAL, &message, &out);
                     Outbox::flush(&outbox, &context.metrics, &context.settings);
                 })
@@ -253,7 +266,7 @@ async fn connection<S>(
                     Decision::Resolve(query) => (query, Lookup::Own),
                     _ => unreachable!("matched above"),
                 };
-                let now = Instant::now();
+                let now = received;
                 let to = Answering {
                     settings: &settings,
                     shard: context.shard(),
@@ -265,8 +278,7 @@ async fn connection<S>(
                     lookup.write(&to, &query, answer, now, &mut out)
                 }) {
                     Some(written) if written.sent() => {
-                        outbox.push(&context.metrics, &out);
-                        log(written.outcome(lookup.hit()), &out);
+                        reply(written.outcome(lookup.hit()), &out);
                         continue;
                     }
                     Some(written) => {
@@ -311,6 +323,12 @@ async fn connection<S>(
                         return;
                     }
                     outbox.push(&context.metrics, &out);
+                    let rcode = kudurru_core::wire::header_rcode(&out).unwrap_or(0);
+                    context.metrics.answered(
+                        transport,
+                        AnswerSource::of(outcome.source, rcode),
+                        now.saturating_duration_since(received),
+                    );
                     origin.record(&worker, &settings, &to.client, outcome, &message, &out);
                     Outbox::flush(&outbox, &context.metrics, &context.settings);
                 })

@@ -19,7 +19,7 @@ use kudurru_core::{Client, Decision, Settings, Stage, ingress};
 use crate::answer::{Answering, Lookup, Origin, Written};
 use crate::core_context::Active;
 use crate::inbox::InboxTransport;
-use crate::metrics::Transport;
+use crate::metrics::{AnswerSource, AnswerTally, Transport};
 use crate::querylog::Outcome;
 use crate::sys::{self, MmsgBatch};
 use crate::worker::Worker;
@@ -69,7 +69,9 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
             let settings = context.settings();
             let options = ReplyOptions::udp(settings.edns_payload);
             let stage = Stage::new(&settings, &options, context.lameduck());
+            // The batch's receipt: every answer written below is measured from it.
             let now = Instant::now();
+            let mut tally = AnswerTally::default();
             let mut limiter = context.limiter.borrow_mut();
             // One clock read per receive batch for the query log's records, none when it is off.
             let time_ns = if context.querylog.on() {
@@ -174,6 +176,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                                     message.to_vec(),
                                     peer,
                                     Lookup::Own,
+                                    now,
                                 );
                                 glommio::spawn_local(task).detach();
                                 continue;
@@ -186,6 +189,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                             socket.clone(),
                             message.to_vec(),
                             peer,
+                            now,
                         );
                         glommio::spawn_local(task).detach();
                         continue;
@@ -220,6 +224,7 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                                 message.to_vec(),
                                 peer,
                                 lookup,
+                                now,
                             );
                             glommio::spawn_local(task).detach();
                             continue;
@@ -227,11 +232,18 @@ pub(crate) async fn serve(worker: Rc<Worker>, socket: Rc<UdpSocket>) {
                         Outcome::policy(blocked, true)
                     }
                 };
-                context
-                    .metrics
-                    .response(wire::header_rcode(&out).unwrap_or(0));
+                let rcode = wire::header_rcode(&out).unwrap_or(0);
+                context.metrics.response(rcode);
+                tally.count(AnswerSource::of(outcome.source, rcode));
                 log(peer, &client, outcome, message, &out);
                 replies.push(&out, peer);
+            }
+            // One clock reading for the whole batch's answers, handed to the send path now.
+            if !replies.is_empty() {
+                context
+                    .metrics
+                    .answer_latency(Transport::Udp, now.elapsed(), replies.len() as u64);
+                context.metrics.add_answers(&tally);
             }
         }
         flush(&socket, &mut replies).await;
@@ -311,7 +323,7 @@ async fn flush(socket: &UdpSocket, replies: &mut MmsgBatch) {
 }
 
 /// Resolves a miss under `settings`, the snapshot the receive loop admitted it under, and sends
-/// the answer.
+/// the answer; its latency counts from `received`, its receive batch.
 async fn resolve_and_reply(
     worker: Rc<Worker>,
     settings: Arc<Settings>,
@@ -319,6 +331,7 @@ async fn resolve_and_reply(
     message: Vec<u8>,
     peer: SocketAddr,
     lookup: Lookup,
+    received: Instant,
 ) {
     let _active = Active::enter(worker.context());
     // The message already scanned once in the receive loop; it scans the same way again.
@@ -354,10 +367,14 @@ async fn resolve_and_reply(
         origin.record(&worker, &settings, &client, outcome, &message, &[]);
         return;
     }
-    worker
-        .context()
-        .metrics
-        .response(wire::header_rcode(&out).unwrap_or(0));
+    let rcode = wire::header_rcode(&out).unwrap_or(0);
+    let metrics = &worker.context().metrics;
+    metrics.response(rcode);
+    metrics.answered(
+        Transport::Udp,
+        AnswerSource::of(outcome.source, rcode),
+        now.saturating_duration_since(received),
+    );
     origin.record(&worker, &settings, &client, outcome, &message, &out);
     let sent = match sys::try_send(socket.as_raw_fd(), &out, Some(peer)) {
         Ok(Some(_)) => Ok(()),
@@ -373,12 +390,14 @@ async fn resolve_and_reply(
     }
 }
 
-/// A NOTIFY or UPDATE: the control thread's answer (crate::inbox), sent when it comes.
+/// A NOTIFY or UPDATE: the control thread's answer (crate::inbox), sent when it comes; its
+/// latency counts from `received`, its receive batch.
 async fn control_and_reply(
     worker: Rc<Worker>,
     socket: Rc<UdpSocket>,
     message: Vec<u8>,
     peer: SocketAddr,
+    received: Instant,
 ) {
     let _active = Active::enter(worker.context());
     let context = worker.context();
@@ -399,9 +418,13 @@ async fn control_and_reply(
         origin.record(&worker, &settings, &client, Outcome::DROPPED, &message, &[]);
         return;
     };
-    context
-        .metrics
-        .response(wire::header_rcode(&out).unwrap_or(0));
+    let rcode = wire::header_rcode(&out).unwrap_or(0);
+    context.metrics.response(rcode);
+    context.metrics.answered(
+        Transport::Udp,
+        AnswerSource::of(Outcome::LOCAL.source, rcode),
+        received.elapsed(),
+    );
     origin.record(&worker, &settings, &client, Outcome::LOCAL, &message, &out);
     if let Err(e) = socket.send_to(&out, peer).await {
         tracing::debug!(%peer, error = %e, "udp send failed");

@@ -2,8 +2,9 @@
 // blocked share and the per-minute series of the last hour, cache hit rate per core, upstream
 // health and latency, top names, blocked names and clients; from the data plane's counters
 // (GET /api/v1/stats/live, rates between two polls by its monotonic `time`): queries per
-// second by transport and by core, answers per second, upstream latency p50/p90/p99. Polls
-// every 5 s.
+// second by transport and by core, answers per second by source (cache, upstream, local,
+// blocked, other), answer latency p50/p90/p99 overall, by transport and by core, upstream
+// latency p50/p90/p99. Polls every 5 s.
 import { h, get, can, table, say, errorText } from "../app.js";
 
 const POLL_MS = 5000;
@@ -32,15 +33,34 @@ const rate = (now, before, dt) => Math.max(0, now - before) / dt;
 const fmtRate = (r) => r.toFixed(r < 10 ? 1 : 0);
 const ms = (v) => (v == null ? "—" : `${Number(v).toFixed(v < 10 ? 2 : 1)} ms`);
 
+const SOURCES = ["cache", "upstream", "local", "blocked", "other"];
+
+// Answer latency since start (receipt to the send path), overall and by transport: counts and
+// percentiles, shown from the first poll.
+function answerLatencyTable(answer) {
+  const row = (label, p) => [label, String((p && p.count) || 0), ms(p && p.p50Ms), ms(p && p.p90Ms), ms(p && p.p99Ms)];
+  const by = answer.byTransport || {};
+  return h("div", { id: "answer-latency" },
+    table("Answer latency since start (receipt to send)", ["transport", "answers", "p50", "p90", "p99"],
+      [row("all", answer), ...Object.keys(by).map((t) => row(t, by[t]))]));
+}
+
 // The data plane's rates between two polls of /stats/live: by transport, by core, latency.
 function liveParts(now, before, set) {
   const lat = now.upstreamLatency || {};
+  const answer = now.answerLatency || {};
   set("live-p50", ms(lat.p50Ms));
   set("live-p99", ms(lat.p99Ms));
+  set("answer-p50", ms(answer.p50Ms));
+  set("answer-p99", ms(answer.p99Ms));
+  const src = now.total.answersBySource || {};
   const dt = before ? now.time - before.time : 0;
   if (!(dt > 0)) {
     set("live-qps", "…");
-    return [h("p", { class: "k", id: "live-wait" }, "Rates by transport and by core show from the second poll.")];
+    return [h("p", { class: "k", id: "live-wait" }, "Rates by transport and by core show from the second poll."),
+      h("div", { class: "cards" }, answerLatencyTable(answer),
+        h("div", { id: "answers-by-source" },
+          table("Answers by source since start", ["source", "total"], SOURCES.map((k) => [k, String(src[k] ?? 0)]))))];
   }
   set("live-qps", fmtRate(rate(now.total.queries, before.total.queries, dt)));
   const transports = Object.keys(now.total.queriesByTransport || {});
@@ -49,16 +69,19 @@ function liveParts(now, before, set) {
   const byCore = (now.perCore || []).map((c, i) => {
     const b = (before.perCore || [])[i] || c;
     const hitRate = c.cacheHitRate == null ? "—" : `${(100 * c.cacheHitRate).toFixed(1)} %`;
-    return [String(i), fmtRate(rate(c.queries, b.queries, dt)), fmtRate(rate(c.dropped, b.dropped, dt)), hitRate];
+    const a = c.answerLatency || {};
+    return [String(i), fmtRate(rate(c.queries, b.queries, dt)), fmtRate(rate(c.dropped, b.dropped, dt)), hitRate,
+      ms(a.p50Ms), ms(a.p99Ms)];
   });
-  const src = now.total.answersBySource || {};
   const bsrc = before.total.answersBySource || {};
   const perSec = (k) => (src[k] == null ? "not counted" : fmtRate(rate(src[k], bsrc[k] || 0, dt)));
   return [
     h("div", { class: "cards", id: "live" },
       table("Queries per second by transport", ["transport", "per second", "total"], byTransport),
-      table("Queries per second by core", ["core", "queries/s", "dropped/s", "cache hit rate"], byCore),
-      table("Answers per second by source", ["source", "per second"], ["cache", "blocked", "upstream", "local"].map((k) => [k, perSec(k)])),
+      table("Queries per second by core", ["core", "queries/s", "dropped/s", "cache hit rate", "answer p50", "answer p99"], byCore),
+      answerLatencyTable(answer),
+      h("div", { id: "answers-by-source" },
+        table("Answers by source", ["source", "per second", "total"], SOURCES.map((k) => [k, perSec(k), String(src[k] ?? 0)]))),
       table("Upstream latency", ["percentile", "latency"], [["p50", ms(lat.p50Ms)], ["p90", ms(lat.p90Ms)], ["p99", ms(lat.p99Ms)]])),
   ];
 }
@@ -72,7 +95,8 @@ export async function render(main) {
     card("qps", "queries per second"), card("queries", "queries in the last hour"),
     card("blocked", "blocked share"), card("hitrate", "cache hit rate"),
     card("upstreams", "upstreams healthy"), card("live-qps", "queries per second (all cores)"),
-    card("live-p50", "upstream latency p50"), card("live-p99", "upstream latency p99"));
+    card("live-p50", "upstream latency p50"), card("live-p99", "upstream latency p99"),
+    card("answer-p50", "answer latency p50"), card("answer-p99", "answer latency p99"));
   const live = h("div", { "aria-live": "off" });
   main.append(h("p", { class: "k" }, "Updates every 5 s."), cards, live);
   let last = null;

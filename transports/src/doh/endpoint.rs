@@ -92,7 +92,8 @@ impl Endpoint {
 
     /// Answers one DNS message that a valid request carried, its path's client ID `path_id`.
     pub(crate) async fn resolve(&self, message: &[u8], path_id: Option<ClientId>) -> Reply {
-        self.admission.touch(std::time::Instant::now());
+        let received = std::time::Instant::now();
+        self.admission.touch(received);
         if let Err(e) = doh::check_message(message) {
             return Reply::Error(e.into());
         }
@@ -101,6 +102,7 @@ impl Endpoint {
             self.origin(Transport::Doh),
             message,
             self.client(path_id.as_ref()),
+            received,
         )
         .await
         {
@@ -135,10 +137,17 @@ pub(crate) fn date() -> Rc<str> {
     })
 }
 
-/// A request answered at once, or a miss to resolve under the snapshot it was admitted under.
+/// A request answered at once, or a miss to resolve under the snapshot it was admitted under
+/// (with the instant it was received, which its answer's latency counts from).
 pub(crate) enum Answer {
     Ready(Reply),
-    Miss(Vec<u8>, Arc<Settings>, Lookup, Option<ClientId>),
+    Miss(
+        Vec<u8>,
+        Arc<Settings>,
+        Lookup,
+        Option<ClientId>,
+        std::time::Instant,
+    ),
 }
 
 /// Classifies one HTTP/2 or HTTP/3 request (counted as a query on `transport`) and answers it
@@ -152,7 +161,8 @@ pub(crate) fn classify(
     body: Result<Vec<u8>, BodyError>,
 ) -> Answer {
     endpoint.worker.context().metrics.query(transport);
-    endpoint.admission.touch(std::time::Instant::now());
+    let received = std::time::Instant::now();
+    endpoint.admission.touch(received);
     let message = match (
         doh::request(method.as_bytes(), target, &endpoint.path, content_type),
         body,
@@ -182,6 +192,7 @@ pub(crate) fn classify(
         endpoint.origin(transport),
         &message,
         endpoint.client(path_id.as_ref()),
+        received,
         &mut out,
     ) {
         Now::Answered => Answer::Ready(Reply::Answer(out)),
@@ -191,6 +202,7 @@ pub(crate) fn classify(
             arc_swap::Guard::into_inner(settings),
             lookup,
             path_id,
+            received,
         ),
     }
 }

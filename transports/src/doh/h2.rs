@@ -268,7 +268,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http2Driver<S> {
                     let mut connection = self.shared.connection.borrow_mut();
                     h2_respond(&mut connection, &self.endpoint, stream, reply);
                 }
-                Answer::Miss(message, settings, lookup, path_id) => {
+                Answer::Miss(message, settings, lookup, path_id, received) => {
                     self.shared.in_flight.set(self.shared.in_flight.get() + 1);
                     let (endpoint, shared) = (self.endpoint.clone(), self.shared.clone());
                     spawn_queued(async move {
@@ -281,6 +281,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http2Driver<S> {
                             &message,
                             lookup,
                             client,
+                            received,
                         )
                         .await
                         .map_or(Reply::Abort, Reply::Answer);

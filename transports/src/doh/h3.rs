@@ -271,7 +271,7 @@ async fn request(
     );
     let reply = match answer {
         Answer::Ready(reply) => reply,
-        Answer::Miss(message, settings, lookup, path_id) => {
+        Answer::Miss(message, settings, lookup, path_id, received) => {
             let client = endpoint.client(path_id.as_ref());
             // Boxed, as in `answer::answer`: a miss's state would widen every request's future.
             Box::pin(answer_miss(
@@ -281,6 +281,7 @@ async fn request(
                 &message,
                 lookup,
                 client,
+                received,
             ))
             .await
             .map_or(Reply::Abort, Reply::Answer)
