@@ -240,6 +240,51 @@ impl CoreStart {
     }
 }
 
+/// Times a listener asked for on port 0 is bound again on a new ephemeral port when its UDP
+/// socket got a port whose TCP twin another socket holds.
+const EPHEMERAL_TRIES: usize = 8;
+
+/// One bound socket kind of a listener: its label, kind, address and one descriptor per core.
+type BoundSockets = (&'static str, SocketKind, SocketAddr, Vec<OwnedFd>);
+
+/// Binds `listener`'s sockets (UDP and TCP of one listener share the port) `cores` times each:
+/// their label, kind, address and descriptors. On port 0 the kernel picks the first socket's
+/// port; when another socket already holds it for the second kind (a client's ephemeral port,
+/// say), the pair is bound again on a new port rather than failing.
+fn bind_listener(listener: &ListenerSpec, cores: usize) -> Result<Vec<BoundSockets>, StartError> {
+    let mut tries = 0;
+    'again: loop {
+        tries += 1;
+        let mut addr = listener.addr;
+        let mut sockets = Vec::new();
+        for (label, kind) in listener.sockets() {
+            match sys::bind_reuseport(addr, kind, cores) {
+                Ok((at, fds)) => {
+                    addr = at;
+                    sockets.push((label, kind, at, fds));
+                }
+                Err(source)
+                    if listener.addr.port() == 0
+                        && !sockets.is_empty()
+                        && source.kind() == io::ErrorKind::AddrInUse
+                        && tries < EPHEMERAL_TRIES =>
+                {
+                    tracing::debug!(%addr, kind = label, "ephemeral port taken for this kind; binding the listener again");
+                    continue 'again;
+                }
+                Err(source) => {
+                    return Err(StartError::Bind {
+                        addr,
+                        kind: label,
+                        source,
+                    });
+                }
+            }
+        }
+        return Ok(sockets);
+    }
+}
+
 /// Binds the listeners and starts one pinned executor per CPU.
 pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
     let cores = spec.cpus.len().max(1);
@@ -265,16 +310,7 @@ pub fn start(spec: ServerSpec) -> Result<Server, StartError> {
                 addr: listener.addr,
             });
         }
-        let mut addr = listener.addr;
-        for (label, kind) in listener.sockets() {
-            let (at, fds) =
-                sys::bind_reuseport(addr, kind, cores).map_err(|source| StartError::Bind {
-                    addr,
-                    kind: label,
-                    source,
-                })?;
-            // UDP and TCP of one listener share the port, even when it was 0.
-            addr = at;
+        for (label, kind, at, fds) in bind_listener(listener, cores)? {
             bound.push((label, at));
             for (core, fd) in per_core.iter_mut().zip(fds) {
                 match &listener.protocol {
