@@ -308,7 +308,15 @@ pub struct QueryLogDb {
     options: QueryLogOptions,
     /// Appends since the last fsynced commit.
     unsynced: std::sync::atomic::AtomicU32,
+    /// Dictionary ids of committed strings (kind byte + text), so that an append looks a
+    /// frequent string up here rather than in the `dict` table. Valid forever once committed:
+    /// ids never change and dictionaries only grow (a purge keeps them). Emptied when it
+    /// reaches [`DICTIONARY_CACHE`] entries.
+    dictionary: std::sync::Mutex<std::collections::HashMap<Vec<u8>, u32>>,
 }
+
+/// Most strings the append's dictionary cache keeps before it starts over.
+const DICTIONARY_CACHE: usize = 65_536;
 
 impl std::fmt::Debug for QueryLogDb {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -343,6 +351,7 @@ impl QueryLogDb {
                 ..options
             },
             unsynced: std::sync::atomic::AtomicU32::new(0),
+            dictionary: std::sync::Mutex::default(),
         })
     }
 

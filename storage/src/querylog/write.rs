@@ -8,9 +8,9 @@ use redb::{Database, Durability, ReadableTable, Table, WriteTransaction};
 
 use super::codec::{Answer, Fact, Rollup, reversed_name};
 use super::{
-    CACHE_SOURCES, Cursor, DICT, DICT_REV, Entry, FACTS, FORMAT_VERSION, HOUR_NS, HOUR_TOP, HOURS,
-    INDEX, IndexKey, META, MINUTE_NS, MINUTE_TOP, MINUTES, NAMES, QueryLogDb, corrupt, cursor_of,
-    dict_kind, entry_flags, index_key, index_kind, rcode_code,
+    CACHE_SOURCES, Cursor, DICT, DICT_REV, DICTIONARY_CACHE, Entry, FACTS, FORMAT_VERSION, HOUR_NS,
+    HOUR_TOP, HOURS, INDEX, IndexKey, META, MINUTE_NS, MINUTE_TOP, MINUTES, NAMES, QueryLogDb,
+    corrupt, cursor_of, dict_kind, entry_flags, index_key, index_kind, rcode_code,
 };
 use crate::error::StorageError;
 
@@ -247,21 +247,27 @@ pub(super) fn merge_top(list: &mut Vec<(u32, u64)>, mut counts: HashMap<u32, u64
     *list = merged;
 }
 
-/// The batch's dictionary: ids of strings seen in this transaction, and the tables behind.
-struct Interner<'t> {
+/// The batch's dictionary: ids of strings committed before (`committed`, the database's
+/// cache), ids seen in this transaction, and the tables behind.
+struct Interner<'t, 'c> {
     dict: Table<'t, &'static [u8], u32>,
     reverse: Table<'t, u32, &'static [u8]>,
     names: Table<'t, &'static [u8], u32>,
+    committed: &'c HashMap<Vec<u8>, u32>,
     seen: HashMap<Vec<u8>, u32>,
     key: Vec<u8>,
 }
 
-impl<'t> Interner<'t> {
-    fn open(transaction: &'t WriteTransaction) -> Result<Self, StorageError> {
+impl<'t, 'c> Interner<'t, 'c> {
+    fn open(
+        transaction: &'t WriteTransaction,
+        committed: &'c HashMap<Vec<u8>, u32>,
+    ) -> Result<Self, StorageError> {
         Ok(Self {
             dict: transaction.open_table(DICT)?,
             reverse: transaction.open_table(DICT_REV)?,
             names: transaction.open_table(NAMES)?,
+            committed,
             seen: HashMap::new(),
             key: Vec::new(),
         })
@@ -275,6 +281,9 @@ impl<'t> Interner<'t> {
         self.key.clear();
         self.key.push(kind);
         self.key.extend_from_slice(text.as_bytes());
+        if let Some(&id) = self.committed.get(&self.key) {
+            return Ok(id);
+        }
         if let Some(&id) = self.seen.get(&self.key) {
             return Ok(id);
         }
@@ -319,21 +328,33 @@ impl QueryLogDb {
         } else {
             Durability::None
         })?;
-        self.append_in(&transaction, entries)?;
+        // One writer at a time: redb serializes write transactions anyway.
+        let mut dictionary = self
+            .dictionary
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seen = self.append_in(&transaction, entries, &dictionary)?;
         transaction.commit()?;
         if durable {
             self.unsynced.store(0, Ordering::Relaxed);
         }
+        // Only now are the batch's new ids in the file: a failed commit keeps none of them.
+        if dictionary.len() + seen.len() > DICTIONARY_CACHE {
+            dictionary.clear();
+        }
+        dictionary.extend(seen);
         Ok(())
     }
 
+    /// Writes `entries` in `transaction`; the dictionary ids it looked up or assigned.
     fn append_in(
         &self,
         transaction: &WriteTransaction,
         entries: &[Entry],
-    ) -> Result<(), StorageError> {
+        committed: &HashMap<Vec<u8>, u32>,
+    ) -> Result<HashMap<Vec<u8>, u32>, StorageError> {
         let mut tables = Tables::open(transaction)?;
-        let mut interner = Interner::open(transaction)?;
+        let mut interner = Interner::open(transaction, committed)?;
         let mut minutes: BTreeMap<u64, Gathered> = BTreeMap::new();
         let mut hours: BTreeMap<u64, Gathered> = BTreeMap::new();
         let mut value = Vec::with_capacity(128);
@@ -418,7 +439,8 @@ impl QueryLogDb {
                     .saturating_sub(old.map_or(0, |old| old.len() as u64 + 8));
             }
         }
-        tables.finish()
+        tables.finish()?;
+        Ok(interner.seen)
     }
 }
 
