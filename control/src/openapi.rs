@@ -995,6 +995,11 @@ fn operation(method: &str, path: &str, permission: &str) -> Value {
         responses["500"] = error_response("The query-log database failed");
         responses["503"] = error_response("The request could not finish: the server is stopping");
     }
+    if path == "/api/v1/tokens" && method == "POST" {
+        responses["503"] = error_response(
+            "not_audited: the token's audit record could not be written, so it was not created",
+        );
+    }
     if path == "/api/v1/blocking/check" {
         responses["503"] =
             error_response("No list manager runs, or the policy index is not built yet");

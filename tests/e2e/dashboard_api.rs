@@ -632,6 +632,50 @@ fn dashboard_sessions_csrf_settings_versions_and_tokens() {
             .status,
         404
     );
+    // Both are in the audit log: who created the token, its role and lifetime, who revoked
+    // it; never its secret. The command line's token wrote nothing there.
+    let audit = c.bearer(&admin, "GET", "/api/v1/audit?kind=Token", None);
+    assert_eq!(audit.status, 200, "{}", audit.text());
+    let admin_principal = format!("token:{}", &admin[4..12]);
+    let records = audit.json()["records"].as_array().unwrap().clone();
+    let of_new: Vec<(&str, &str, &Value)> = records
+        .iter()
+        .filter(|r| r["name"] == new_id.as_str())
+        .map(|r| {
+            (
+                r["verb"].as_str().unwrap(),
+                r["actor"].as_str().unwrap(),
+                &r["patch"]["spec"],
+            )
+        })
+        .collect();
+    assert_eq!(of_new.len(), 2, "{}", audit.text());
+    assert_eq!(
+        (of_new[0].0, of_new[0].1),
+        ("create", admin_principal.as_str())
+    );
+    assert_eq!(of_new[0].2["name"], "ci");
+    assert_eq!(of_new[0].2["role"], "viewer");
+    assert!(
+        of_new[0].2["expiresAt"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    assert_eq!(
+        (of_new[1].0, of_new[1].1),
+        ("update", admin_principal.as_str())
+    );
+    assert!(
+        of_new[1].2["revoked"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    assert!(
+        !records
+            .iter()
+            .any(|r| r["patch"]["spec"]["name"] == "from cli")
+    );
+    assert!(!audit.text().contains(new_token.rsplit('_').next().unwrap()));
     // Revoked with the command line too.
     let revoke = Command::new(kudurru_e2e::kudurru_bin())
         .args([

@@ -351,6 +351,18 @@ impl Api {
         };
         match self.tokens.create_named(&name, role, ttl) {
             Ok((token, entry)) => {
+                // A credential nobody can trace is not handed out: unaudited, it is taken back.
+                if let Err(e) = self.audit_token(&authorized.principal, &entry, None) {
+                    let taken_back = self.tokens.revoke(&entry.id);
+                    tracing::warn!(principal = %authorized.principal, token = %entry.id, error = %e, taken_back = taken_back.is_ok(), "token not created: its audit record could not be written");
+                    return error(
+                        503,
+                        "not_audited",
+                        format!(
+                            "the token's audit record could not be written, so it was not created: {e}"
+                        ),
+                    );
+                }
                 tracing::info!(principal = %authorized.principal, token = %entry.id, role = role.name(), "token created over the API");
                 Reply {
                     status: 201,
@@ -371,8 +383,20 @@ impl Api {
 
     /// `DELETE /api/v1/tokens/{id}`: 204; its sessions end with it.
     pub(super) fn revoke_token(&self, id: &str, authorized: &Authorized) -> Reply {
+        let entry = self
+            .tokens
+            .list()
+            .ok()
+            .and_then(|list| list.into_iter().find(|e| e.id == id));
         match self.tokens.revoke(id) {
             Ok(()) => {
+                // The revocation stands whatever happens to its record: a token is never kept
+                // alive because the store is down.
+                if let Some(entry) = &entry
+                    && let Err(e) = self.audit_token(&authorized.principal, entry, Some(now_unix()))
+                {
+                    tracing::warn!(principal = %authorized.principal, token = id, error = %e, "token revoked, but its audit record could not be written");
+                }
                 tracing::info!(principal = %authorized.principal, token = id, "token revoked over the API");
                 Reply {
                     status: 204,
@@ -384,6 +408,55 @@ impl Api {
                 error(404, "not_found", format!("no token {id}"))
             }
             Err(e) => error(500, "tokens_unwritable", e.to_string()),
+        }
+    }
+}
+
+impl Api {
+    /// Writes token `entry`'s audit record as `principal` (`objects::kinds::TOKEN`, named by
+    /// its id): created when `revoked` is `None`, else marked revoked at that time (created
+    /// so when the token was made outside the API, by `kudurru token create`).
+    fn audit_token(
+        &self,
+        principal: &str,
+        entry: &crate::tokens::Entry,
+        revoked: Option<u64>,
+    ) -> Result<(), kudurru_storage::StoreError> {
+        use crate::objects::kinds::TOKEN;
+        use kudurru_storage::{Actor, Object, StoreError};
+        let actor = Actor::principal(principal)?;
+        let mut spec = json!({
+            "name": entry.name,
+            "role": entry.role.name(),
+            "created": rfc3339(entry.created),
+            "expiresAt": rfc3339(entry.expires),
+        });
+        if let Some(node) = self
+            .ops
+            .cluster
+            .as_ref()
+            .and_then(|c| c.etcd())
+            .map(|etcd| etcd.settings.node_name.clone())
+        {
+            spec["node"] = json!(node);
+        }
+        let Some(at) = revoked else {
+            return self
+                .store
+                .create(&actor, &Object::new(TOKEN, &entry.id, spec))
+                .map(drop);
+        };
+        spec["revoked"] = json!(rfc3339(at));
+        match self.store.get(TOKEN, &entry.id) {
+            Ok(mut object) => {
+                object.spec = spec;
+                self.store.update(&actor, &object).map(drop)
+            }
+            Err(StoreError::NotFound { .. }) => self
+                .store
+                .create(&actor, &Object::new(TOKEN, &entry.id, spec))
+                .map(drop),
+            Err(e) => Err(e),
         }
     }
 }

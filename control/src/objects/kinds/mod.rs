@@ -16,6 +16,7 @@ mod query_log;
 mod record_set;
 mod schedule;
 mod settings;
+mod token;
 mod zone;
 
 use kudurru_storage::{FieldError, KindSchema};
@@ -27,6 +28,7 @@ pub use policy::{POLICY, policy};
 pub use query_log::{MAX_PURGES, QUERY_LOG, QUERY_LOG_LOCAL};
 pub use record_set::{RECORD_SET, RecordSetSpec, record_set};
 pub use settings::{SETTINGS, SETTINGS_NAME};
+pub use token::TOKEN;
 pub use zone::{
     PrimaryServer, PrimarySpec, SecondarySpec, SerialPolicy, SoaSpec, TransferSpec, UpdateSpec,
     ZONE, ZoneSpec, ZoneType, zone,
@@ -64,6 +66,10 @@ pub(super) const SCHEMAS: &[KindSchema] = &[
     KindSchema {
         kind: QUERY_LOG,
         validate_spec: query_log::query_log,
+    },
+    KindSchema {
+        kind: TOKEN,
+        validate_spec: token::token,
     },
 ];
 
