@@ -644,7 +644,7 @@ pub fn entry_json(cursor: Option<Cursor>, entry: &Entry) -> Value {
 
 /// The characters that make a spreadsheet read a cell as a formula (OWASP "CSV Injection"):
 /// `=`, `+`, `-`, `@`, tab and CR.
-const FORMULA_TRIGGERS: [char; 6] = ['=', '+', '-', '@', '\t', '\r'];
+pub const FORMULA_TRIGGERS: [char; 6] = ['=', '+', '-', '@', '\t', '\r'];
 
 /// One CSV field, quoted as RFC 4180 §2 asks when it holds a comma, a quote, CR or LF.
 ///
