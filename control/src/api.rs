@@ -1951,12 +1951,7 @@ async fn serve_one(
     let querylog = api.querylog.clone();
     let purge_audit = crate::querylog::audit::PurgeAudit {
         store: api.store.clone(),
-        node: api
-            .ops
-            .cluster
-            .as_ref()
-            .and_then(|c| c.etcd())
-            .map(|etcd| etcd.settings.node_name.clone()),
+        node: api.node_name(),
     };
     match blocking(move || api.dispatch(&parsed, &authorized)).await {
         Ok(Outcome::Json(reply)) => reply.into_response(),

@@ -479,16 +479,8 @@ fn exports_match_the_json(k: &Kudurru, token: &str, sent: &Sent, all: &[Value]) 
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("\r\n"), "RFC 4180 line ends");
     // Python's csv module reads it back: a header row, then one row per entry.
-    let script = "import csv, json, sys\nprint(json.dumps(list(csv.DictReader(sys.stdin))))";
-    let mut python = Command::new(kudurru_e2e::python())
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python runs");
-    std::io::Write::write_all(&mut python.stdin.take().unwrap(), text.as_bytes()).unwrap();
-    let out = python.wait_with_output().unwrap();
-    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("csv parses");
+    let rows: Vec<Value> =
+        serde_json::from_value(csv_json("list(csv.DictReader(sys.stdin))", &text)).unwrap();
     assert_eq!(rows.len(), all.len());
     for (row, entry) in rows.iter().zip(all) {
         for key in [
@@ -512,6 +504,20 @@ fn exports_match_the_json(k: &Kudurru, token: &str, sent: &Sent, all: &[Value]) 
     assert_eq!(text.lines().count(), 3);
 }
 
+/// `csv` read by Python's csv module: the JSON of `expression` (over `csv` and `sys.stdin`).
+fn csv_json(expression: &str, csv: &str) -> Value {
+    let script = format!("import csv, json, sys\nprint(json.dumps({expression}))");
+    let mut python = Command::new(kudurru_e2e::python())
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    std::io::Write::write_all(&mut python.stdin.take().unwrap(), csv.as_bytes()).unwrap();
+    let out = python.wait_with_output().unwrap();
+    serde_json::from_slice(&out.stdout).expect("csv parses")
+}
+
 /// A client chooses its qname: names a spreadsheet would run as formulas (`=`, `+`, `-` first)
 /// come out of the CSV export as quoted text with a leading `'` (OWASP "CSV Injection").
 fn csv_exports_formulas_as_text(k: &Kudurru, token: &str) {
@@ -531,17 +537,11 @@ fn csv_exports_formulas_as_text(k: &Kudurru, token: &str) {
         assert!(text.contains(&format!(",\"'{name}\",A,")), "{name}: {text}");
     }
     // A CSV reader sees the quote as part of the text, so the cell is never a formula.
-    let script =
-        "import csv, json, sys\nprint(json.dumps([r['qname'] for r in csv.DictReader(sys.stdin)]))";
-    let mut python = Command::new(kudurru_e2e::python())
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python runs");
-    std::io::Write::write_all(&mut python.stdin.take().unwrap(), text.as_bytes()).unwrap();
-    let out = python.wait_with_output().unwrap();
-    let names: BTreeSet<String> = serde_json::from_slice(&out.stdout).expect("csv parses");
+    let names: BTreeSet<String> = serde_json::from_value(csv_json(
+        "[r['qname'] for r in csv.DictReader(sys.stdin)]",
+        &text,
+    ))
+    .unwrap();
     let quoted: BTreeSet<String> = hostile.iter().map(|n| format!("'{n}")).collect();
     assert_eq!(names, quoted);
 }

@@ -413,6 +413,16 @@ impl Api {
 }
 
 impl Api {
+    /// This node's name in the fleet, as audit records written outside an object change name
+    /// it (query-log purges, tokens); `None` off a fleet.
+    pub(super) fn node_name(&self) -> Option<String> {
+        self.ops
+            .cluster
+            .as_ref()
+            .and_then(|c| c.etcd())
+            .map(|etcd| etcd.settings.node_name.clone())
+    }
+
     /// Writes token `entry`'s audit record as `principal` (`objects::kinds::TOKEN`, named by
     /// its id): created when `revoked` is `None`, else marked revoked at that time (created
     /// so when the token was made outside the API, by `kudurru token create`).
@@ -431,13 +441,7 @@ impl Api {
             "created": rfc3339(entry.created),
             "expiresAt": rfc3339(entry.expires),
         });
-        if let Some(node) = self
-            .ops
-            .cluster
-            .as_ref()
-            .and_then(|c| c.etcd())
-            .map(|etcd| etcd.settings.node_name.clone())
-        {
+        if let Some(node) = self.node_name() {
             spec["node"] = json!(node);
         }
         let Some(at) = revoked else {
